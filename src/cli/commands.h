@@ -1,0 +1,27 @@
+// Each subcommand registers its flags on the CLI11 app and a function that runs it. Subcommands
+// only parse flags and call the library; errors go to stderr with a non-zero exit status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace coda::cli {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+void add_run(CLI::App& app, std::vector<Command>& out);
+void add_synth(CLI::App& app, std::vector<Command>& out);
+void add_bench_model(CLI::App& app, std::vector<Command>& out);
+void add_inspect(CLI::App& app, std::vector<Command>& out);  // info, tokenize, logits, dump-tensor
+
+// The bundled model: $CODA_MODEL, else models/ next to the executable's parent, else the source tree.
+std::string default_model_path();
+int default_threads();
+int fail(const std::string& message);
+
+}  // namespace coda::cli

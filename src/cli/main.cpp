@@ -1,0 +1,56 @@
+// The `coda` executable.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+
+namespace coda::cli {
+
+std::string default_model_path() {
+  const char* name = "coda-tiny-en-it-f16.gguf";
+  if (const char* env = std::getenv("CODA_MODEL"); env != nullptr && *env != 0) return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+      const auto candidate = dir / "models" / name;
+      if (std::filesystem::exists(candidate, ec)) return candidate.string();
+    }
+  }
+  return std::string(CODA_SOURCE_DIR) + "/models/" + name;
+}
+
+int default_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "coda: error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace coda::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"coda: a CPU inference engine whose generations end well", "coda"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "coda 0.1.0");
+  std::vector<coda::cli::Command> commands;
+  coda::cli::add_run(app, commands);
+  coda::cli::add_synth(app, commands);
+  coda::cli::add_bench_model(app, commands);
+  coda::cli::add_inspect(app, commands);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& c : commands)
+    if (c.app->parsed()) return c.run();
+  return 1;
+}

@@ -1,0 +1,81 @@
+// Block layouts of the quantized GGUF weight formats, and coda's activation block.
+//
+// The layouts are the ggml/GGUF format (facts of the file format): every block starts with its
+// scale(s) as IEEE half floats, followed by packed integer quants. See docs/formats.md.
+#pragma once
+
+#include <cstdint>
+
+namespace coda {
+
+constexpr int kQK = 32;    // elements per block of the 32-element formats
+constexpr int kQKK = 256;  // elements per K-quant super-block
+
+// Q8_0: x = d * q, q in [-127, 127].
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK];
+};
+
+// Q4_0: x = d * (q - 8), q in [0, 15]; byte j holds element j (low nibble) and j + 16 (high).
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+
+// Q4_K: 8 sub-blocks of 32 with 6-bit scale sc and 6-bit min m packed in `scales`;
+// x = d * sc * q - dmin * m, q in [0, 15]. qs[32c + l] holds sub-block 2c (low nibble) and
+// 2c + 1 (high nibble), element l.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQKK / 2];
+};
+
+// Q5_K: as Q4_K with a fifth bit per element: bit (2c) of qh[l] for sub-block 2c, bit 2c + 1 for
+// sub-block 2c + 1; q in [0, 31].
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+
+// Q6_K: 16 sub-blocks of 16 with signed 8-bit scales; x = d * scales[i / 16] * (q - 32),
+// q in [0, 63] split into 4 low bits (ql) and 2 high bits (qh).
+struct BlockQ6_K {
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Activations multiplied with quantized weights are quantized to 8 bits per 32 elements
+// (x ~= d * q) so that the inner loops are integer dot products. `sum` (sum of q) lets the K-quant
+// kernels apply their per-sub-block minimum without touching the elements again.
+struct ActBlock {
+  float d;
+  int32_t sum;
+  int8_t q[kQK];
+};
+
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K `scales` array.
+inline void kquant_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+}  // namespace coda

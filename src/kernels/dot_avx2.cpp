@@ -1,0 +1,281 @@
+// AVX2 + FMA + F16C dot products. Every function here is compiled for those extensions through
+// the target pragma below (not file-wide flags) so that no inline function shared with the rest of
+// the program is ever emitted with AVX2 instructions; they run only after a CPU check.
+//
+// Quantized weights are multiplied with 8-bit activations (ActBlock): per 32 elements the integer
+// products are summed exactly with maddubs/madd, then scaled once in float. Signed x signed
+// products use the sign trick: maddubs(|w|, sign(a, w)) == w * a, as maddubs wants unsigned x signed.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace coda {
+
+namespace {
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 unsigned bytes x 32 signed bytes -> 8 int32 lanes, lane j = sum of products of bytes 4j..4j+3.
+inline __m256i mul_sum_u8_i8(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+inline __m256i mul_sum_i8_i8(__m256i w, __m256i a) {
+  return mul_sum_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+float dot_q8_0(const void* w, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(w);
+  const auto* a = static_cast<const ActBlock*>(act);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = n / kQK;
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    const __m256i p0 = mul_sum_i8_i8(load32(b[i].qs), load32(a[i].q));
+    const __m256i p1 = mul_sum_i8_i8(load32(b[i + 1].qs), load32(a[i + 1].q));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(h2f(b[i].d) * a[i].d), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(h2f(b[i + 1].d) * a[i + 1].d), acc1);
+  }
+  for (; i < nb; ++i) {
+    const __m256i p = mul_sum_i8_i8(load32(b[i].qs), load32(a[i].q));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * a[i].d), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+inline __m256i unpack_q4_0(const uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(raw, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+float dot_q4_0(const void* w, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_0*>(w);
+  const auto* a = static_cast<const ActBlock*>(act);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = n / kQK;
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    const __m256i p0 = mul_sum_i8_i8(unpack_q4_0(b[i].qs), load32(a[i].q));
+    const __m256i p1 = mul_sum_i8_i8(unpack_q4_0(b[i + 1].qs), load32(a[i + 1].q));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(h2f(b[i].d) * a[i].d), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(h2f(b[i + 1].d) * a[i + 1].d), acc1);
+  }
+  for (; i < nb; ++i) {
+    const __m256i p = mul_sum_i8_i8(unpack_q4_0(b[i].qs), load32(a[i].q));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * a[i].d), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+// Unpacks the 8 six-bit scales and mins of a Q4_K/Q5_K super-block.
+inline void unpack_scales(const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    m[j] = s[j + 4] & 63;
+    sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
+    m[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+  }
+}
+
+float dot_q4_k(const void* w, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_K*>(w);
+  const auto* a = static_cast<const ActBlock*>(act);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i, a += 8) {
+    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+    uint8_t sc[8], m[8];
+    unpack_scales(b[i].scales, sc, m);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load32(b[i].qs + 32 * c);
+      const __m256i lo = _mm256_and_si256(q, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const __m256i p0 = mul_sum_u8_i8(lo, load32(a[2 * c].q));
+      const __m256i p1 = mul_sum_u8_i8(hi, load32(a[2 * c + 1].q));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d * sc[2 * c] * a[2 * c].d), acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * sc[2 * c + 1] * a[2 * c + 1].d), acc);
+    }
+    for (int j = 0; j < 8; ++j) mins += dmin * m[j] * a[j].d * static_cast<float>(a[j].sum);
+  }
+  return hsum(acc) - mins;
+}
+
+float dot_q5_k(const void* w, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockQ5_K*>(w);
+  const auto* a = static_cast<const ActBlock*>(act);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i, a += 8) {
+    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+    uint8_t sc[8], m[8];
+    unpack_scales(b[i].scales, sc, m);
+    const __m256i qh = load32(b[i].qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load32(b[i].qs + 32 * c);
+      // Bit 2c (resp. 2c+1) of each qh byte becomes bit 4 of the element. The 16-bit shift moves
+      // bits across byte boundaries, but the mask keeps only each byte's own bit.
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c)), one), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c + 1)), one), 4);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, mask), h0);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
+      const __m256i p0 = mul_sum_u8_i8(lo, load32(a[2 * c].q));
+      const __m256i p1 = mul_sum_u8_i8(hi, load32(a[2 * c + 1].q));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d * sc[2 * c] * a[2 * c].d), acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * sc[2 * c + 1] * a[2 * c + 1].d), acc);
+    }
+    for (int j = 0; j < 8; ++j) mins += dmin * m[j] * a[j].d * static_cast<float>(a[j].sum);
+  }
+  return hsum(acc) - mins;
+}
+
+float dot_q6_k(const void* w, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockQ6_K*>(w);
+  const auto* a = static_cast<const ActBlock*>(act);
+  const __m256i mask4 = _mm256_set1_epi8(0x0F);
+  const __m256i mask2 = _mm256_set1_epi8(0x03);
+  const __m256i off = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i, a += 8) {
+    const float d = h2f(b[i].d);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i ql0 = load32(b[i].ql + 64 * half);
+      const __m256i ql1 = load32(b[i].ql + 64 * half + 32);
+      const __m256i qh = load32(b[i].qh + 32 * half);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_slli_epi16(_mm256_and_si256(qh, mask2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, mask4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), mask2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), mask2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), mask2), 4));
+      const int8_t* sc = b[i].scales + 8 * half;
+      for (int k = 0; k < 4; ++k) {
+        const ActBlock& ab = a[4 * half + k];
+        const __m256i wq = _mm256_sub_epi8(q[k], off);
+        const __m256i av = load32(ab.q);
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(av, wq));
+        // Lanes 0..7 of p16 cover elements 0..15 (scale 2k), lanes 8..15 elements 16..31 (2k+1).
+        const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+        const __m256i p = _mm256_madd_epi16(p16, scv);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * ab.d), acc);
+      }
+    }
+  }
+  return hsum(acc);
+}
+
+float dot_f32_avx2(const float* x, const float* y, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+float dot_f32_w(const void* w, const void* act, int64_t n) {
+  return dot_f32_avx2(static_cast<const float*>(w), static_cast<const float*>(act), n);
+}
+
+float dot_f16(const void* w, const void* act, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(w);
+  const auto* x = static_cast<const float*>(act);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
+                         _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + 8))),
+                         _mm256_loadu_ps(x + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
+                         _mm256_loadu_ps(x + i), a0);
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) s += h2f(h[i]) * x[i];
+  return s;
+}
+
+inline __m256 load_bf16(const uint16_t* p) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+float dot_bf16(const void* w, const void* act, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(w);
+  const auto* x = static_cast<const float*>(act);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(load_bf16(h + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(load_bf16(h + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_bf16(h + i), _mm256_loadu_ps(x + i), a0);
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(h[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    s += f * x[i];
+  }
+  return s;
+}
+
+void axpy_avx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+KernelTable make_avx2() {
+  KernelTable t{};
+  t.name = "avx2";
+  t.dot[static_cast<int>(DType::F32)] = dot_f32_w;
+  t.dot[static_cast<int>(DType::F16)] = dot_f16;
+  t.dot[static_cast<int>(DType::BF16)] = dot_bf16;
+  t.dot[static_cast<int>(DType::Q8_0)] = dot_q8_0;
+  t.dot[static_cast<int>(DType::Q4_0)] = dot_q4_0;
+  t.dot[static_cast<int>(DType::Q4_K)] = dot_q4_k;
+  t.dot[static_cast<int>(DType::Q5_K)] = dot_q5_k;
+  t.dot[static_cast<int>(DType::Q6_K)] = dot_q6_k;
+  t.dot_f32 = dot_f32_avx2;
+  t.axpy_f32 = axpy_avx2;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable* avx2_kernels_unchecked() {
+  static const KernelTable table = make_avx2();
+  return &table;
+}
+
+}  // namespace coda
+
+#pragma GCC pop_options

@@ -1,0 +1,86 @@
+// Scalar reference dot products and the scalar kernel table.
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/kernels.h"
+
+namespace coda {
+
+namespace ref {
+
+float dot(DType t, const void* w, const void* act, int64_t n) {
+  std::vector<float> row(static_cast<size_t>(n));
+  dequantize_row(t, w, row.data(), n);
+  double acc = 0;
+  if (dtype_uses_act_blocks(t)) {
+    const auto* a = static_cast<const ActBlock*>(act);
+    for (int64_t i = 0; i < n; ++i)
+      acc += static_cast<double>(row[i]) * static_cast<double>(a[i / kQK].d) * a[i / kQK].q[i % kQK];
+  } else {
+    const auto* x = static_cast<const float*>(act);
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(row[i]) * x[i];
+  }
+  return static_cast<float>(acc);
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+}  // namespace ref
+
+namespace {
+
+// The scalar table's dot kernels dequantize block by block into a small buffer instead of a
+// whole row, so they allocate nothing; they are the fallback for CPUs without AVX2.
+template <DType T>
+float dot_blockwise(const void* w, const void* act, int64_t n) {
+  const DTypeInfo* info = dtype_info(static_cast<uint32_t>(T));
+  const int64_t bs = info->block_size == 1 ? 256 : info->block_size;
+  const auto* src = static_cast<const uint8_t*>(w);
+  float buf[256];
+  float acc = 0;
+  for (int64_t i = 0; i < n; i += bs) {
+    const int64_t len = std::min<int64_t>(bs, n - i);
+    ref::dequantize_row(T, src + dtype_row_bytes(T, i), buf, len);
+    if constexpr (T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K) {
+      const auto* a = static_cast<const ActBlock*>(act) + i / kQK;
+      for (int64_t j = 0; j < len; ++j) acc += buf[j] * a[j / kQK].d * static_cast<float>(a[j / kQK].q[j % kQK]);
+    } else {
+      const float* x = static_cast<const float*>(act) + i;
+      for (int64_t j = 0; j < len; ++j) acc += buf[j] * x[j];
+    }
+  }
+  return acc;
+}
+
+void axpy_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+KernelTable make_scalar() {
+  KernelTable t{};
+  t.name = "scalar";
+  t.dot[static_cast<int>(DType::F32)] = dot_blockwise<DType::F32>;
+  t.dot[static_cast<int>(DType::F16)] = dot_blockwise<DType::F16>;
+  t.dot[static_cast<int>(DType::BF16)] = dot_blockwise<DType::BF16>;
+  t.dot[static_cast<int>(DType::Q8_0)] = dot_blockwise<DType::Q8_0>;
+  t.dot[static_cast<int>(DType::Q4_0)] = dot_blockwise<DType::Q4_0>;
+  t.dot[static_cast<int>(DType::Q4_K)] = dot_blockwise<DType::Q4_K>;
+  t.dot[static_cast<int>(DType::Q5_K)] = dot_blockwise<DType::Q5_K>;
+  t.dot[static_cast<int>(DType::Q6_K)] = dot_blockwise<DType::Q6_K>;
+  t.dot_f32 = ref::dot_f32;
+  t.axpy_f32 = axpy_scalar;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& scalar_kernels() {
+  static const KernelTable table = make_scalar();
+  return table;
+}
+
+}  // namespace coda

@@ -1,0 +1,50 @@
+// Weight formats and the arithmetic on them: dequantization, quantization, dot products.
+//
+// Each operation has a plain scalar reference in namespace `ref` and a fast version chosen at run
+// time for the CPU (AVX2/FMA/F16C where present). Tests hold the fast versions to the references.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/blocks.h"
+
+namespace coda {
+
+// Does `t` take quantized activations (ActBlock) in dot products? Float types take floats.
+inline bool dtype_uses_act_blocks(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+
+// Dot product of one weight row of `n` elements with an activation row: `act` points to floats
+// for F32/F16/BF16 weights and to n/32 ActBlocks for quantized weights.
+using DotFn = float (*)(const void* w, const void* act, int64_t n);
+
+namespace ref {
+// x[0..n) = dequantized row; n is a multiple of the type's block size.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// Quantizes n floats into `dst` (dtype_row_bytes(t, n) bytes). Simple, deterministic rounding.
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+// Quantizes activations into n/32 ActBlocks (n a multiple of 32).
+void quantize_act(const float* x, ActBlock* out, int64_t n);
+// Reference dot: dequantizes the row and accumulates in double.
+float dot(DType t, const void* w, const void* act, int64_t n);
+float dot_f32(const float* a, const float* b, int64_t n);
+}  // namespace ref
+
+struct KernelTable {
+  const char* name;                 // "avx2" or "scalar"
+  DotFn dot[40];                    // indexed by DType id; nullptr where unsupported
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  // y[i] += a * x[i]
+  void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
+};
+
+// The fastest table this CPU supports (decided once; immutable afterwards).
+const KernelTable& kernels();
+// The scalar table (tests, and a fallback forced with CODA_KERNELS=scalar).
+const KernelTable& scalar_kernels();
+// The AVX2 table, or nullptr when this CPU lacks AVX2/FMA/F16C.
+const KernelTable* avx2_kernels();
+
+}  // namespace coda

@@ -1,0 +1,38 @@
+#include "kernels/matmul.h"
+
+#include <algorithm>
+
+namespace coda {
+
+void matmul(ThreadPool& pool, const KernelTable& k, const WeightView& w, const float* x, int64_t in_stride,
+            int64_t n_tokens, float* y, int64_t out_stride, MatmulScratch& scratch) {
+  const DotFn dot = k.dot[static_cast<int>(w.type)];
+  const void* act_base = x;
+  int64_t act_stride_bytes = in_stride * static_cast<int64_t>(sizeof(float));
+  if (dtype_uses_act_blocks(w.type)) {
+    // Quantize each token's activations once; every output row reuses them.
+    const int64_t blocks = w.cols / kQK;
+    scratch.act.resize(static_cast<size_t>(blocks * n_tokens));
+    for (int64_t b = 0; b < n_tokens; ++b) ref::quantize_act(x + b * in_stride, scratch.act.data() + b * blocks, w.cols);
+    act_base = scratch.act.data();
+    act_stride_bytes = blocks * static_cast<int64_t>(sizeof(ActBlock));
+  }
+  // Rows are processed in tiles so that a tile of weights stays in cache while every token of a
+  // prefill batch passes over it; decode (one token) streams the weights exactly once.
+  constexpr int64_t kTile = 16;
+  pool.parallel_for(
+      w.rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r0 = begin; r0 < end; r0 += kTile) {
+          const int64_t r1 = std::min(end, r0 + kTile);
+          for (int64_t b = 0; b < n_tokens; ++b) {
+            const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride_bytes;
+            float* out = y + b * out_stride;
+            for (int64_t r = r0; r < r1; ++r) out[r] = dot(w.row(r), act, w.cols);
+          }
+        }
+      },
+      kTile);
+}
+
+}  // namespace coda

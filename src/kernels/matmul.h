@@ -1,0 +1,33 @@
+// y = x W^T for a weight matrix in any supported format, parallel over output rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace coda {
+
+// A read-only view of a 2-D weight: `rows` rows of `cols` elements, each row `row_bytes` long.
+struct WeightView {
+  DType type = DType::F32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_bytes = 0;
+
+  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
+};
+
+// Reusable buffer for quantized activations, so decode allocates nothing per step.
+struct MatmulScratch {
+  std::vector<ActBlock> act;
+};
+
+// y[b * out_stride + r] = dot(W row r, x[b * in_stride ...]) for b < n_tokens, r < W.rows.
+void matmul(ThreadPool& pool, const KernelTable& k, const WeightView& w, const float* x, int64_t in_stride,
+            int64_t n_tokens, float* y, int64_t out_stride, MatmulScratch& scratch);
+
+}  // namespace coda

@@ -1,0 +1,186 @@
+// Reference quantizers (float -> format). They aim for simple, deterministic round-to-nearest
+// with per-block absmax/min-max scales; they are used to write synthetic models and test data,
+// not to produce release-quality quantizations.
+#include <algorithm>
+#include <cmath>
+#include <cassert>
+#include <cstring>
+
+#include "core/fp16.h"
+#include "kernels/kernels.h"
+
+namespace coda::ref {
+
+namespace {
+
+int nearest(float x) { return static_cast<int>(std::lrintf(x)); }
+
+void quant_q8_0(const float* x, BlockQ8_0* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    b[i].d = float_to_fp16(d);
+    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::clamp(nearest(x[j] * id), -127, 127));
+  }
+}
+
+void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    // The element of largest magnitude maps to -8 so that its sign gets the extra level.
+    float max = 0;
+    for (int j = 0; j < kQK; ++j)
+      if (std::fabs(x[j]) > std::fabs(max)) max = x[j];
+    const float d = max / -8.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    b[i].d = float_to_fp16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = std::clamp(nearest(x[j] * id) + 8, 0, 15);
+      const int q1 = std::clamp(nearest(x[j + kQK / 2] * id) + 8, 0, 15);
+      b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+// Shared by Q4_K and Q5_K: per-sub-block scale and min, themselves quantized to 6 bits relative to
+// the super-block's d and dmin. `levels` is 15 (Q4_K) or 31 (Q5_K). Writes the integer quants of
+// the 256 elements to q.
+void kquant_scales(const float* x, int levels, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales, uint8_t* q) {
+  float sub_scale[8], sub_min[8];
+  for (int j = 0; j < 8; ++j) {
+    float lo = 0, hi = 0;  // the minimum is clamped to <= 0 as the format stores -min >= 0
+    for (int l = 0; l < 32; ++l) {
+      lo = std::min(lo, x[32 * j + l]);
+      hi = std::max(hi, x[32 * j + l]);
+    }
+    sub_scale[j] = (hi - lo) / static_cast<float>(levels);
+    sub_min[j] = -lo;
+  }
+  const float max_scale = *std::max_element(sub_scale, sub_scale + 8);
+  const float max_min = *std::max_element(sub_min, sub_min + 8);
+  const float d = max_scale / 63.0f;
+  const float dmin = max_min / 63.0f;
+  *d_out = float_to_fp16(d);
+  *dmin_out = float_to_fp16(dmin);
+  const float dq = fp16_to_float(*d_out);
+  const float dminq = fp16_to_float(*dmin_out);
+  uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>(dq > 0 ? std::clamp(nearest(sub_scale[j] / dq), 0, 63) : 0);
+    m[j] = static_cast<uint8_t>(dminq > 0 ? std::clamp(nearest(sub_min[j] / dminq), 0, 63) : 0);
+  }
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    scales[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+    scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+  for (int j = 0; j < 8; ++j) {
+    const float step = dq * sc[j];
+    const float off = dminq * m[j];
+    for (int l = 0; l < 32; ++l)
+      q[32 * j + l] = static_cast<uint8_t>(step > 0 ? std::clamp(nearest((x[32 * j + l] + off) / step), 0, levels) : 0);
+  }
+}
+
+void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
+  uint8_t q[kQKK];
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    kquant_scales(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) b[i].qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+  }
+}
+
+void quant_q5_k(const float* x, BlockQ5_K* b, int64_t nb) {
+  uint8_t q[kQKK];
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    kquant_scales(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+    std::memset(b[i].qh, 0, sizeof b[i].qh);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        const int a = q[64 * c + l], h = q[64 * c + 32 + l];
+        b[i].qs[32 * c + l] = static_cast<uint8_t>((a & 0xF) | ((h & 0xF) << 4));
+        b[i].qh[l] = static_cast<uint8_t>(b[i].qh[l] | ((a >> 4) << (2 * c)) | ((h >> 4) << (2 * c + 1)));
+      }
+    }
+  }
+}
+
+void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    float sub[16];
+    for (int s = 0; s < 16; ++s) {
+      float amax = 0;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
+      sub[s] = amax / 31.0f;
+    }
+    const float max_sub = *std::max_element(sub, sub + 16);
+    const float d = max_sub / 127.0f;
+    b[i].d = float_to_fp16(d);
+    const float dq = fp16_to_float(b[i].d);
+    int q[kQKK];
+    for (int s = 0; s < 16; ++s) {
+      const int sc = dq > 0 ? std::clamp(nearest(sub[s] / dq), -128, 127) : 0;
+      b[i].scales[s] = static_cast<int8_t>(sc);
+      const float step = dq * static_cast<float>(sc);
+      for (int l = 0; l < 16; ++l)
+        q[16 * s + l] = (step != 0 ? std::clamp(nearest(x[16 * s + l] / step), -32, 31) : 0) + 32;
+    }
+    for (int half = 0; half < 2; ++half) {
+      const int* qq = q + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        b[i].ql[64 * half + l] = static_cast<uint8_t>((qq[l] & 0xF) | ((qq[l + 64] & 0xF) << 4));
+        b[i].ql[64 * half + l + 32] = static_cast<uint8_t>((qq[l + 32] & 0xF) | ((qq[l + 96] & 0xF) << 4));
+        b[i].qh[32 * half + l] = static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) |
+                                                      ((qq[l + 96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      break;
+    case DType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
+      break;
+    }
+    case DType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+      break;
+    }
+    case DType::Q8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), n / kQK); break;
+    case DType::Q4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), n / kQK); break;
+    case DType::Q4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), n / kQKK); break;
+    case DType::Q5_K: quant_q5_k(src, static_cast<BlockQ5_K*>(dst), n / kQKK); break;
+    case DType::Q6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQKK); break;
+    default:
+      assert(false && "quantize_row: unsupported type");
+  }
+}
+
+void quantize_act(const float* x, ActBlock* out, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    float amax = 0;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      const int q = std::clamp(nearest(x[j] * id), -127, 127);
+      out[i].q[j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    out[i].d = d;
+    out[i].sum = sum;
+  }
+}
+
+}  // namespace coda::ref

@@ -1,0 +1,33 @@
+// Model throughput benchmark: prefill and decode tokens/s, and decode against the memory-bandwidth
+// roofline (decode must read every weight once per token, so bandwidth / bytes per token bounds it).
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace coda {
+
+struct BenchModelOptions {
+  int64_t n_prompt = 128;
+  int64_t n_gen = 32;
+  int reps = 3;
+  uint64_t seed = 1;
+};
+
+struct BenchModelResult {
+  double prefill_tps = 0;  // best of reps
+  double decode_tps = 0;   // best of reps, averaged over n_gen steps
+  double decode_ms = 0;
+  int64_t bytes_per_token = 0;  // weights read by one decode step
+  double bandwidth_gbs = 0;     // measured read bandwidth, same thread count
+  double roofline_tps = 0;
+};
+
+// Streams a buffer much larger than the caches with every thread and returns GB/s (best of reps).
+double measure_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{1} << 30, int reps = 5);
+
+Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, const BenchModelOptions& opt);
+
+}  // namespace coda

@@ -1,0 +1,43 @@
+// Per-sequence key/value cache (float32), with rollback.
+//
+// Layout per layer: K and V as [capacity][kv_dim] rows, so position p of a layer is one
+// contiguous row. `truncate(n)` forgets every position >= n; later tokens simply overwrite them,
+// which is what KV-cache rollback for repair and prompt reuse need.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace coda {
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, int64_t capacity);
+
+  int64_t size() const { return size_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t bytes() const { return static_cast<int64_t>((k_.size() + v_.size()) * sizeof(float)); }
+
+  // Rolls back to the first n positions; n must not exceed size().
+  Status truncate(int64_t n);
+  void clear() { size_ = 0; }
+
+  float* k(int64_t layer, int64_t pos) { return k_.data() + (layer * capacity_ + pos) * kv_dim_; }
+  float* v(int64_t layer, int64_t pos) { return v_.data() + (layer * capacity_ + pos) * kv_dim_; }
+  int64_t kv_dim() const { return kv_dim_; }
+
+  // Called by the forward pass once a batch's K/V rows are written.
+  void commit(int64_t n) { size_ += n; }
+
+ private:
+  int64_t capacity_;
+  int64_t kv_dim_;
+  int64_t size_ = 0;
+  std::vector<float> k_;
+  std::vector<float> v_;
+};
+
+}  // namespace coda

@@ -1,0 +1,69 @@
+// A loaded Llama-family model: configuration, weights bound in place to the mapped GGUF file, and
+// the forward pass over a batch of tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+
+namespace coda {
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> bq, bk, bv;  // Qwen2 only
+  WeightView wq, wk, wv, wo;
+  WeightView w_gate, w_up, w_down;
+};
+
+struct ModelWeights {
+  WeightView token_embd;  // [n_vocab rows][dim]
+  WeightView output;      // token_embd when the output is tied
+  std::vector<float> output_norm;
+  std::vector<LayerWeights> layers;
+  bool tied_output = false;
+};
+
+// Buffers for one forward call, reused across calls so decode does not allocate.
+struct ForwardBuffers {
+  std::vector<float> x, xn, q, k, v, att_out, gate, up, scores;
+  MatmulScratch mm;
+};
+
+class Model {
+ public:
+  static Expected<std::unique_ptr<Model>> load(const std::string& path);
+  // Binds an already-parsed file (tests, fuzzing).
+  static Expected<std::unique_ptr<Model>> from_gguf(GgufFile file);
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& gguf() const { return file_; }
+  const ModelWeights& weights() const { return w_; }
+  // Bytes of weights one decode step reads (every matrix once, one embedding row).
+  int64_t decode_weight_bytes() const;
+
+  // Runs `n` tokens at positions kv.size() .. kv.size() + n - 1, appends their keys and values to
+  // `kv` and writes logits: n x n_vocab when `all_logits`, else n_vocab for the last token.
+  // Token ids out of range and context overflow are errors; the cache is unchanged on error.
+  Status forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
+                 float* logits, bool all_logits) const;
+
+ private:
+  Status forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
+                       float* logits, bool all_logits) const;
+  void attention(int64_t layer, int64_t n, int64_t start, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf) const;
+
+  GgufFile file_;
+  ModelConfig config_;
+  ModelWeights w_;
+  std::vector<float> inv_freq_;  // RoPE angle per position for each rotary pair
+};
+
+}  // namespace coda

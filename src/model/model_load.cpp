@@ -1,0 +1,148 @@
+// Binding GGUF tensors to the model's weights, with shape and type checks that name the tensor.
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+namespace coda {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+Status check_shape(const GgufTensor& t, const std::vector<int64_t>& ne) {
+  bool ok = t.n_dims == static_cast<int>(ne.size());
+  for (size_t i = 0; ok && i < ne.size(); ++i) ok = t.ne[i] == ne[i];
+  if (!ok)
+    return Error("tensor '" + t.name + "' has shape " + t.shape_string() + "; the model metadata requires " +
+                 shape_str(ne));
+  return Status::Ok();
+}
+
+Status check_type(const GgufTensor& t) {
+  if (!dtype_supported(t.type))
+    return Error("tensor '" + t.name + "': type " + std::to_string(static_cast<uint32_t>(t.type)) + " (" +
+                 dtype_name(t.type) + ") is not supported; supported: " + supported_dtypes_list());
+  return Status::Ok();
+}
+
+Expected<const GgufTensor*> find(const GgufFile& f, const std::string& name) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (t == nullptr) return Error("model is missing tensor '" + name + "'");
+  return t;
+}
+
+// A matrix stored as ne = [cols, rows].
+Expected<WeightView> matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
+  CODA_ASSIGN_OR_RETURN(const GgufTensor* t, find(f, name));
+  CODA_RETURN_IF_ERROR(check_shape(*t, {cols, rows}));
+  CODA_RETURN_IF_ERROR(check_type(*t));
+  WeightView w;
+  w.type = t->type;
+  w.data = t->data;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = dtype_row_bytes(t->type, cols);
+  if (dtype_uses_act_blocks(t->type) && cols % kQK != 0)
+    return Error("tensor '" + name + "': row length " + std::to_string(cols) + " is not a multiple of 32");
+  return w;
+}
+
+// A vector (norm weight, bias) converted to float.
+Expected<std::vector<float>> vec(const GgufFile& f, const std::string& name, int64_t n) {
+  CODA_ASSIGN_OR_RETURN(const GgufTensor* t, find(f, name));
+  CODA_RETURN_IF_ERROR(check_shape(*t, {n}));
+  CODA_RETURN_IF_ERROR(check_type(*t));
+  std::vector<float> out(static_cast<size_t>(n));
+  ref::dequantize_row(t->type, t->data, out.data(), n);
+  return out;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+  auto f = GgufFile::open(path);
+  if (!f) return f.error();
+  auto m = from_gguf(std::move(f).value());
+  if (!m) return Error(path + ": " + m.message());
+  return m;
+}
+
+Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file) {
+  auto model = std::unique_ptr<Model>(new Model());
+  model->file_ = std::move(file);
+  const GgufFile& f = model->file_;
+  CODA_ASSIGN_OR_RETURN(model->config_, read_model_config(f));
+  ModelConfig& c = model->config_;
+
+  CODA_ASSIGN_OR_RETURN(const GgufTensor* embd, find(f, "token_embd.weight"));
+  if (embd->n_dims != 2 || embd->ne[0] != c.dim)
+    return Error("tensor 'token_embd.weight' has shape " + embd->shape_string() + "; expected [" +
+                 std::to_string(c.dim) + ", n_vocab]");
+  c.n_vocab = embd->ne[1];
+  if (f.find(c.arch_name + ".vocab_size") != nullptr) {
+    auto vs = f.get_int(c.arch_name + ".vocab_size");
+    if (!vs || *vs != c.n_vocab)
+      return Error("model metadata: '" + c.arch_name + ".vocab_size' does not match token_embd.weight (" +
+                   std::to_string(c.n_vocab) + " rows)");
+  }
+  ModelWeights& w = model->w_;
+  CODA_ASSIGN_OR_RETURN(w.token_embd, matrix(f, "token_embd.weight", c.dim, c.n_vocab));
+  CODA_ASSIGN_OR_RETURN(w.output_norm, vec(f, "output_norm.weight", c.dim));
+  if (f.find_tensor("output.weight") != nullptr) {
+    CODA_ASSIGN_OR_RETURN(w.output, matrix(f, "output.weight", c.dim, c.n_vocab));
+  } else {
+    w.output = w.token_embd;
+    w.tied_output = true;
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    CODA_ASSIGN_OR_RETURN(L.attn_norm, vec(f, p + "attn_norm.weight", c.dim));
+    CODA_ASSIGN_OR_RETURN(L.ffn_norm, vec(f, p + "ffn_norm.weight", c.dim));
+    CODA_ASSIGN_OR_RETURN(L.wq, matrix(f, p + "attn_q.weight", c.dim, c.q_dim()));
+    CODA_ASSIGN_OR_RETURN(L.wk, matrix(f, p + "attn_k.weight", c.dim, c.kv_dim()));
+    CODA_ASSIGN_OR_RETURN(L.wv, matrix(f, p + "attn_v.weight", c.dim, c.kv_dim()));
+    CODA_ASSIGN_OR_RETURN(L.wo, matrix(f, p + "attn_output.weight", c.q_dim(), c.dim));
+    CODA_ASSIGN_OR_RETURN(L.w_gate, matrix(f, p + "ffn_gate.weight", c.dim, c.ffn_dim));
+    CODA_ASSIGN_OR_RETURN(L.w_up, matrix(f, p + "ffn_up.weight", c.dim, c.ffn_dim));
+    CODA_ASSIGN_OR_RETURN(L.w_down, matrix(f, p + "ffn_down.weight", c.ffn_dim, c.dim));
+    if (c.qkv_bias) {
+      CODA_ASSIGN_OR_RETURN(L.bq, vec(f, p + "attn_q.bias", c.q_dim()));
+      CODA_ASSIGN_OR_RETURN(L.bk, vec(f, p + "attn_k.bias", c.kv_dim()));
+      CODA_ASSIGN_OR_RETURN(L.bv, vec(f, p + "attn_v.bias", c.kv_dim()));
+    }
+  }
+
+  // RoPE: angle per position of rotary pair i is base^(-2i/n_rot), divided by the Llama 3
+  // frequency factor of that pair when the file carries `rope_freqs.weight`, and by the linear
+  // scaling factor.
+  const int64_t half = c.n_rot / 2;
+  std::vector<float> factors(static_cast<size_t>(half), 1.0f);
+  if (f.find_tensor("rope_freqs.weight") != nullptr) {
+    CODA_ASSIGN_OR_RETURN(factors, vec(f, "rope_freqs.weight", half));
+    for (float x : factors)
+      if (!(x > 0) || !std::isfinite(x)) return Error("tensor 'rope_freqs.weight' holds a non-positive factor");
+  }
+  model->inv_freq_.resize(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    model->inv_freq_[static_cast<size_t>(i)] = static_cast<float>(
+        std::pow(static_cast<double>(c.rope_base), -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot)) /
+        factors[static_cast<size_t>(i)] / c.rope_linear_scale);
+  return model;
+}
+
+int64_t Model::decode_weight_bytes() const {
+  int64_t bytes = w_.token_embd.row_bytes + w_.output.rows * w_.output.row_bytes;
+  for (const LayerWeights& L : w_.layers)
+    for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      bytes += m->rows * m->row_bytes;
+  return bytes;
+}
+
+}  // namespace coda

@@ -1,0 +1,229 @@
+#include "tokenizer/vocab.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <queue>
+
+namespace coda {
+
+namespace {
+
+const std::string kSpaceMark = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
+
+size_t utf8_len(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) return 2;
+  if ((c & 0xF0) == 0xE0) return 3;
+  if ((c & 0xF8) == 0xF0) return 4;
+  return 1;  // invalid lead byte: treat as a single byte
+}
+
+Expected<int64_t> optional_id(const GgufFile& f, const std::string& key, int64_t n) {
+  if (f.find(key) == nullptr) return int64_t{-1};
+  auto v = f.get_int(key);
+  if (!v) return v.error();
+  if (*v < 0 || *v >= n)
+    return Error("GGUF key '" + key + "' is " + std::to_string(*v) + "; valid token ids are 0.." + std::to_string(n - 1));
+  return *v;
+}
+
+}  // namespace
+
+size_t utf8_complete_prefix(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t len = utf8_len(static_cast<unsigned char>(s[i]));
+    if (i + len > s.size()) break;
+    i += len;
+  }
+  return i;
+}
+
+Expected<Vocab> Vocab::from_gguf(const GgufFile& f) {
+  Vocab v;
+  auto model = f.get_string("tokenizer.ggml.model");
+  if (!model) return Error("vocabulary: " + model.message());
+  v.model_ = *model;
+  auto tokens = f.get_string_array("tokenizer.ggml.tokens");
+  if (!tokens) return Error("vocabulary: " + tokens.message());
+  const int64_t n = static_cast<int64_t>(tokens->size());
+  if (n == 0 || n > (1 << 24)) return Error("vocabulary: tokenizer.ggml.tokens has " + std::to_string(n) + " entries");
+  v.pieces_.reserve(static_cast<size_t>(n));
+  for (auto s : *tokens) v.pieces_.emplace_back(s);
+  v.scores_.assign(static_cast<size_t>(n), 0.0f);
+  if (f.find("tokenizer.ggml.scores") != nullptr) {
+    auto scores = f.get_float_array("tokenizer.ggml.scores");
+    if (!scores) return Error("vocabulary: " + scores.message());
+    if (static_cast<int64_t>(scores->size()) != n)
+      return Error("vocabulary: tokenizer.ggml.scores has " + std::to_string(scores->size()) + " entries, tokens has " +
+                   std::to_string(n));
+    v.scores_ = std::move(scores).value();
+  }
+  v.types_.assign(static_cast<size_t>(n), TokenType::Normal);
+  if (f.find("tokenizer.ggml.token_type") != nullptr) {
+    auto types = f.get_int_array("tokenizer.ggml.token_type");
+    if (!types) return Error("vocabulary: " + types.message());
+    if (static_cast<int64_t>(types->size()) != n)
+      return Error("vocabulary: tokenizer.ggml.token_type has " + std::to_string(types->size()) +
+                   " entries, tokens has " + std::to_string(n));
+    for (int64_t i = 0; i < n; ++i) v.types_[static_cast<size_t>(i)] = static_cast<TokenType>((*types)[static_cast<size_t>(i)]);
+  }
+  CODA_ASSIGN_OR_RETURN(const int64_t bos, optional_id(f, "tokenizer.ggml.bos_token_id", n));
+  CODA_ASSIGN_OR_RETURN(const int64_t eos, optional_id(f, "tokenizer.ggml.eos_token_id", n));
+  CODA_ASSIGN_OR_RETURN(const int64_t eot, optional_id(f, "tokenizer.ggml.eot_token_id", n));
+  CODA_ASSIGN_OR_RETURN(const int64_t unk, optional_id(f, "tokenizer.ggml.unknown_token_id", n));
+  v.bos_ = static_cast<int32_t>(bos);
+  v.eos_ = static_cast<int32_t>(eos);
+  v.eot_ = static_cast<int32_t>(eot);
+  v.unk_ = static_cast<int32_t>(unk);
+  const bool spm = v.model_ == "llama";
+  v.add_bos_ = spm;
+  if (f.find("tokenizer.ggml.add_bos_token") != nullptr) {
+    auto b = f.get_bool("tokenizer.ggml.add_bos_token");
+    if (!b) return Error("vocabulary: " + b.message());
+    v.add_bos_ = *b;
+  }
+  v.add_space_prefix_ = spm;
+  if (f.find("tokenizer.ggml.add_space_prefix") != nullptr) {
+    auto b = f.get_bool("tokenizer.ggml.add_space_prefix");
+    if (!b) return Error("vocabulary: " + b.message());
+    v.add_space_prefix_ = *b;
+  }
+  v.index_.reserve(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) v.index_.emplace(v.pieces_[static_cast<size_t>(i)], i);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    auto it = v.index_.find(name);
+    v.byte_tokens_[b] = it == v.index_.end() ? -1 : it->second;
+  }
+  return v;
+}
+
+Expected<std::vector<int32_t>> Vocab::encode(std::string_view text, bool add_bos) const {
+  if (model_ != "llama")
+    return Error("tokenizer model '" + model_ + "' is not supported yet; supported: llama (SentencePiece)");
+  std::vector<int32_t> out;
+  if (add_bos && bos_ >= 0) out.push_back(bos_);
+  const std::vector<int32_t> body = encode_spm(text);
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
+// SentencePiece BPE: start from single characters and repeatedly merge the adjacent pair whose
+// concatenation is the highest-scoring vocabulary piece (leftmost first on ties).
+std::vector<int32_t> Vocab::encode_spm(std::string_view raw) const {
+  std::vector<int32_t> ids;
+  if (raw.empty()) return ids;
+  std::string text;
+  if (add_space_prefix_) text = kSpaceMark;
+  for (char ch : raw) {
+    if (ch == ' ') text += kSpaceMark;
+    else text += ch;
+  }
+  struct Sym {
+    size_t start, len;
+    int prev, next;
+  };
+  std::vector<Sym> syms;
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    syms.push_back({i, len, static_cast<int>(syms.size()) - 1, static_cast<int>(syms.size()) + 1});
+    i += len;
+  }
+  syms.back().next = -1;
+  struct Bigram {
+    float score;
+    int left, right;
+    size_t size;
+    bool operator<(const Bigram& o) const { return score < o.score || (score == o.score && left > o.left); }
+  };
+  std::priority_queue<Bigram> queue;
+  auto try_pair = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    auto it = index_.find(text.substr(syms[static_cast<size_t>(l)].start,
+                                      syms[static_cast<size_t>(l)].len + syms[static_cast<size_t>(r)].len));
+    if (it == index_.end()) return;
+    queue.push({scores_[static_cast<size_t>(it->second)], l, r,
+                syms[static_cast<size_t>(l)].len + syms[static_cast<size_t>(r)].len});
+  };
+  for (size_t i = 1; i < syms.size(); ++i) try_pair(static_cast<int>(i - 1), static_cast<int>(i));
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Sym& l = syms[static_cast<size_t>(b.left)];
+    Sym& r = syms[static_cast<size_t>(b.right)];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.size || l.next != b.right) continue;  // stale
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) syms[static_cast<size_t>(r.next)].prev = b.left;
+    try_pair(l.prev, b.left);
+    try_pair(b.left, l.next);
+  }
+  for (int i = 0; i >= 0; i = syms[static_cast<size_t>(i)].next) {
+    const Sym& s = syms[static_cast<size_t>(i)];
+    const std::string piece = text.substr(s.start, s.len);
+    auto it = index_.find(piece);
+    if (it != index_.end()) {
+      ids.push_back(it->second);
+      continue;
+    }
+    for (unsigned char byte : piece) {  // byte fallback
+      const int32_t id = byte_tokens_[byte];
+      if (id >= 0) ids.push_back(id);
+      else if (unk_ >= 0) ids.push_back(unk_);
+    }
+  }
+  return ids;
+}
+
+std::string Vocab::token_bytes(int32_t id) const {
+  if (id < 0 || id >= size()) return {};
+  const TokenType t = type(id);
+  const std::string& p = piece(id);
+  if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) return {};
+  if (t == TokenType::Byte && p.size() == 6 && p.rfind("<0x", 0) == 0)
+    return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+  if (model_ != "llama") return p;
+  std::string out;
+  for (size_t i = 0; i < p.size();) {
+    if (p.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
+      out += ' ';
+      i += kSpaceMark.size();
+    } else {
+      out += p[i++];
+    }
+  }
+  return out;
+}
+
+std::string Vocab::decode(const std::vector<int32_t>& ids) const {
+  StreamDecoder d(*this, /*strip_leading_space=*/true);
+  std::string out;
+  for (int32_t id : ids) out += d.push(id);
+  return out + d.flush();
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  std::string bytes = vocab_.token_bytes(id);
+  if (bytes.empty()) return {};
+  if (first_) {
+    first_ = false;
+    if (vocab_.model() == "llama" && bytes[0] == ' ') bytes.erase(0, 1);  // the dummy prefix
+  }
+  pending_ += bytes;
+  const size_t n = utf8_complete_prefix(pending_);
+  std::string out = pending_.substr(0, n);
+  pending_.erase(0, n);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out;
+  for (size_t i = 0; i < pending_.size(); ++i) out += "\xEF\xBF\xBD";  // U+FFFD per stray byte
+  pending_.clear();
+  return out;
+}
+
+}  // namespace coda

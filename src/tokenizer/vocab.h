@@ -1,0 +1,72 @@
+// A model's vocabulary from GGUF metadata (tokenizer.ggml.*) and the SentencePiece-style tokenizer
+// Llama 2, Mistral and the bundled model use. (Byte-level BPE arrives with the tokenizer issue.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "gguf/gguf.h"
+
+namespace coda {
+
+enum class TokenType : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+class Vocab {
+ public:
+  static Expected<Vocab> from_gguf(const GgufFile& f);
+
+  const std::string& model() const { return model_; }  // "llama" (SentencePiece) or "gpt2"
+  int32_t size() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  bool add_bos() const { return add_bos_; }
+  const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+  TokenType type(int32_t id) const { return types_[static_cast<size_t>(id)]; }
+  bool is_eog(int32_t id) const { return id == eos_ || id == eot_; }
+
+  // Encodes text; special-token text inside `text` is treated as ordinary text.
+  Expected<std::vector<int32_t>> encode(std::string_view text, bool add_bos) const;
+  // Bytes a token contributes to the output (byte pieces as raw bytes, control tokens as nothing).
+  std::string token_bytes(int32_t id) const;
+  // Decodes a whole sequence; the dummy-prefix space of the first token is removed.
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+ private:
+  std::vector<int32_t> encode_spm(std::string_view text) const;
+
+  std::string model_;
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::vector<TokenType> types_;
+  std::unordered_map<std::string, int32_t> index_;
+  int32_t byte_tokens_[256];
+  int32_t bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1;
+  bool add_bos_ = false, add_space_prefix_ = true;
+};
+
+// Turns tokens into text as they arrive, never emitting a partial UTF-8 sequence.
+class StreamDecoder {
+ public:
+  // `strip_leading_space` drops the SentencePiece dummy-prefix space of the first piece: right when
+  // decoding a whole text, wrong when continuing after a prompt.
+  explicit StreamDecoder(const Vocab& v, bool strip_leading_space = false)
+      : vocab_(v), first_(strip_leading_space) {}
+  // Returns the text that became complete with this token.
+  std::string push(int32_t id);
+  // Whatever remains (an incomplete sequence at the end of generation, as replacement chars).
+  std::string flush();
+
+ private:
+  const Vocab& vocab_;
+  std::string pending_;
+  bool first_;
+};
+
+// Length of the longest prefix of `s` that ends on a UTF-8 sequence boundary.
+size_t utf8_complete_prefix(std::string_view s);
+
+}  // namespace coda
