@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
   clang libclang-rt-14-dev clang-format
-  python3-numpy
+  python3-numpy libopenblas0-pthread
 )
 
 missing=()

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The coda command line: the main job works, bad input exits non-zero with an actionable message.
+# Usage: test_cli.sh CODA WORK_DIR
+set -uo pipefail
+coda=${1:?coda binary}
+work=${2:?work dir}
+mkdir -p "$work"
+failures=0
+
+expect_fail() {  # expect_fail "message substring" args...
+  local want=$1
+  shift
+  local err
+  if "$coda" "$@" >"$work/out" 2>"$work/err"; then
+    echo "FAIL: coda $* succeeded"
+    failures=$((failures + 1))
+    return
+  fi
+  err=$(cat "$work/err")
+  if [[ "$err" != *"$want"* ]]; then
+    echo "FAIL: coda $*: stderr lacks '$want': $err"
+    failures=$((failures + 1))
+  else
+    echo "ok: coda $* -> $(head -c 160 "$work/err" | tr '\n' ' ')"
+  fi
+}
+
+# The main job on the bundled model: prompt then continuation on stdout, timing on stderr.
+out=$("$coda" run -p "In the beginning God" -n 16 --temp 0 --ignore-eos 2>"$work/err")
+if [[ "$out" != "In the beginning God of Israel, and the LORD God"* ]]; then
+  echo "FAIL: unexpected run output: $out"
+  failures=$((failures + 1))
+fi
+if ! tail -n 1 "$work/err" | grep -Eq 'prompt [0-9]+ tokens.*tokens/s.*generation 16 tokens.*ms/token'; then
+  echo "FAIL: no timing line on stderr: $(cat "$work/err")"
+  failures=$((failures + 1))
+fi
+
+printf 'not a gguf file at all, but long enough to have a header' >"$work/bad.gguf"
+expect_fail "magic" run -m "$work/bad.gguf"
+expect_fail "cannot open" run -m "$work/missing.gguf"
+expect_fail "--temp" run --temp 5
+expect_fail "-n" run -n -3
+expect_fail "The following argument was not expected" run --no-such-flag
+expect_fail "exceeds the context" run -n 100000
+expect_fail "unknown shape 'gpt5'" synth --shape gpt5 -o "$work/x.gguf"
+expect_fail "unknown weight type 'Q3_XX'" synth --type Q3_XX -o "$work/x.gguf"
+head -c 3000 "$("$coda" info 2>/dev/null | head -1 | cut -d: -f1)" >"$work/truncated.gguf" 2>/dev/null
+expect_fail "invalid GGUF" run -m "$work/truncated.gguf"
+
+# synth -> run round trip on a random-weight model with the placeholder vocabulary.
+"$coda" synth --shape tiny-qwen2 --type Q4_K --layers 1 -o "$work/q.gguf" >/dev/null || { echo "FAIL: synth"; failures=$((failures + 1)); }
+"$coda" run -m "$work/q.gguf" -p "hello" -n 8 --ignore-eos >/dev/null 2>&1 || { echo "FAIL: run on synth model"; failures=$((failures + 1)); }
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

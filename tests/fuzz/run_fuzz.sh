@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the GGUF fuzz target with clang (libFuzzer + ASan + UBSan) and runs it for a bounded time.
+# Usage: run_fuzz.sh BUILD_DIR SECONDS
+set -euo pipefail
+out=${1:?build dir}
+seconds=${2:-30}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out/corpus"
+clangxx=$(command -v clang++ || command -v clang++-14 || true)
+if [ -z "$clangxx" ]; then
+  echo "clang++ not found: run scripts/bootstrap.sh" >&2
+  exit 1
+fi
+srcs=(src/core/dtype.cpp src/core/mapped_file.cpp src/gguf/gguf_reader.cpp src/model/config.cpp src/tokenizer/vocab.cpp)
+bin="$out/fuzz_gguf"
+newest=$(cd "$root" && ls -t "${srcs[@]}" tests/fuzz/fuzz_gguf.cpp src/*/*.h | head -1)
+if [ ! -x "$bin" ] || [ "$root/$newest" -nt "$bin" ]; then
+  (cd "$root" && "$clangxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -Isrc tests/fuzz/fuzz_gguf.cpp "${srcs[@]}" -o "$bin")
+fi
+/usr/bin/python3 "$root/tests/fuzz/make_seeds.py" "$out/seeds"
+# -rss_limit_mb bounds memory; -max_len lets mutations grow past the seeds; artifacts land in $out.
+"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+  -artifact_prefix="$out/" "$out/corpus" "$out/seeds" 2>&1 | tail -n 15

@@ -1,0 +1,204 @@
+// Every fast kernel against its scalar reference, and the formats against hand-computed blocks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+namespace coda {
+namespace {
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+                        DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
+  std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(t, static_cast<int64_t>(x.size()))));
+  ref::quantize_row(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
+  return q;
+}
+
+class PerType : public ::testing::TestWithParam<DType> {};
+
+// Quantize -> dequantize stays within the format's resolution: a sanity check of both directions.
+TEST_P(PerType, QuantizationErrorIsBoundedByTheFormat) {
+  const DType t = GetParam();
+  const int64_t n = 4096;
+  const auto x = random_vec(n, 11);
+  const auto q = quantized(t, x);
+  std::vector<float> y(static_cast<size_t>(n));
+  ref::dequantize_row(t, q.data(), y.data(), n);
+  double err = 0, ref_norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    err += (x[i] - y[i]) * (x[i] - y[i]);
+    ref_norm += x[i] * x[i];
+  }
+  const double rel = std::sqrt(err / ref_norm);
+  // Relative RMS error of round-to-nearest with these bit widths on Gaussian data.
+  const double bound = t == DType::F32 ? 0 : t == DType::F16 ? 1e-3 : t == DType::BF16 ? 5e-3
+                       : t == DType::Q8_0 ? 0.01 : t == DType::Q6_K ? 0.03 : t == DType::Q5_K ? 0.06 : 0.12;
+  EXPECT_LE(rel, bound) << dtype_name(t);
+}
+
+// The selected (SIMD) kernel and the scalar table agree with the reference dot product.
+TEST_P(PerType, DotMatchesReference) {
+  const DType t = GetParam();
+  for (int64_t n : {256, 512, 4096, 8192}) {
+    const auto w = random_vec(n, static_cast<uint32_t>(n) + 3);
+    const auto x = random_vec(n, static_cast<uint32_t>(n) + 5, 2.0f);
+    const auto q = quantized(t, w);
+    std::vector<ActBlock> act(static_cast<size_t>(n / kQK));
+    ref::quantize_act(x.data(), act.data(), n);
+    const void* a = dtype_uses_act_blocks(t) ? static_cast<const void*>(act.data()) : x.data();
+    const float want = ref::dot(t, q.data(), a, n);
+    // Error scale: the sum of |w_i * x_i| bounds the float rounding of any summation order.
+    std::vector<float> wd(static_cast<size_t>(n));
+    ref::dequantize_row(t, q.data(), wd.data(), n);
+    double mag = 0;
+    for (int64_t i = 0; i < n; ++i) mag += std::fabs(wd[i] * x[i]);
+    const double tol = 2e-6 * mag + 1e-6;
+    EXPECT_NEAR(scalar_kernels().dot[static_cast<int>(t)](q.data(), a, n), want, tol) << dtype_name(t) << " n=" << n;
+    if (const KernelTable* k = avx2_kernels()) {
+      EXPECT_NEAR(k->dot[static_cast<int>(t)](q.data(), a, n), want, tol) << dtype_name(t) << " n=" << n;
+    }
+    EXPECT_NEAR(kernels().dot[static_cast<int>(t)](q.data(), a, n), want, tol) << dtype_name(t) << " n=" << n;
+  }
+}
+
+// Extreme inputs: all zeros, one huge value, and the most negative quant values.
+TEST_P(PerType, DotHandlesDegenerateBlocks) {
+  const DType t = GetParam();
+  const int64_t n = 512;
+  std::vector<float> w(static_cast<size_t>(n), 0.0f), x(static_cast<size_t>(n), 1.0f);
+  w[7] = -1000.0f;
+  w[300] = 3.0f;
+  const auto q = quantized(t, w);
+  std::vector<ActBlock> act(static_cast<size_t>(n / kQK));
+  ref::quantize_act(x.data(), act.data(), n);
+  const void* a = dtype_uses_act_blocks(t) ? static_cast<const void*>(act.data()) : x.data();
+  const float want = ref::dot(t, q.data(), a, n);
+  EXPECT_NEAR(kernels().dot[static_cast<int>(t)](q.data(), a, n), want, 1e-3 * std::fabs(want) + 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, PerType, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Hand-built blocks whose values follow from the format definition.
+TEST(Formats, Q4_0HandBuiltBlock) {
+  BlockQ4_0 b{};
+  b.d = float_to_fp16(0.5f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  float y[32];
+  ref::dequantize_row(DType::Q4_0, &b, y, 32);
+  EXPECT_FLOAT_EQ(y[0], -4.0f);   // (0 - 8) * 0.5
+  EXPECT_FLOAT_EQ(y[15], 3.5f);   // (15 - 8) * 0.5
+  EXPECT_FLOAT_EQ(y[16], 3.5f);   // high nibble of byte 0: 15
+  EXPECT_FLOAT_EQ(y[31], -4.0f);  // high nibble of byte 15: 0
+}
+
+TEST(Formats, Q4_KHandBuiltBlock) {
+  BlockQ4_K b{};
+  b.d = float_to_fp16(2.0f);
+  b.dmin = float_to_fp16(1.0f);
+  // Sub-block 0: scale 3, min 5. Sub-block 5: scale 33 (0b100001), min 17 (0b010001): the high two
+  // bits live in the top bits of bytes 1 and 5, the low four in byte 9.
+  b.scales[0] = 3;
+  b.scales[4] = 5;
+  b.scales[1] = static_cast<uint8_t>(2 << 6);
+  b.scales[5] = static_cast<uint8_t>(1 << 6);
+  b.scales[9] = static_cast<uint8_t>(1 | (1 << 4));
+  for (int i = 0; i < 128; ++i) b.qs[i] = 0x97;  // low nibble 7, high nibble 9
+  float y[256];
+  ref::dequantize_row(DType::Q4_K, &b, y, 256);
+  EXPECT_FLOAT_EQ(y[0], 2.0f * 3 * 7 - 1.0f * 5);     // sub-block 0, low nibble
+  EXPECT_FLOAT_EQ(y[5 * 32], 2.0f * 33 * 9 - 17.0f);  // sub-block 5 = chunk 2, high nibble
+}
+
+TEST(Formats, Q6_KHandBuiltBlock) {
+  BlockQ6_K b{};
+  b.d = float_to_fp16(0.25f);
+  for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<int8_t>(s - 8);
+  // Element 0: low 4 bits from ql[0] (low nibble), high 2 bits from qh[0] bits 0-1 -> q = 0x3F = 63.
+  b.ql[0] = 0x0F;
+  b.qh[0] = 0x03;
+  float y[256];
+  ref::dequantize_row(DType::Q6_K, &b, y, 256);
+  EXPECT_FLOAT_EQ(y[0], 0.25f * -8 * (63 - 32));
+  EXPECT_FLOAT_EQ(y[1], 0.25f * -8 * (0 - 32));
+  EXPECT_FLOAT_EQ(y[64], 0.25f * -4 * (0 - 32));  // element 64: scale index 4
+}
+
+TEST(Formats, UnsupportedTypesAreNamed) {
+  EXPECT_FALSE(dtype_supported(DType::IQ2_XS));
+  EXPECT_EQ(supported_dtypes_list(), "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K");
+  EXPECT_EQ(dtype_info(17)->name, std::string("IQ2_XS"));
+  EXPECT_EQ(dtype_info(31), nullptr);
+}
+
+TEST(Matmul, ThreadedMatchesSingleDot) {
+  ThreadPool pool(2);
+  const int64_t rows = 70, cols = 512, tokens = 5;
+  const auto w = random_vec(rows * cols, 21);
+  const auto x = random_vec(tokens * cols, 22);
+  for (DType t : kTypes) {
+    std::vector<uint8_t> q(static_cast<size_t>(rows * dtype_row_bytes(t, cols)));
+    for (int64_t r = 0; r < rows; ++r)
+      ref::quantize_row(t, w.data() + r * cols, q.data() + r * dtype_row_bytes(t, cols), cols);
+    WeightView view{t, q.data(), rows, cols, dtype_row_bytes(t, cols)};
+    std::vector<float> y(static_cast<size_t>(tokens * rows));
+    MatmulScratch scratch;
+    matmul(pool, kernels(), view, x.data(), cols, tokens, y.data(), rows, scratch);
+    for (int64_t b = 0; b < tokens; ++b) {
+      std::vector<ActBlock> act(static_cast<size_t>(cols / kQK));
+      ref::quantize_act(x.data() + b * cols, act.data(), cols);
+      const void* a = dtype_uses_act_blocks(t) ? static_cast<const void*>(act.data()) : x.data() + b * cols;
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_NEAR(y[static_cast<size_t>(b * rows + r)], ref::dot(t, view.row(r), a, cols), 1e-3) << dtype_name(t);
+    }
+  }
+}
+
+TEST(Ops, SoftmaxAndRmsNorm) {
+  float x[4] = {1, 2, 3, -INFINITY};
+  softmax(x, 4);
+  const double e = std::exp(1.0), s = e + e * e + e * e * e;
+  EXPECT_NEAR(x[0], e / s, 1e-6);
+  EXPECT_NEAR(x[2], e * e * e / s, 1e-6);
+  EXPECT_EQ(x[3], 0.0f);
+  const float v[2] = {3, 4}, w[2] = {1, 2};
+  float o[2];
+  rms_norm(v, w, o, 2, 0.0f);
+  EXPECT_NEAR(o[0], 3 / std::sqrt(12.5), 1e-6);
+  EXPECT_NEAR(o[1], 8 / std::sqrt(12.5), 1e-6);
+}
+
+TEST(Ops, RopeRotatesPairs) {
+  // One head of 4 dims, pairs (0,1) and (2,3) in the llama layout, (0,2) and (1,3) in NeoX.
+  const float inv[2] = {1.0f, 0.5f};
+  float a[4] = {1, 0, 1, 0};
+  rope(a, 1, 4, 4, 2, inv, false);
+  EXPECT_NEAR(a[0], std::cos(2.0), 1e-6);
+  EXPECT_NEAR(a[1], std::sin(2.0), 1e-6);
+  EXPECT_NEAR(a[2], std::cos(1.0), 1e-6);
+  float b[4] = {1, 1, 0, 0};
+  rope(b, 1, 4, 4, 2, inv, true);
+  EXPECT_NEAR(b[0], std::cos(2.0), 1e-6);
+  EXPECT_NEAR(b[2], std::sin(2.0), 1e-6);
+  EXPECT_NEAR(b[3], std::sin(1.0), 1e-6);
+}
+
+}  // namespace
+}  // namespace coda

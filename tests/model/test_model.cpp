@@ -1,0 +1,211 @@
+// The forward pass and KV cache on synthetic models: batched == incremental, rollback reproduces,
+// and bad models or inputs give errors that name what is wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "gguf/gguf_writer.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+namespace coda {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("coda_test_" + name)).string();
+}
+
+std::unique_ptr<Model> synth_model(const std::string& shape, DType t, ThreadPool& pool) {
+  SynthOptions o;
+  o.shape = shape;
+  o.type = t;
+  o.n_layers = 2;
+  o.out = temp_path(shape + "-" + dtype_name(t) + ".gguf");
+  auto r = write_synthetic_model(o, pool);
+  EXPECT_TRUE(r.ok()) << r.message();
+  auto m = Model::load(o.out);
+  EXPECT_TRUE(m.ok()) << m.message();
+  return std::move(m).value();
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+class ForwardPerShape : public ::testing::TestWithParam<std::pair<const char*, DType>> {};
+
+TEST_P(ForwardPerShape, BatchedEqualsIncrementalAndRollbackReproduces) {
+  ThreadPool pool(2);
+  auto m = synth_model(GetParam().first, GetParam().second, pool);
+  ASSERT_NE(m, nullptr);
+  const int64_t V = m->config().n_vocab;
+  const int n = 40;
+  const auto toks = random_tokens(n, static_cast<int>(V), 5);
+  ForwardBuffers buf;
+
+  KvCache batch_kv(m->config(), n);
+  std::vector<float> all(static_cast<size_t>(n * V));
+  ASSERT_TRUE(m->forward(toks.data(), n, batch_kv, pool, buf, all.data(), true).ok());
+
+  KvCache kv(m->config(), n);
+  std::vector<float> step(static_cast<size_t>(V));
+  std::vector<std::vector<float>> steps;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(m->forward(&toks[static_cast<size_t>(i)], 1, kv, pool, buf, step.data(), false).ok());
+    steps.push_back(step);
+    double num = 0, den = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double d = step[static_cast<size_t>(v)] - all[static_cast<size_t>(i * V + v)];
+      num += d * d;
+      den += step[static_cast<size_t>(v)] * step[static_cast<size_t>(v)];
+    }
+    ASSERT_LE(std::sqrt(num / den), 1e-4) << "position " << i;
+  }
+  // Roll back to 25 tokens and replay: the same computation must give identical logits.
+  ASSERT_TRUE(kv.truncate(25).ok());
+  EXPECT_EQ(kv.size(), 25);
+  for (int i = 25; i < n; ++i) {
+    ASSERT_TRUE(m->forward(&toks[static_cast<size_t>(i)], 1, kv, pool, buf, step.data(), false).ok());
+    ASSERT_EQ(step, steps[static_cast<size_t>(i)]) << "position " << i;
+  }
+  EXPECT_FALSE(kv.truncate(n + 1).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ForwardPerShape,
+                         ::testing::Values(std::make_pair("tiny", DType::Q4_K), std::make_pair("tiny-llama3", DType::Q8_0),
+                                           std::make_pair("tiny-qwen2", DType::F16)));
+
+TEST(Forward, ContextOverflowAndBadTokensAreErrors) {
+  ThreadPool pool(1);
+  auto m = synth_model("tiny", DType::Q8_0, pool);
+  ASSERT_NE(m, nullptr);
+  KvCache kv(m->config(), 4);
+  ForwardBuffers buf;
+  std::vector<float> logits(static_cast<size_t>(m->config().n_vocab));
+  const int32_t toks[5] = {1, 2, 3, 4, 5};
+  auto s = m->forward(toks, 5, kv, pool, buf, logits.data(), false);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "context overflow: 0 tokens in the context + 5 new exceed the context size of 4 tokens");
+  EXPECT_EQ(kv.size(), 0);
+  const int32_t bad[2] = {1, 999999};
+  s = m->forward(bad, 2, kv, pool, buf, logits.data(), false);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("token id 999999 at index 1 is out of range"), std::string::npos) << s.message();
+}
+
+// A minimal llama model built by hand so tests can break one thing at a time.
+struct HandModel {
+  GgufWriter w;
+  std::map<std::string, uint32_t> ints{{"llama.context_length", 64}, {"llama.embedding_length", 32},
+                                       {"llama.block_count", 1},      {"llama.feed_forward_length", 64},
+                                       {"llama.attention.head_count", 4}, {"llama.attention.head_count_kv", 2}};
+  DType q_type = DType::F32;
+  bool skip_ffn_up = false;
+  int64_t dim = 32;
+  int64_t q_rows = 32;
+
+  Expected<std::unique_ptr<Model>> build(const std::string& name) {
+    w.set_string("general.architecture", "llama");
+    if (ints.count("llama.embedding_length")) ints["llama.embedding_length"] = static_cast<uint32_t>(dim);
+    for (const auto& [k, v] : ints) w.set_u32(k, v);
+    auto add = [&](const std::string& n, DType t, std::vector<int64_t> ne) { EXPECT_TRUE(w.add_tensor(n, t, ne, nullptr).ok()); };
+    const int64_t kvd = dim / 2;  // 2 of 4 heads
+    add("token_embd.weight", DType::F32, {dim, 16});
+    add("output_norm.weight", DType::F32, {dim});
+    add("blk.0.attn_norm.weight", DType::F32, {dim});
+    add("blk.0.ffn_norm.weight", DType::F32, {dim});
+    add("blk.0.attn_q.weight", q_type, {dim, q_rows});
+    add("blk.0.attn_k.weight", DType::F32, {dim, kvd});
+    add("blk.0.attn_v.weight", DType::F32, {dim, kvd});
+    add("blk.0.attn_output.weight", DType::F32, {dim, dim});
+    add("blk.0.ffn_gate.weight", DType::F32, {dim, 64});
+    if (!skip_ffn_up) add("blk.0.ffn_up.weight", DType::F32, {dim, 64});
+    add("blk.0.ffn_down.weight", DType::F32, {64, dim});
+    const std::string path = temp_path(name + ".gguf");
+    EXPECT_TRUE(w.write(path).ok());
+    return Model::load(path);
+  }
+};
+
+TEST(ModelLoad, ValidHandModelLoads) {
+  HandModel h;
+  auto m = h.build("hand_ok");
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ((*m)->config().head_dim, 8);
+  EXPECT_TRUE((*m)->weights().tied_output);
+}
+
+TEST(ModelLoad, MissingKeyIsNamed) {
+  HandModel h;
+  h.ints.erase("llama.embedding_length");
+  auto m = h.build("hand_missing_key");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("required key 'llama.embedding_length' is missing"), std::string::npos) << m.message();
+}
+
+TEST(ModelLoad, InconsistentHeadsAreNamed) {
+  HandModel h;
+  h.ints["llama.attention.head_count_kv"] = 3;
+  auto m = h.build("hand_heads");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("'llama.attention.head_count' (4) is not a multiple of 'llama.attention.head_count_kv' (3)"),
+            std::string::npos)
+      << m.message();
+}
+
+TEST(ModelLoad, WrongShapeIsNamed) {
+  HandModel h;
+  h.q_rows = 24;
+  auto m = h.build("hand_shape");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("tensor 'blk.0.attn_q.weight' has shape [32, 24]; the model metadata requires [32, 32]"),
+            std::string::npos)
+      << m.message();
+}
+
+TEST(ModelLoad, MissingTensorIsNamed) {
+  HandModel h;
+  h.skip_ffn_up = true;
+  auto m = h.build("hand_missing_tensor");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("model is missing tensor 'blk.0.ffn_up.weight'"), std::string::npos) << m.message();
+}
+
+TEST(ModelLoad, UnsupportedTypeListsSupported) {
+  HandModel h;
+  h.dim = 256;  // IQ2_XS rows must be multiples of 256
+  h.q_rows = 256;
+  h.q_type = DType::IQ2_XS;
+  auto m = h.build("hand_iq2");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("tensor 'blk.0.attn_q.weight': type 17 (IQ2_XS) is not supported; supported: F32 F16 "
+                             "BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K"),
+            std::string::npos)
+      << m.message();
+}
+
+TEST(ModelLoad, UnknownArchitectureIsNamed) {
+  GgufWriter w;
+  w.set_string("general.architecture", "gemma3");
+  const std::string path = temp_path("gemma.gguf");
+  ASSERT_TRUE(w.write(path).ok());
+  auto m = Model::load(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("'gemma3' is not supported; supported: llama, mistral, qwen2"), std::string::npos);
+}
+
+TEST(Synth, Llama3RopeFactorsFollowTheDefinition) {
+  // With orig_ctx 8192, low 1, high 4: wavelengths < 2048 keep factor 1, > 8192 get the full factor.
+  const auto f = llama3_rope_factors(64, 500000.0f, 32.0f, 1.0f, 4.0f, 8192);
+  EXPECT_FLOAT_EQ(f.front(), 1.0f);  // highest frequency
+  EXPECT_FLOAT_EQ(f.back(), 32.0f);  // lowest frequency
+  for (size_t i = 1; i < f.size(); ++i) EXPECT_GE(f[i], f[i - 1]);
+}
+
+}  // namespace
+}  // namespace coda

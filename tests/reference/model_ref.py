@@ -1,0 +1,107 @@
+"""Float64 NumPy forward pass of the Llama-family architectures coda runs (llama, mistral, qwen2).
+
+The whole sequence is evaluated at once with a causal mask (no KV cache), so it checks coda's
+incremental, cached, chunked computation against the plain definition.
+"""
+import numpy as np
+
+from gguf_ref import Reader
+
+
+class RefModel:
+    def __init__(self, path):
+        r = Reader(path)
+        self.r = r
+        arch = r.kv["general.architecture"]
+        p = arch + "."
+        self.arch = arch
+        self.dim = r.kv[p + "embedding_length"]
+        self.n_layers = r.kv[p + "block_count"]
+        self.n_heads = r.kv[p + "attention.head_count"]
+        self.n_kv = r.kv.get(p + "attention.head_count_kv", self.n_heads)
+        self.hd = r.kv.get(p + "attention.key_length", self.dim // self.n_heads)
+        self.n_rot = r.kv.get(p + "rope.dimension_count", self.hd)
+        self.eps = r.kv.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
+        base = r.kv.get(p + "rope.freq_base", 10000.0)
+        self.neox = arch == "qwen2"
+        inv = base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
+        if "rope_freqs.weight" in r.tensors:
+            inv = inv / r.tensor("rope_freqs.weight")
+        if r.kv.get(p + "rope.scaling.type") == "linear":
+            inv = inv / r.kv.get(p + "rope.scaling.factor", 1.0)
+        self.inv_freq = inv
+        t = r.tensor
+        self.embd = t("token_embd.weight")
+        self.out = t("output.weight") if "output.weight" in r.tensors else self.embd
+        self.out_norm = t("output_norm.weight")
+        self.out_name = "output.weight" if "output.weight" in r.tensors else "token_embd.weight"
+        self.layers = []
+        for i in range(self.n_layers):
+            b = "blk.%d." % i
+            L = {"prefix": b}
+            L.update({k: t(b + k + ".weight") for k in
+                 ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")})
+            for k in ("attn_q", "attn_k", "attn_v"):
+                L[k + ".bias"] = t(b + k + ".bias") if (b + k + ".bias") in r.tensors else None
+            self.layers.append(L)
+
+    def _mm(self, x, w, name):
+        return x @ w.T  # `name` is kept for debugging a single matrix
+
+    def _norm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def _rope(self, x, positions):
+        # x: [T, heads, hd]
+        ang = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # [T, n_rot/2]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        y = x.copy()
+        half = self.n_rot // 2
+        if self.neox:
+            a, b = x[..., :half], x[..., half:self.n_rot]
+            y[..., :half] = a * cos - b * sin
+            y[..., half:self.n_rot] = a * sin + b * cos
+        else:
+            a, b = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]
+            y[..., 0:self.n_rot:2] = a * cos - b * sin
+            y[..., 1:self.n_rot:2] = a * sin + b * cos
+        return y
+
+    def logits(self, tokens, positions=None):
+        """Logits [len(positions), vocab] for a token sequence evaluated from position 0."""
+        tokens = np.asarray(tokens)
+        T = len(tokens)
+        if positions is None:
+            positions = np.arange(T)
+        last = int(np.max(positions)) + 1
+        tokens = tokens[:last]
+        T = last
+        pos = np.arange(T)
+        x = self.embd[tokens].copy()
+        group = self.n_heads // self.n_kv
+        mask = np.triu(np.full((T, T), -np.inf), k=1)
+        for L in self.layers:
+            h = self._norm(x, L["attn_norm"])
+            p = L["prefix"]
+            q = self._mm(h, L["attn_q"], p + "attn_q.weight")
+            k = self._mm(h, L["attn_k"], p + "attn_k.weight")
+            v = self._mm(h, L["attn_v"], p + "attn_v.weight")
+            if L["attn_q.bias"] is not None:
+                q, k, v = q + L["attn_q.bias"], k + L["attn_k.bias"], v + L["attn_v.bias"]
+            q = self._rope(q.reshape(T, self.n_heads, self.hd), pos)
+            k = self._rope(k.reshape(T, self.n_kv, self.hd), pos)
+            v = v.reshape(T, self.n_kv, self.hd)
+            att = np.empty((T, self.n_heads, self.hd))
+            for hh in range(self.n_heads):
+                kv = hh // group
+                s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(self.hd) + mask
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                s /= s.sum(axis=1, keepdims=True)
+                att[:, hh, :] = s @ v[:, kv, :]
+            x = x + self._mm(att.reshape(T, -1), L["attn_output"], p + "attn_output.weight")
+            h = self._norm(x, L["ffn_norm"])
+            g = self._mm(h, L["ffn_gate"], p + "ffn_gate.weight")
+            u = self._mm(h, L["ffn_up"], p + "ffn_up.weight")
+            x = x + self._mm(g / (1 + np.exp(-g)) * u, L["ffn_down"], p + "ffn_down.weight")
+        xs = self._norm(x[np.asarray(positions)], self.out_norm)
+        return self._mm(xs, self.out, self.out_name)
