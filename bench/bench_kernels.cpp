@@ -19,9 +19,9 @@ void BM_Dot(benchmark::State& state, DType t, bool simd) {
   for (auto& v : x) v = d(rng);
   std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(t, n)));
   ref::quantize_row(t, w.data(), q.data(), n);
-  std::vector<ActBlock> act(n / kQK);
-  ref::quantize_act(x.data(), act.data(), n);
-  const void* a = dtype_uses_act_blocks(t) ? static_cast<const void*>(act.data()) : x.data();
+  std::vector<uint8_t> act(static_cast<size_t>(act_row_bytes(t, n)));
+  prepare_act(t, x.data(), act.data(), n);
+  const void* a = act.data();
   const KernelTable* k = simd ? avx2_kernels() : &scalar_kernels();
   if (k == nullptr) {
     state.SkipWithError("no AVX2");

@@ -67,6 +67,16 @@ struct ActBlock {
   int8_t q[kQK];
 };
 
+// Activations for K-quant weights: one scale per 256 values (the super-block), and the sum of each
+// 16 quants, so that the K-quant kernels accumulate a whole super-block in integers and apply the
+// sub-block minimums (Q4_K, Q5_K) or the -32 offset (Q6_K) from the sums alone.
+struct ActBlockK {
+  float d;
+  int16_t bsums[kQKK / 16];
+  int8_t q[kQKK];
+};
+static_assert(sizeof(ActBlockK) == 292);
+
 // Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K `scales` array.
 inline void kquant_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
   if (j < 4) {

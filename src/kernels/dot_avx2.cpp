@@ -84,103 +84,121 @@ float dot_q4_0(const void* w, const void* act, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// Unpacks the 8 six-bit scales and mins of a Q4_K/Q5_K super-block.
+// Unpacks the 8 six-bit scales (sc) and mins (m) of a Q4_K/Q5_K super-block with 32-bit masks:
+// scales j < 4 and mins j < 4 are the low 6 bits of bytes 0-3 and 4-7; for j >= 4 the low 4 bits
+// come from bytes 8-11 and the high 2 bits from the top of bytes 0-3 (scales) and 4-7 (mins).
 inline void unpack_scales(const uint8_t* s, uint8_t* sc, uint8_t* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 63;
-    m[j] = s[j + 4] & 63;
-    sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
-    m[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-  }
+  uint32_t u[3];
+  std::memcpy(u, s, 12);
+  const uint32_t sc_lo = u[0] & 0x3f3f3f3fu;
+  const uint32_t m_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  std::memcpy(sc, &sc_lo, 4);
+  std::memcpy(sc + 4, &sc_hi, 4);
+  std::memcpy(m, &m_lo, 4);
+  std::memcpy(m + 4, &m_hi, 4);
 }
 
+// Sum over sub-blocks j of m[j] * (sum of the 32 activations of sub-block j), from the 16 bsums.
+inline __m256i mins_dot(const uint8_t* m, const int16_t* bsums) {
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+  const __m256i mm = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+  return _mm256_madd_epi16(mm, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums)));
+}
+
+// K-quants accumulate a whole super-block in int32 (integer sub-block scales applied with madd)
+// and convert to float once per 256 weights.
 float dot_q4_k(const void* w, const void* act, int64_t n) {
   const auto* b = static_cast<const BlockQ4_K*>(w);
-  const auto* a = static_cast<const ActBlock*>(act);
+  const auto* a = static_cast<const ActBlockK*>(act);
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
-  for (int64_t i = 0; i < n / kQKK; ++i, a += 8) {
-    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-    uint8_t sc[8], m[8];
+  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d) * a[i].d, dmin = h2f(b[i].dmin) * a[i].d;
+    alignas(16) uint8_t sc[8], m[8];
     unpack_scales(b[i].scales, sc, m);
+    __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q = load32(b[i].qs + 32 * c);
       const __m256i lo = _mm256_and_si256(q, mask);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-      const __m256i p0 = mul_sum_u8_i8(lo, load32(a[2 * c].q));
-      const __m256i p1 = mul_sum_u8_i8(hi, load32(a[2 * c + 1].q));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d * sc[2 * c] * a[2 * c].d), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * sc[2 * c + 1] * a[2 * c + 1].d), acc);
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(a[i].q + 64 * c)), _mm256_set1_epi16(sc[2 * c]));
+      const __m256i p1 =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(a[i].q + 64 * c + 32)), _mm256_set1_epi16(sc[2 * c + 1]));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
     }
-    for (int j = 0; j < 8; ++j) mins += dmin * m[j] * a[j].d * static_cast<float>(a[j].sum);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins_dot(m, a[i].bsums)), acc_m);
   }
-  return hsum(acc) - mins;
+  return hsum(_mm256_sub_ps(acc, acc_m));
 }
 
 float dot_q5_k(const void* w, const void* act, int64_t n) {
   const auto* b = static_cast<const BlockQ5_K*>(w);
-  const auto* a = static_cast<const ActBlock*>(act);
+  const auto* a = static_cast<const ActBlockK*>(act);
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i one = _mm256_set1_epi8(1);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
-  for (int64_t i = 0; i < n / kQKK; ++i, a += 8) {
-    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-    uint8_t sc[8], m[8];
+  const __m256i bit = _mm256_set1_epi8(0x10);
+  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d) * a[i].d, dmin = h2f(b[i].dmin) * a[i].d;
+    alignas(16) uint8_t sc[8], m[8];
     unpack_scales(b[i].scales, sc, m);
-    const __m256i qh = load32(b[i].qh);
+    // qh bit 2c (2c+1) of byte l is the fifth bit of element l of sub-block 2c (2c+1). Shifting qh
+    // left by 4 - 2c puts bit 2c at bit 4; the 16-bit shift crosses bytes, the mask undoes that.
+    __m256i qh = load32(b[i].qh);
+    __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q = load32(b[i].qs + 32 * c);
-      // Bit 2c (resp. 2c+1) of each qh byte becomes bit 4 of the element. The 16-bit shift moves
-      // bits across byte boundaries, but the mask keeps only each byte's own bit.
-      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c)), one), 4);
-      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c + 1)), one), 4);
+      const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit);
+      const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit);
+      qh = _mm256_srli_epi16(qh, 2);
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, mask), h0);
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
-      const __m256i p0 = mul_sum_u8_i8(lo, load32(a[2 * c].q));
-      const __m256i p1 = mul_sum_u8_i8(hi, load32(a[2 * c + 1].q));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d * sc[2 * c] * a[2 * c].d), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * sc[2 * c + 1] * a[2 * c + 1].d), acc);
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(a[i].q + 64 * c)), _mm256_set1_epi16(sc[2 * c]));
+      const __m256i p1 =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(a[i].q + 64 * c + 32)), _mm256_set1_epi16(sc[2 * c + 1]));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
     }
-    for (int j = 0; j < 8; ++j) mins += dmin * m[j] * a[j].d * static_cast<float>(a[j].sum);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins_dot(m, a[i].bsums)), acc_m);
   }
-  return hsum(acc) - mins;
+  return hsum(_mm256_sub_ps(acc, acc_m));
 }
 
+// Q6_K: unsigned quants q in [0, 63] go through maddubs directly; the -32 offset is applied once
+// per super-block as 32 * sum(scale_s * bsum_s).
 float dot_q6_k(const void* w, const void* act, int64_t n) {
   const auto* b = static_cast<const BlockQ6_K*>(w);
-  const auto* a = static_cast<const ActBlock*>(act);
+  const auto* a = static_cast<const ActBlockK*>(act);
   const __m256i mask4 = _mm256_set1_epi8(0x0F);
-  const __m256i mask2 = _mm256_set1_epi8(0x03);
-  const __m256i off = _mm256_set1_epi8(32);
+  const __m256i mask2 = _mm256_set1_epi8(0x30);
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQKK; ++i, a += 8) {
-    const float d = h2f(b[i].d);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d) * a[i].d;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales)));
+    const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].bsums)));
+    __m256i sumi = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
       const __m256i ql0 = load32(b[i].ql + 64 * half);
       const __m256i ql1 = load32(b[i].ql + 64 * half + 32);
       const __m256i qh = load32(b[i].qh + 32 * half);
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_slli_epi16(_mm256_and_si256(qh, mask2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, mask4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), mask2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), mask2), 4));
+      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), mask2));
+      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), mask2));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask4), _mm256_and_si256(qh, mask2));
       q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), mask2), 4));
+                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), mask2));
       const int8_t* sc = b[i].scales + 8 * half;
       for (int k = 0; k < 4; ++k) {
-        const ActBlock& ab = a[4 * half + k];
-        const __m256i wq = _mm256_sub_epi8(q[k], off);
-        const __m256i av = load32(ab.q);
-        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(av, wq));
+        const __m256i p16 = _mm256_maddubs_epi16(q[k], load32(a[i].q + 128 * half + 32 * k));
         // Lanes 0..7 of p16 cover elements 0..15 (scale 2k), lanes 8..15 elements 16..31 (2k+1).
         const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
-        const __m256i p = _mm256_madd_epi16(p16, scv);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * ab.d), acc);
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
       }
     }
+    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
   return hsum(acc);
 }

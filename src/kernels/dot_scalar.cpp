@@ -12,10 +12,14 @@ float dot(DType t, const void* w, const void* act, int64_t n) {
   std::vector<float> row(static_cast<size_t>(n));
   dequantize_row(t, w, row.data(), n);
   double acc = 0;
-  if (dtype_uses_act_blocks(t)) {
+  if (act_format(t) == ActFormat::Q8_32) {
     const auto* a = static_cast<const ActBlock*>(act);
     for (int64_t i = 0; i < n; ++i)
       acc += static_cast<double>(row[i]) * static_cast<double>(a[i / kQK].d) * a[i / kQK].q[i % kQK];
+  } else if (act_format(t) == ActFormat::Q8_256) {
+    const auto* a = static_cast<const ActBlockK*>(act);
+    for (int64_t i = 0; i < n; ++i)
+      acc += static_cast<double>(row[i]) * static_cast<double>(a[i / kQKK].d) * a[i / kQKK].q[i % kQKK];
   } else {
     const auto* x = static_cast<const float*>(act);
     for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(row[i]) * x[i];
@@ -45,9 +49,12 @@ float dot_blockwise(const void* w, const void* act, int64_t n) {
   for (int64_t i = 0; i < n; i += bs) {
     const int64_t len = std::min<int64_t>(bs, n - i);
     ref::dequantize_row(T, src + dtype_row_bytes(T, i), buf, len);
-    if constexpr (T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K) {
+    if constexpr (act_format(T) == ActFormat::Q8_32) {
       const auto* a = static_cast<const ActBlock*>(act) + i / kQK;
       for (int64_t j = 0; j < len; ++j) acc += buf[j] * a[j / kQK].d * static_cast<float>(a[j / kQK].q[j % kQK]);
+    } else if constexpr (act_format(T) == ActFormat::Q8_256) {
+      const auto& a = static_cast<const ActBlockK*>(act)[i / kQKK];
+      for (int64_t j = 0; j < len; ++j) acc += buf[j] * a.d * static_cast<float>(a.q[j]);
     } else {
       const float* x = static_cast<const float*>(act) + i;
       for (int64_t j = 0; j < len; ++j) acc += buf[j] * x[j];

@@ -11,13 +11,31 @@
 
 namespace coda {
 
-// Does `t` take quantized activations (ActBlock) in dot products? Float types take floats.
-inline bool dtype_uses_act_blocks(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+// The form activations take when multiplied with weights of a given type: floats for float
+// weights, ActBlock (8 bits per 32 values) for Q8_0/Q4_0, ActBlockK (8 bits per 256) for K-quants.
+enum class ActFormat { F32, Q8_32, Q8_256 };
+
+constexpr ActFormat act_format(DType t) {
+  switch (t) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+      return ActFormat::Q8_32;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return ActFormat::Q8_256;
+    default:
+      return ActFormat::F32;
+  }
 }
 
-// Dot product of one weight row of `n` elements with an activation row: `act` points to floats
-// for F32/F16/BF16 weights and to n/32 ActBlocks for quantized weights.
+// Bytes of one activation row of n values in the form weights of type `t` take.
+int64_t act_row_bytes(DType t, int64_t n);
+
+// Converts n floats into the activation form weights of type `t` take (copies for float types).
+void prepare_act(DType t, const float* x, void* out, int64_t n);
+
+// Dot product of one weight row of `n` elements with an activation row prepared by prepare_act.
 using DotFn = float (*)(const void* w, const void* act, int64_t n);
 
 namespace ref {
@@ -27,6 +45,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 // Quantizes activations into n/32 ActBlocks (n a multiple of 32).
 void quantize_act(const float* x, ActBlock* out, int64_t n);
+// Quantizes activations into n/256 ActBlockKs (n a multiple of 256).
+void quantize_act_k(const float* x, ActBlockK* out, int64_t n);
 // Reference dot: dequantizes the row and accumulates in double.
 float dot(DType t, const void* w, const void* act, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);

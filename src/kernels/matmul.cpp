@@ -9,13 +9,13 @@ void matmul(ThreadPool& pool, const KernelTable& k, const WeightView& w, const f
   const DotFn dot = k.dot[static_cast<int>(w.type)];
   const void* act_base = x;
   int64_t act_stride_bytes = in_stride * static_cast<int64_t>(sizeof(float));
-  if (dtype_uses_act_blocks(w.type)) {
+  if (act_format(w.type) != ActFormat::F32) {
     // Quantize each token's activations once; every output row reuses them.
-    const int64_t blocks = w.cols / kQK;
-    scratch.act.resize(static_cast<size_t>(blocks * n_tokens));
-    for (int64_t b = 0; b < n_tokens; ++b) ref::quantize_act(x + b * in_stride, scratch.act.data() + b * blocks, w.cols);
+    act_stride_bytes = act_row_bytes(w.type, w.cols);
+    scratch.act.resize(static_cast<size_t>(act_stride_bytes * n_tokens));
+    for (int64_t b = 0; b < n_tokens; ++b)
+      prepare_act(w.type, x + b * in_stride, scratch.act.data() + b * act_stride_bytes, w.cols);
     act_base = scratch.act.data();
-    act_stride_bytes = blocks * static_cast<int64_t>(sizeof(ActBlock));
   }
   // Rows are processed in tiles so that a tile of weights stays in cache while every token of a
   // prefill batch passes over it; decode (one token) streams the weights exactly once.

@@ -23,7 +23,7 @@ struct WeightView {
 
 // Reusable buffer for quantized activations, so decode allocates nothing per step.
 struct MatmulScratch {
-  std::vector<ActBlock> act;
+  std::vector<uint8_t> act;
 };
 
 // y[b * out_stride + r] = dot(W row r, x[b * in_stride ...]) for b < n_tokens, r < W.rows.

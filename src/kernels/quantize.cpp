@@ -184,3 +184,43 @@ void quantize_act(const float* x, ActBlock* out, int64_t n) {
 }
 
 }  // namespace coda::ref
+
+namespace coda::ref {
+
+void quantize_act_k(const float* x, ActBlockK* out, int64_t n) {
+  for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
+    float amax = 0;
+    for (int j = 0; j < kQKK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kQKK; ++j) out[i].q[j] = static_cast<int8_t>(std::clamp(nearest(x[j] * id), -127, 127));
+    for (int s = 0; s < kQKK / 16; ++s) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += out[i].q[16 * s + j];
+      out[i].bsums[s] = static_cast<int16_t>(sum);
+    }
+    out[i].d = d;
+  }
+}
+
+}  // namespace coda::ref
+
+namespace coda {
+
+int64_t act_row_bytes(DType t, int64_t n) {
+  switch (act_format(t)) {
+    case ActFormat::Q8_32: return n / kQK * static_cast<int64_t>(sizeof(ActBlock));
+    case ActFormat::Q8_256: return n / kQKK * static_cast<int64_t>(sizeof(ActBlockK));
+    default: return n * static_cast<int64_t>(sizeof(float));
+  }
+}
+
+void prepare_act(DType t, const float* x, void* out, int64_t n) {
+  switch (act_format(t)) {
+    case ActFormat::Q8_32: ref::quantize_act(x, static_cast<ActBlock*>(out), n); break;
+    case ActFormat::Q8_256: ref::quantize_act_k(x, static_cast<ActBlockK*>(out), n); break;
+    default: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); break;
+  }
+}
+
+}  // namespace coda

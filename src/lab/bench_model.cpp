@@ -53,6 +53,7 @@ Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, con
   }
   r.decode_ms = 1000.0 / r.decode_tps;
   r.bytes_per_token = model.decode_weight_bytes();
+  // Measured after the model runs, while the machine is in the same state.
   r.bandwidth_gbs = measure_read_bandwidth(pool);
   r.roofline_tps = r.bandwidth_gbs * 1e9 / static_cast<double>(r.bytes_per_token);
   return r;

@@ -25,8 +25,9 @@ struct BenchModelResult {
   double roofline_tps = 0;
 };
 
-// Streams a buffer much larger than the caches with every thread and returns GB/s (best of reps).
-double measure_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{1} << 30, int reps = 5);
+// Streams a buffer much larger than the caches with every thread and returns GB/s (best of reps:
+// on a shared machine the bandwidth others leave varies from run to run, the best is the ceiling).
+double measure_read_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{512} << 20, int reps = 12);
 
 Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, const BenchModelOptions& opt);
 

@@ -47,8 +47,6 @@ Expected<WeightView> matrix(const GgufFile& f, const std::string& name, int64_t 
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = dtype_row_bytes(t->type, cols);
-  if (dtype_uses_act_blocks(t->type) && cols % kQK != 0)
-    return Error("tensor '" + name + "': row length " + std::to_string(cols) + " is not a multiple of 32");
   return w;
 }
 

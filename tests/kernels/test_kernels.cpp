@@ -60,9 +60,9 @@ TEST_P(PerType, DotMatchesReference) {
     const auto w = random_vec(n, static_cast<uint32_t>(n) + 3);
     const auto x = random_vec(n, static_cast<uint32_t>(n) + 5, 2.0f);
     const auto q = quantized(t, w);
-    std::vector<ActBlock> act(static_cast<size_t>(n / kQK));
-    ref::quantize_act(x.data(), act.data(), n);
-    const void* a = dtype_uses_act_blocks(t) ? static_cast<const void*>(act.data()) : x.data();
+    std::vector<uint8_t> act(static_cast<size_t>(act_row_bytes(t, n)));
+    prepare_act(t, x.data(), act.data(), n);
+    const void* a = act.data();
     const float want = ref::dot(t, q.data(), a, n);
     // Error scale: the sum of |w_i * x_i| bounds the float rounding of any summation order.
     std::vector<float> wd(static_cast<size_t>(n));
@@ -86,9 +86,9 @@ TEST_P(PerType, DotHandlesDegenerateBlocks) {
   w[7] = -1000.0f;
   w[300] = 3.0f;
   const auto q = quantized(t, w);
-  std::vector<ActBlock> act(static_cast<size_t>(n / kQK));
-  ref::quantize_act(x.data(), act.data(), n);
-  const void* a = dtype_uses_act_blocks(t) ? static_cast<const void*>(act.data()) : x.data();
+  std::vector<uint8_t> act(static_cast<size_t>(act_row_bytes(t, n)));
+  prepare_act(t, x.data(), act.data(), n);
+  const void* a = act.data();
   const float want = ref::dot(t, q.data(), a, n);
   EXPECT_NEAR(kernels().dot[static_cast<int>(t)](q.data(), a, n), want, 1e-3 * std::fabs(want) + 1e-3);
 }
@@ -162,9 +162,9 @@ TEST(Matmul, ThreadedMatchesSingleDot) {
     MatmulScratch scratch;
     matmul(pool, kernels(), view, x.data(), cols, tokens, y.data(), rows, scratch);
     for (int64_t b = 0; b < tokens; ++b) {
-      std::vector<ActBlock> act(static_cast<size_t>(cols / kQK));
-      ref::quantize_act(x.data() + b * cols, act.data(), cols);
-      const void* a = dtype_uses_act_blocks(t) ? static_cast<const void*>(act.data()) : x.data() + b * cols;
+      std::vector<uint8_t> act(static_cast<size_t>(act_row_bytes(t, cols)));
+      prepare_act(t, x.data() + b * cols, act.data(), cols);
+      const void* a = act.data();
       for (int64_t r = 0; r < rows; ++r)
         ASSERT_NEAR(y[static_cast<size_t>(b * rows + r)], ref::dot(t, view.row(r), a, cols), 1e-3) << dtype_name(t);
     }
