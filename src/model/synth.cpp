@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -93,7 +94,8 @@ struct VocabData {
   std::vector<int32_t> types;
   std::vector<float> scores;
   std::vector<std::string> merges;
-  int64_t bos = -1, eos = -1;
+  int64_t bos = -1, eos = -1, eot = -1;
+  std::string chat_template;
   int64_t size = 0;
 };
 
@@ -158,10 +160,34 @@ Status vocab_from_tokenizer_json(const std::string& path, VocabData* v) {
       if (v->tokens[i] == s) return static_cast<int64_t>(i);
     return -1;
   };
+  // BOS/EOS and the chat template come from tokenizer_config.json beside the file when present.
+  const std::string cfg_path = std::filesystem::path(path).replace_filename("tokenizer_config.json").string();
+  std::ifstream cfg_in(cfg_path);
+  if (cfg_in) {
+    nlohmann::json cfg;
+    try {
+      cfg = nlohmann::json::parse(cfg_in);
+    } catch (const std::exception& e) {
+      return Error(cfg_path + ": invalid JSON: " + e.what());
+    }
+    auto token_text = [&](const char* key) -> std::string {
+      if (!cfg.contains(key)) return "";
+      const auto& t = cfg[key];
+      if (t.is_string()) return t.get<std::string>();
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+      return "";
+    };
+    if (const std::string b = token_text("bos_token"); !b.empty()) v->bos = find_id(b.c_str());
+    if (const std::string e = token_text("eos_token"); !e.empty()) v->eos = find_id(e.c_str());
+    if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
+      v->chat_template = cfg["chat_template"].get<std::string>();
+  }
   for (const char* b : {"<|begin_of_text|>", "<s>", "<|endoftext|>"})
     if (v->bos < 0) v->bos = find_id(b);
-  for (const char* e : {"<|eot_id|>", "<|im_end|>", "</s>", "<|end_of_text|>", "<|endoftext|>"})
+  for (const char* e : {"<|end_of_text|>", "<|im_end|>", "</s>", "<|endoftext|>"})
     if (v->eos < 0) v->eos = find_id(e);
+  for (const char* e : {"<|eot_id|>", "<|im_end|>"})
+    if (v->eot < 0 && find_id(e) != v->eos) v->eot = find_id(e);
   v->size = n;
   return Status::Ok();
 }
@@ -244,7 +270,9 @@ Expected<std::string> write_synthetic_model(const SynthOptions& opt, ThreadPool&
     if (!vocab.merges.empty()) w.set_string_array("tokenizer.ggml.merges", vocab.merges);
     if (vocab.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
     if (vocab.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
-    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    if (vocab.eot >= 0) w.set_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(vocab.eot));
+    if (!vocab.chat_template.empty()) w.set_string("tokenizer.chat_template", vocab.chat_template);
+    w.set_bool("tokenizer.ggml.add_bos_token", vocab.bos >= 0);
   }
 
   std::map<std::string, int64_t> type_counts;

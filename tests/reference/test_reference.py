@@ -117,12 +117,37 @@ def test_bundled(coda, model):
     check(want.startswith(" of Israel, and the LORD God of Israel"), "reference continuation matches llama.cpp's")
 
 
+def test_vocab_import(coda, work, root):
+    """`coda synth --vocab-from tokenizer.json` carries the Llama-3 vocabulary over id for id."""
+    import json
+    tj = os.path.join(root, "tests", "node", "node_modules", "@lenml", "tokenizer-llama3", "models", "tokenizer.json")
+    path = os.path.join(work, "llama3-vocab.gguf")
+    run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "--vocab-from", tj, "-o", path])
+    r = Reader(path)
+    j = json.load(open(tj, encoding="utf-8"))
+    want = {i: t for t, i in j["model"]["vocab"].items()}
+    want.update({t["id"]: t["content"] for t in j["added_tokens"]})
+    tokens = r.kv["tokenizer.ggml.tokens"]
+    mismatches = sum(1 for i, t in want.items() if tokens[i] != t)
+    check(len(tokens) == 128256 and mismatches == 0,
+          "vocab import: %d tokens, %d mismatches against tokenizer.json" % (len(tokens), mismatches))
+    merges = r.kv["tokenizer.ggml.merges"]
+    check(merges == j["model"]["merges"], "vocab import: %d merges in order" % len(merges))
+    check(r.kv["tokenizer.ggml.bos_token_id"] == 128000 and r.kv["tokenizer.ggml.eos_token_id"] == 128001
+          and r.kv["tokenizer.ggml.eot_token_id"] == 128009 and r.kv["tokenizer.ggml.pre"] == "llama-bpe",
+          "vocab import: BOS 128000, EOS 128001, EOT 128009, pre-tokenizer llama-bpe")
+    types = r.kv["tokenizer.ggml.token_type"]
+    check(types[128000] == 3 and types[1000] == 1, "vocab import: special tokens are control tokens")
+    check(r.tensors["token_embd.weight"][1] == [256, 128256], "vocab import: embedding has one row per token")
+
+
 def main():
     coda, work = sys.argv[1], sys.argv[2]
     quick = "--quick" in sys.argv
     os.makedirs(work, exist_ok=True)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     test_bundled(coda, os.path.join(root, "models", "coda-tiny-en-it-f16.gguf"))
+    test_vocab_import(coda, work, root)
     test_dequant(coda, work)
     test_logits(coda, work, quick)
     print("%d failure(s)" % len(failures))
