@@ -271,6 +271,20 @@ void axpy_avx2(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+uint64_t stream_read_avx2(const uint8_t* p, int64_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm256_xor_si256(a0, load32(p + i));
+    a1 = _mm256_xor_si256(a1, load32(p + i + 32));
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_xor_si256(a0, a1));
+  uint64_t acc = lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3];
+  for (; i < n; ++i) acc ^= p[i];
+  return acc;
+}
+
 KernelTable make_avx2() {
   KernelTable t{};
   t.name = "avx2";
@@ -284,6 +298,7 @@ KernelTable make_avx2() {
   t.dot[static_cast<int>(DType::Q6_K)] = dot_q6_k;
   t.dot_f32 = dot_f32_avx2;
   t.axpy_f32 = axpy_avx2;
+  t.stream_read = stream_read_avx2;
   return t;
 }
 

@@ -1,4 +1,5 @@
 // Scalar reference dot products and the scalar kernel table.
+#include <cstring>
 #include <vector>
 
 #include "core/fp16.h"
@@ -67,6 +68,18 @@ void axpy_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+uint64_t stream_read_scalar(const uint8_t* p, int64_t n) {
+  uint64_t acc = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    acc ^= v;
+  }
+  for (; i < n; ++i) acc ^= p[i];
+  return acc;
+}
+
 KernelTable make_scalar() {
   KernelTable t{};
   t.name = "scalar";
@@ -80,6 +93,7 @@ KernelTable make_scalar() {
   t.dot[static_cast<int>(DType::Q6_K)] = dot_blockwise<DType::Q6_K>;
   t.dot_f32 = ref::dot_f32;
   t.axpy_f32 = axpy_scalar;
+  t.stream_read = stream_read_scalar;
   return t;
 }
 

@@ -58,6 +58,8 @@ struct KernelTable {
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
+  // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).
+  uint64_t (*stream_read)(const uint8_t* p, int64_t n);
 };
 
 // The fastest table this CPU supports (decided once; immutable afterwards).

@@ -8,23 +8,34 @@
 
 namespace coda {
 
-double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
-  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
-  std::vector<float> buf(static_cast<size_t>(n));
-  pool.parallel_for(n, [&](int64_t b, int64_t e) { std::fill(buf.begin() + b, buf.begin() + e, 1.0f); });
+double measure_read_bandwidth(ThreadPool& pool, const std::vector<MemRange>& ranges, int reps) {
+  int64_t total = 0;
+  for (const MemRange& r : ranges) total += r.bytes;
+  if (total == 0) return 0;
   const KernelTable& k = kernels();
+  std::vector<uint64_t> sink(static_cast<size_t>(pool.size()));
   double best = 0;
-  std::vector<float> sink(static_cast<size_t>(pool.size()));
-  for (int r = 0; r < reps; ++r) {
+  for (int rep = 0; rep < reps; ++rep) {
     Timer t;
-    pool.run([&](int i, int nt) {
-      const int64_t b = n * i / nt, e = n * (i + 1) / nt;
-      // dot(x, x) reads each cache line once from memory; the second operand hits the cache.
-      sink[static_cast<size_t>(i)] += k.dot_f32(buf.data() + b, buf.data() + b, e - b);
+    pool.run([&](int tid, int nt) {
+      // Thread tid streams bytes [lo, hi) of the concatenation of the ranges.
+      const int64_t lo = total * tid / nt, hi = total * (tid + 1) / nt;
+      int64_t base = 0;
+      for (const MemRange& r : ranges) {
+        const int64_t b = std::max(lo, base), e = std::min(hi, base + r.bytes);
+        if (b < e) sink[static_cast<size_t>(tid)] ^= k.stream_read(r.data + (b - base), e - b);
+        base += r.bytes;
+      }
     });
-    best = std::max(best, static_cast<double>(bytes) / (t.ms() * 1e6));
+    best = std::max(best, static_cast<double>(total) / (t.ms() * 1e6));
   }
   return best;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
+  std::vector<uint8_t> buf(static_cast<size_t>(bytes));
+  pool.parallel_for(bytes, [&](int64_t b, int64_t e) { std::fill(buf.begin() + b, buf.begin() + e, uint8_t{1}); });
+  return measure_read_bandwidth(pool, {{buf.data(), bytes}}, reps);
 }
 
 Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, const BenchModelOptions& opt) {
@@ -53,8 +64,16 @@ Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, con
   }
   r.decode_ms = 1000.0 / r.decode_tps;
   r.bytes_per_token = model.decode_weight_bytes();
-  // Measured after the model runs, while the machine is in the same state.
-  r.bandwidth_gbs = measure_read_bandwidth(pool);
+  // The roofline uses the bandwidth of streaming exactly the weights a decode step reads, from the
+  // same mapping: on a shared VM a fresh buffer's bandwidth varies with where its pages land.
+  std::vector<MemRange> ranges;
+  const ModelWeights& w = model.weights();
+  ranges.push_back({w.output.data, w.output.rows * w.output.row_bytes});
+  for (const LayerWeights& L : w.layers)
+    for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      ranges.push_back({m->data, m->rows * m->row_bytes});
+  r.bandwidth_gbs = measure_read_bandwidth(pool, ranges);
+  r.buffer_bandwidth_gbs = measure_read_bandwidth(pool);
   r.roofline_tps = r.bandwidth_gbs * 1e9 / static_cast<double>(r.bytes_per_token);
   return r;
 }

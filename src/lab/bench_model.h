@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -21,9 +22,18 @@ struct BenchModelResult {
   double decode_tps = 0;   // best of reps, averaged over n_gen steps
   double decode_ms = 0;
   int64_t bytes_per_token = 0;  // weights read by one decode step
-  double bandwidth_gbs = 0;     // measured read bandwidth, same thread count
+  double bandwidth_gbs = 0;         // streaming the model's own weights, same thread count
+  double buffer_bandwidth_gbs = 0;  // streaming a fresh 512 MiB buffer, for comparison
   double roofline_tps = 0;
 };
+
+// Streams the given memory ranges with every thread (each takes an equal share of the bytes) and
+// returns GB/s, best of reps.
+struct MemRange {
+  const uint8_t* data;
+  int64_t bytes;
+};
+double measure_read_bandwidth(ThreadPool& pool, const std::vector<MemRange>& ranges, int reps = 5);
 
 // Streams a buffer much larger than the caches with every thread and returns GB/s (best of reps:
 // on a shared machine the bandwidth others leave varies from run to run, the best is the ceiling).
