@@ -58,13 +58,19 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 
-// Activations multiplied with quantized weights are quantized to 8 bits per 32 elements
-// (x ~= d * q) so that the inner loops are integer dot products. `sum` (sum of q) lets the K-quant
-// kernels apply their per-sub-block minimum without touching the elements again.
-struct ActBlock {
-  float d;
-  int32_t sum;
-  int8_t q[kQK];
+// Activations multiplied with Q8_0/Q4_0 weights are quantized to 8 bits per 32 elements
+// (x ~= d * q). A row of n activations is stored as structure-of-arrays: n int8 quants, then n/32
+// float scales, then n/32 int32 sums of the quants. The kernels load the scales and sums of 8
+// blocks with one vector load and apply them once per 8 blocks; the sums fold the Q4_0 offset.
+struct ActRowQ8 {
+  const int8_t* q;
+  const float* d;
+  const int32_t* sum;
+
+  ActRowQ8(const void* p, int64_t n)
+      : q(static_cast<const int8_t*>(p)),
+        d(reinterpret_cast<const float*>(q + n)),
+        sum(reinterpret_cast<const int32_t*>(d + n / kQK)) {}
 };
 
 // Activations for K-quant weights: one scale per 256 values (the super-block), and the sum of each

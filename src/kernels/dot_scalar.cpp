@@ -14,9 +14,8 @@ float dot(DType t, const void* w, const void* act, int64_t n) {
   dequantize_row(t, w, row.data(), n);
   double acc = 0;
   if (act_format(t) == ActFormat::Q8_32) {
-    const auto* a = static_cast<const ActBlock*>(act);
-    for (int64_t i = 0; i < n; ++i)
-      acc += static_cast<double>(row[i]) * static_cast<double>(a[i / kQK].d) * a[i / kQK].q[i % kQK];
+    const ActRowQ8 a(act, n);
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(row[i]) * static_cast<double>(a.d[i / kQK]) * a.q[i];
   } else if (act_format(t) == ActFormat::Q8_256) {
     const auto* a = static_cast<const ActBlockK*>(act);
     for (int64_t i = 0; i < n; ++i)
@@ -51,8 +50,8 @@ float dot_blockwise(const void* w, const void* act, int64_t n) {
     const int64_t len = std::min<int64_t>(bs, n - i);
     ref::dequantize_row(T, src + dtype_row_bytes(T, i), buf, len);
     if constexpr (act_format(T) == ActFormat::Q8_32) {
-      const auto* a = static_cast<const ActBlock*>(act) + i / kQK;
-      for (int64_t j = 0; j < len; ++j) acc += buf[j] * a[j / kQK].d * static_cast<float>(a[j / kQK].q[j % kQK]);
+      const ActRowQ8 a(act, n);
+      for (int64_t j = 0; j < len; ++j) acc += buf[j] * a.d[(i + j) / kQK] * static_cast<float>(a.q[i + j]);
     } else if constexpr (act_format(T) == ActFormat::Q8_256) {
       const auto& a = static_cast<const ActBlockK*>(act)[i / kQKK];
       for (int64_t j = 0; j < len; ++j) acc += buf[j] * a.d * static_cast<float>(a.q[j]);
@@ -62,6 +61,11 @@ float dot_blockwise(const void* w, const void* act, int64_t n) {
     }
   }
   return acc;
+}
+
+template <DType T>
+void dot4_blockwise(const void* w, const void* act, int64_t stride, int64_t n, float* out) {
+  for (int t = 0; t < 4; ++t) out[t] = dot_blockwise<T>(w, static_cast<const uint8_t*>(act) + t * stride, n);
 }
 
 void axpy_scalar(float a, const float* x, float* y, int64_t n) {
@@ -84,13 +88,21 @@ KernelTable make_scalar() {
   KernelTable t{};
   t.name = "scalar";
   t.dot[static_cast<int>(DType::F32)] = dot_blockwise<DType::F32>;
+  t.dot4[static_cast<int>(DType::F32)] = dot4_blockwise<DType::F32>;
   t.dot[static_cast<int>(DType::F16)] = dot_blockwise<DType::F16>;
+  t.dot4[static_cast<int>(DType::F16)] = dot4_blockwise<DType::F16>;
   t.dot[static_cast<int>(DType::BF16)] = dot_blockwise<DType::BF16>;
+  t.dot4[static_cast<int>(DType::BF16)] = dot4_blockwise<DType::BF16>;
   t.dot[static_cast<int>(DType::Q8_0)] = dot_blockwise<DType::Q8_0>;
+  t.dot4[static_cast<int>(DType::Q8_0)] = dot4_blockwise<DType::Q8_0>;
   t.dot[static_cast<int>(DType::Q4_0)] = dot_blockwise<DType::Q4_0>;
+  t.dot4[static_cast<int>(DType::Q4_0)] = dot4_blockwise<DType::Q4_0>;
   t.dot[static_cast<int>(DType::Q4_K)] = dot_blockwise<DType::Q4_K>;
+  t.dot4[static_cast<int>(DType::Q4_K)] = dot4_blockwise<DType::Q4_K>;
   t.dot[static_cast<int>(DType::Q5_K)] = dot_blockwise<DType::Q5_K>;
+  t.dot4[static_cast<int>(DType::Q5_K)] = dot4_blockwise<DType::Q5_K>;
   t.dot[static_cast<int>(DType::Q6_K)] = dot_blockwise<DType::Q6_K>;
+  t.dot4[static_cast<int>(DType::Q6_K)] = dot4_blockwise<DType::Q6_K>;
   t.dot_f32 = ref::dot_f32;
   t.axpy_f32 = axpy_scalar;
   t.stream_read = stream_read_scalar;

@@ -12,7 +12,7 @@
 namespace coda {
 
 // The form activations take when multiplied with weights of a given type: floats for float
-// weights, ActBlock (8 bits per 32 values) for Q8_0/Q4_0, ActBlockK (8 bits per 256) for K-quants.
+// weights, ActRowQ8 (8 bits per 32 values) for Q8_0/Q4_0, ActBlockK (8 bits per 256) for K-quants.
 enum class ActFormat { F32, Q8_32, Q8_256 };
 
 constexpr ActFormat act_format(DType t) {
@@ -37,14 +37,16 @@ void prepare_act(DType t, const float* x, void* out, int64_t n);
 
 // Dot product of one weight row of `n` elements with an activation row prepared by prepare_act.
 using DotFn = float (*)(const void* w, const void* act, int64_t n);
+// The same for 4 activation rows `stride` bytes apart (prefill): out[t] = dot(w, act + t * stride).
+using Dot4Fn = void (*)(const void* w, const void* act, int64_t stride, int64_t n, float* out);
 
 namespace ref {
 // x[0..n) = dequantized row; n is a multiple of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantizes n floats into `dst` (dtype_row_bytes(t, n) bytes). Simple, deterministic rounding.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
-// Quantizes activations into n/32 ActBlocks (n a multiple of 32).
-void quantize_act(const float* x, ActBlock* out, int64_t n);
+// Quantizes activations into the ActRowQ8 layout (n a multiple of 32; act_row_bytes(Q8_0, n) bytes).
+void quantize_act(const float* x, void* out, int64_t n);
 // Quantizes activations into n/256 ActBlockKs (n a multiple of 256).
 void quantize_act_k(const float* x, ActBlockK* out, int64_t n);
 // Reference dot: dequantizes the row and accumulates in double.
@@ -55,6 +57,7 @@ float dot_f32(const float* a, const float* b, int64_t n);
 struct KernelTable {
   const char* name;                 // "avx2" or "scalar"
   DotFn dot[40];                    // indexed by DType id; nullptr where unsupported
+  Dot4Fn dot4[40];                  // 4 tokens at once; same results as 4 calls of dot
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);

@@ -166,20 +166,23 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   }
 }
 
-void quantize_act(const float* x, ActBlock* out, int64_t n) {
+void quantize_act(const float* x, void* out, int64_t n) {
+  auto* q = static_cast<int8_t*>(out);
+  auto* d = reinterpret_cast<float*>(q + n);
+  auto* sums = reinterpret_cast<int32_t*>(d + n / kQK);
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
     float amax = 0;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
+    const float scale = amax / 127.0f;
+    const float id = scale > 0 ? 1.0f / scale : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      const int q = std::clamp(nearest(x[j] * id), -127, 127);
-      out[i].q[j] = static_cast<int8_t>(q);
-      sum += q;
+      const int v = std::clamp(nearest(x[j] * id), -127, 127);
+      q[i * kQK + j] = static_cast<int8_t>(v);
+      sum += v;
     }
-    out[i].d = d;
-    out[i].sum = sum;
+    d[i] = scale;
+    sums[i] = sum;
   }
 }
 
@@ -209,7 +212,7 @@ namespace coda {
 
 int64_t act_row_bytes(DType t, int64_t n) {
   switch (act_format(t)) {
-    case ActFormat::Q8_32: return n / kQK * static_cast<int64_t>(sizeof(ActBlock));
+    case ActFormat::Q8_32: return n + n / kQK * 8;
     case ActFormat::Q8_256: return n / kQKK * static_cast<int64_t>(sizeof(ActBlockK));
     default: return n * static_cast<int64_t>(sizeof(float));
   }
@@ -217,7 +220,7 @@ int64_t act_row_bytes(DType t, int64_t n) {
 
 void prepare_act(DType t, const float* x, void* out, int64_t n) {
   switch (act_format(t)) {
-    case ActFormat::Q8_32: ref::quantize_act(x, static_cast<ActBlock*>(out), n); break;
+    case ActFormat::Q8_32: ref::quantize_act(x, out, n); break;
     case ActFormat::Q8_256: ref::quantize_act_k(x, static_cast<ActBlockK*>(out), n); break;
     default: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); break;
   }

@@ -78,6 +78,29 @@ TEST_P(PerType, DotMatchesReference) {
   }
 }
 
+// The 4-token kernels (prefill) agree with the reference for every token.
+TEST_P(PerType, Dot4MatchesReference) {
+  const DType t = GetParam();
+  const int64_t n = 2048;
+  const auto w = random_vec(n, 31);
+  const auto q = quantized(t, w);
+  const int64_t stride = act_row_bytes(t, n);
+  std::vector<uint8_t> acts(static_cast<size_t>(4 * stride));
+  for (int k = 0; k < 4; ++k) {
+    const auto x = random_vec(n, 40 + static_cast<uint32_t>(k), 1.0f + static_cast<float>(k));
+    prepare_act(t, x.data(), acts.data() + k * stride, n);
+  }
+  for (const KernelTable* table : {&scalar_kernels(), avx2_kernels()}) {
+    if (table == nullptr) continue;
+    float out[4];
+    table->dot4[static_cast<int>(t)](q.data(), acts.data(), stride, n, out);
+    for (int k = 0; k < 4; ++k) {
+      const float want = ref::dot(t, q.data(), acts.data() + k * stride, n);
+      EXPECT_NEAR(out[k], want, 1e-4 * (1 + std::fabs(want)) + 1e-3) << table->name << " " << dtype_name(t) << " token " << k;
+    }
+  }
+}
+
 // Extreme inputs: all zeros, one huge value, and the most negative quant values.
 TEST_P(PerType, DotHandlesDegenerateBlocks) {
   const DType t = GetParam();
