@@ -57,25 +57,34 @@ inline __m256 fp16_scales8(const uint8_t* first, int stride) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
-// Q8_0: per block, the exact int32 dot is scaled once in float.
+// Q8_0 prefill: groups of 8 blocks, as Q4_0 below; the signs of the weights are applied once.
 template <int NT>
 void dot_q8_0_n(const void* w, const void* act, int64_t stride, int64_t n, float* out) {
   const auto* b = static_cast<const BlockQ8_0*>(w);
-  const int64_t nb = n / kQK;
   const uint8_t* base = static_cast<const uint8_t*>(act);
+  const int64_t nb = n / kQK;
   __m256 acc[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i wq = load32(b[i].qs);
-    const __m256i aw = _mm256_sign_epi8(wq, wq);
-    const float dw = h2f(b[i].d);
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    const __m256 dw = fp16_scales8(reinterpret_cast<const uint8_t*>(b + i), sizeof(BlockQ8_0));
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       const ActRowQ8 a(base + t * stride, n);
-      const __m256i p = mul_sum_u8_i8(aw, _mm256_sign_epi8(load32(a.q + i * kQK), wq));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a.d[i]), acc[t]);
+      __m256i p[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) p[k] = mul_sum_i8_i8(load32(b[i + k].qs), load32(a.q + (i + k) * kQK));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8(p)), _mm256_mul_ps(dw, _mm256_loadu_ps(a.d + i)), acc[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(acc[t]);
+    const ActRowQ8 a(base + t * stride, n);
+    for (int64_t j = i; j < nb; ++j)
+      out[t] += hsum(_mm256_cvtepi32_ps(mul_sum_i8_i8(load32(b[j].qs), load32(a.q + j * kQK)))) * h2f(b[j].d) * a.d[j];
+  }
 }
 
 // Q4_0 quants stay unsigned (0..15) for maddubs; sum((q - 8) * a) = sum(q * a) - 8 * sum(a).
@@ -94,12 +103,14 @@ void dot_q4_0_n(const void* w, const void* act, int64_t stride, int64_t n, float
   const uint8_t* base = static_cast<const uint8_t*>(act);
   const int64_t nb = n / kQK;
   __m256 acc[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= nb; i += 8) {
     __m256i wq[8];
     for (int k = 0; k < 8; ++k) wq[k] = unpack_q4_0_unsigned(b[i + k].qs);
     const __m256 dw = fp16_scales8(reinterpret_cast<const uint8_t*>(b + i), sizeof(BlockQ4_0));
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       const ActRowQ8 a(base + t * stride, n);
       __m256i p[8];
@@ -109,6 +120,7 @@ void dot_q4_0_n(const void* w, const void* act, int64_t stride, int64_t n, float
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(dw, _mm256_loadu_ps(a.d + i)), acc[t]);
     }
   }
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) {
     out[t] = hsum(acc[t]);
     const ActRowQ8 a(base + t * stride, n);
@@ -199,9 +211,11 @@ template <int NT>
 void dot_q4_k_n(const void* w, const void* act, int64_t stride, int64_t n, float* out) {
   const auto* b = static_cast<const BlockQ4_K*>(w);
   const ActBlockK* a[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const ActBlockK*>(static_cast<const uint8_t*>(act) + t * stride);
   const __m256i mask = _mm256_set1_epi8(0x0F);
   __m256 acc[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
@@ -210,6 +224,7 @@ void dot_q4_k_n(const void* w, const void* act, int64_t stride, int64_t n, float
     // The 8 scales as 16-bit words in both halves; scale_k() broadcasts word k with one shuffle.
     const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
     __m256i sumi[NT];
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
@@ -217,17 +232,20 @@ void dot_q4_k_n(const void* w, const void* act, int64_t stride, int64_t n, float
       const __m256i lo = _mm256_and_si256(q, mask);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
       const __m256i s0 = scale_k(sc16, 2 * c), s1 = scale_k(sc16, 2 * c + 1);
+#pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
         const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(a[t][i].q + 64 * c)), s0);
         const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(a[t][i].q + 64 * c + 32)), s1);
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
       }
     }
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
       acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a[t][i].d), _mm256_cvtepi32_ps(mins_dot(m, a[t][i].bsums)), acc[t]);
     }
   }
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
 }
 
@@ -235,10 +253,12 @@ template <int NT>
 void dot_q5_k_n(const void* w, const void* act, int64_t stride, int64_t n, float* out) {
   const auto* b = static_cast<const BlockQ5_K*>(w);
   const ActBlockK* a[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const ActBlockK*>(static_cast<const uint8_t*>(act) + t * stride);
   const __m256i mask = _mm256_set1_epi8(0x0F);
   const __m256i bit = _mm256_set1_epi8(0x10);
   __m256 acc[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
@@ -250,6 +270,7 @@ void dot_q5_k_n(const void* w, const void* act, int64_t stride, int64_t n, float
     // left by 4 (3) puts bit 0 (1) at bit 4; the 16-bit shift crosses bytes, the mask undoes that.
     __m256i qh = load32(b[i].qh);
     __m256i sumi[NT];
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
@@ -260,17 +281,20 @@ void dot_q5_k_n(const void* w, const void* act, int64_t stride, int64_t n, float
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, mask), h0);
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
       const __m256i s0 = scale_k(sc16, 2 * c), s1 = scale_k(sc16, 2 * c + 1);
+#pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
         const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(a[t][i].q + 64 * c)), s0);
         const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(a[t][i].q + 64 * c + 32)), s1);
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
       }
     }
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
       acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a[t][i].d), _mm256_cvtepi32_ps(mins_dot(m, a[t][i].bsums)), acc[t]);
     }
   }
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
 }
 
@@ -280,10 +304,12 @@ template <int NT>
 void dot_q6_k_n(const void* w, const void* act, int64_t stride, int64_t n, float* out) {
   const auto* b = static_cast<const BlockQ6_K*>(w);
   const ActBlockK* a[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const ActBlockK*>(static_cast<const uint8_t*>(act) + t * stride);
   const __m256i mask4 = _mm256_set1_epi8(0x0F);
   const __m256i mask2 = _mm256_set1_epi8(0x30);
   __m256 acc[NT];
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = h2f(b[i].d);
@@ -291,6 +317,7 @@ void dot_q6_k_n(const void* w, const void* act, int64_t stride, int64_t n, float
     // Scales 0..7 (first half of the super-block) and 8..15 (second half) copied to both lanes.
     const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11)};
     __m256i sumi[NT];
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums)));
       sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
@@ -316,15 +343,18 @@ void dot_q6_k_n(const void* w, const void* act, int64_t stride, int64_t n, float
                                             4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2,
                                             4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3,
                                             4 * k + 2, 4 * k + 3));
+#pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
           const __m256i p16 = _mm256_maddubs_epi16(q[k], load32(a[t][i].q + 128 * half + 32 * k));
           sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, scv));
         }
       }
     }
+#pragma GCC unroll 4
     for (int t = 0; t < NT; ++t)
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
   }
+#pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
 }
 
