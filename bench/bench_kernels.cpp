@@ -10,7 +10,7 @@
 namespace coda {
 namespace {
 
-void BM_Dot(benchmark::State& state, DType t, bool simd) {
+void BM_Dot(benchmark::State& state, DType t, int level) {
   const int64_t n = 4096;
   std::mt19937 rng(1);
   std::normal_distribution<float> d;
@@ -22,18 +22,19 @@ void BM_Dot(benchmark::State& state, DType t, bool simd) {
   std::vector<uint8_t> act(static_cast<size_t>(act_row_bytes(t, n)));
   prepare_act(t, x.data(), act.data(), n);
   const void* a = act.data();
-  const KernelTable* k = simd ? avx2_kernels() : &scalar_kernels();
+  const KernelTable* k = level == 2 ? avx512_kernels() : level == 1 ? avx2_kernels() : &scalar_kernels();
   if (k == nullptr) {
-    state.SkipWithError("no AVX2");
+    state.SkipWithError("this CPU lacks the instruction set");
     return;
   }
   for (auto _ : state) benchmark::DoNotOptimize(k->dot[static_cast<int>(t)](q.data(), a, n));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
 }
 
-#define CODA_BENCH_TYPE(T)                                              \
-  BENCHMARK_CAPTURE(BM_Dot, T##_avx2, DType::T, true);                  \
-  BENCHMARK_CAPTURE(BM_Dot, T##_scalar, DType::T, false);
+#define CODA_BENCH_TYPE(T)                             \
+  BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2);  \
+  BENCHMARK_CAPTURE(BM_Dot, T##_avx2, DType::T, 1);    \
+  BENCHMARK_CAPTURE(BM_Dot, T##_scalar, DType::T, 0);
 
 CODA_BENCH_TYPE(F32)
 CODA_BENCH_TYPE(F16)

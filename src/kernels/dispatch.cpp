@@ -6,7 +6,8 @@
 
 namespace coda {
 
-const KernelTable* avx2_kernels_unchecked();  // dot_avx2.cpp
+const KernelTable* avx2_kernels_unchecked();    // dot_avx2.cpp
+const KernelTable* avx512_kernels_unchecked();  // dot_avx512.cpp
 
 const KernelTable* avx2_kernels() {
 #if defined(__x86_64__)
@@ -18,10 +19,32 @@ const KernelTable* avx2_kernels() {
 #endif
 }
 
+const KernelTable* avx512_kernels() {
+#if defined(__x86_64__)
+  static const bool ok = avx2_kernels() != nullptr && __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok ? avx512_kernels_unchecked() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+std::vector<const KernelTable*> available_kernels() {
+  std::vector<const KernelTable*> out{&scalar_kernels()};
+  if (avx2_kernels() != nullptr) out.push_back(avx2_kernels());
+  if (avx512_kernels() != nullptr) out.push_back(avx512_kernels());
+  return out;
+}
+
 const KernelTable& kernels() {
   static const KernelTable* chosen = [] {
+    // CODA_KERNELS=scalar|avx2 caps the level (comparisons, debugging); the default is the best.
     const char* force = std::getenv("CODA_KERNELS");
-    if (force != nullptr && std::strcmp(force, "scalar") == 0) return &scalar_kernels();
+    const bool scalar_only = force != nullptr && std::strcmp(force, "scalar") == 0;
+    const bool avx2_only = force != nullptr && std::strcmp(force, "avx2") == 0;
+    if (scalar_only) return &scalar_kernels();
+    if (!avx2_only && avx512_kernels() != nullptr) return avx512_kernels();
     const KernelTable* fast = avx2_kernels();
     return fast != nullptr ? fast : &scalar_kernels();
   }();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/blocks.h"
@@ -71,5 +72,9 @@ const KernelTable& kernels();
 const KernelTable& scalar_kernels();
 // The AVX2 table, or nullptr when this CPU lacks AVX2/FMA/F16C.
 const KernelTable* avx2_kernels();
+// The AVX-512 (F/BW/VL/VNNI) table, or nullptr when this CPU lacks one of them.
+const KernelTable* avx512_kernels();
+// Every table this CPU can run, scalar first (tests compare them all with the references).
+std::vector<const KernelTable*> available_kernels();
 
 }  // namespace coda

@@ -70,11 +70,8 @@ TEST_P(PerType, DotMatchesReference) {
     double mag = 0;
     for (int64_t i = 0; i < n; ++i) mag += std::fabs(wd[i] * x[i]);
     const double tol = 2e-6 * mag + 1e-6;
-    EXPECT_NEAR(scalar_kernels().dot[static_cast<int>(t)](q.data(), a, n), want, tol) << dtype_name(t) << " n=" << n;
-    if (const KernelTable* k = avx2_kernels()) {
-      EXPECT_NEAR(k->dot[static_cast<int>(t)](q.data(), a, n), want, tol) << dtype_name(t) << " n=" << n;
-    }
-    EXPECT_NEAR(kernels().dot[static_cast<int>(t)](q.data(), a, n), want, tol) << dtype_name(t) << " n=" << n;
+    for (const KernelTable* k : available_kernels())
+      EXPECT_NEAR(k->dot[static_cast<int>(t)](q.data(), a, n), want, tol) << k->name << " " << dtype_name(t) << " n=" << n;
   }
 }
 
@@ -90,8 +87,7 @@ TEST_P(PerType, Dot4MatchesReference) {
     const auto x = random_vec(n, 40 + static_cast<uint32_t>(k), 1.0f + static_cast<float>(k));
     prepare_act(t, x.data(), acts.data() + k * stride, n);
   }
-  for (const KernelTable* table : {&scalar_kernels(), avx2_kernels()}) {
-    if (table == nullptr) continue;
+  for (const KernelTable* table : available_kernels()) {
     float out[4];
     table->dot4[static_cast<int>(t)](q.data(), acts.data(), stride, n, out);
     for (int k = 0; k < 4; ++k) {
@@ -113,7 +109,8 @@ TEST_P(PerType, DotHandlesDegenerateBlocks) {
   prepare_act(t, x.data(), act.data(), n);
   const void* a = act.data();
   const float want = ref::dot(t, q.data(), a, n);
-  EXPECT_NEAR(kernels().dot[static_cast<int>(t)](q.data(), a, n), want, 1e-3 * std::fabs(want) + 1e-3);
+  for (const KernelTable* k : available_kernels())
+    EXPECT_NEAR(k->dot[static_cast<int>(t)](q.data(), a, n), want, 1e-3 * std::fabs(want) + 1e-3) << k->name;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, PerType, ::testing::ValuesIn(kTypes),

@@ -1,0 +1,15 @@
+// The same kernels built for AVX-512 (F, BW, VL, VNNI): 256-bit code with 32 registers and dpbusd.
+// Chosen at run time only on CPUs that report all four (dispatch.cpp).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define CODA_SIMD_NAME "avx512"
+#define CODA_SIMD_ENTRY avx512_kernels_unchecked
+#define CODA_SIMD_VNNI 1
+#include "kernels/dot_simd.inc"
+#pragma GCC pop_options
