@@ -4,45 +4,76 @@
 
 namespace coda {
 
-void matmul(ThreadPool& pool, const KernelTable& k, const WeightView& w, const float* x, int64_t in_stride,
-            int64_t n_tokens, float* y, int64_t out_stride, MatmulScratch& scratch) {
+namespace {
+
+// Rows are processed in tiles so that a tile of weights stays in cache while every token of a
+// prefill batch passes over it; decode (one token) streams the weights exactly once.
+constexpr int64_t kTile = 16;
+
+void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, const void* act_base,
+              int64_t act_stride, int64_t n_tokens) {
+  const WeightView& w = *m.w;
   const DotFn dot = k.dot[static_cast<int>(w.type)];
   const Dot4Fn dot4 = k.dot4[static_cast<int>(w.type)];
+  int64_t b = 0;
+  for (; b + 4 <= n_tokens; b += 4) {  // prefill: 4 tokens per pass over a weight row
+    const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
+    for (int64_t r = r0; r < r1; ++r) {
+      float out[4];
+      dot4(w.row(r), act, act_stride, w.cols, out);
+      for (int t = 0; t < 4; ++t) m.y[(b + t) * m.out_stride + r] = out[t];
+    }
+  }
+  for (; b < n_tokens; ++b) {
+    const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
+    float* out = m.y + b * m.out_stride;
+    for (int64_t r = r0; r < r1; ++r) out[r] = dot(w.row(r), act, w.cols);
+  }
+}
+
+}  // namespace
+
+void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
+                  int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch) {
+  // Matrices of different types (Q4_K_M files mix Q4_K and Q6_K) take different activation forms:
+  // run them one by one. Same-typed matrices share the activations and one parallel region.
+  for (size_t i = 1; i < outs.size(); ++i) {
+    if (outs[i].w->type != outs[0].w->type || outs[i].w->cols != outs[0].w->cols) {
+      for (const MatmulOut& m : outs) matmul_multi(pool, k, {m}, x, in_stride, n_tokens, scratch);
+      return;
+    }
+  }
+  const WeightView& w0 = *outs[0].w;
   const void* act_base = x;
-  int64_t act_stride_bytes = in_stride * static_cast<int64_t>(sizeof(float));
-  if (act_format(w.type) != ActFormat::F32) {
-    // Quantize each token's activations once; every output row reuses them.
-    act_stride_bytes = act_row_bytes(w.type, w.cols);
-    scratch.act.resize(static_cast<size_t>(act_stride_bytes * n_tokens));
+  int64_t act_stride = in_stride * static_cast<int64_t>(sizeof(float));
+  if (act_format(w0.type) != ActFormat::F32) {
+    // Quantize each token's activations once; every output row of every matrix reuses them.
+    act_stride = act_row_bytes(w0.type, w0.cols);
+    scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
     for (int64_t b = 0; b < n_tokens; ++b)
-      prepare_act(w.type, x + b * in_stride, scratch.act.data() + b * act_stride_bytes, w.cols);
+      prepare_act(w0.type, x + b * in_stride, scratch.act.data() + b * act_stride, w0.cols);
     act_base = scratch.act.data();
   }
-  // Rows are processed in tiles so that a tile of weights stays in cache while every token of a
-  // prefill batch passes over it; decode (one token) streams the weights exactly once.
-  constexpr int64_t kTile = 16;
+  int64_t total = 0;
+  for (const MatmulOut& m : outs) total += m.w->rows;
+  // One range over the concatenated rows of all matrices, split evenly between threads.
   pool.parallel_for(
-      w.rows,
+      total,
       [&](int64_t begin, int64_t end) {
-        for (int64_t r0 = begin; r0 < end; r0 += kTile) {
-          const int64_t r1 = std::min(end, r0 + kTile);
-          int64_t b = 0;
-          for (; b + 4 <= n_tokens; b += 4) {  // prefill: 4 tokens per pass over a weight row
-            const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride_bytes;
-            for (int64_t r = r0; r < r1; ++r) {
-              float out[4];
-              dot4(w.row(r), act, act_stride_bytes, w.cols, out);
-              for (int t = 0; t < 4; ++t) y[(b + t) * out_stride + r] = out[t];
-            }
-          }
-          for (; b < n_tokens; ++b) {
-            const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride_bytes;
-            float* out = y + b * out_stride;
-            for (int64_t r = r0; r < r1; ++r) out[r] = dot(w.row(r), act, w.cols);
-          }
+        int64_t base = 0;
+        for (const MatmulOut& m : outs) {
+          const int64_t lo = std::max(begin, base), hi = std::min(end, base + m.w->rows);
+          for (int64_t r0 = lo; r0 < hi; r0 += kTile)
+            run_rows(k, m, r0 - base, std::min(hi, r0 + kTile) - base, act_base, act_stride, n_tokens);
+          base += m.w->rows;
         }
       },
       kTile);
+}
+
+void matmul(ThreadPool& pool, const KernelTable& k, const WeightView& w, const float* x, int64_t in_stride,
+            int64_t n_tokens, float* y, int64_t out_stride, MatmulScratch& scratch) {
+  matmul_multi(pool, k, {{&w, y, out_stride}}, x, in_stride, n_tokens, scratch);
 }
 
 }  // namespace coda

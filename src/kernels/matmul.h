@@ -26,6 +26,18 @@ struct MatmulScratch {
   std::vector<uint8_t> act;
 };
 
+// One matrix of a multi-matrix product and where its output goes.
+struct MatmulOut {
+  const WeightView* w;
+  float* y;
+  int64_t out_stride;
+};
+
+// Several matrices applied to the same input (Q, K and V; gate and up): the activations are
+// prepared once and all rows run in one parallel region, one barrier instead of one per matrix.
+void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
+                  int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch);
+
 // y[b * out_stride + r] = dot(W row r, x[b * in_stride ...]) for b < n_tokens, r < W.rows.
 void matmul(ThreadPool& pool, const KernelTable& k, const WeightView& w, const float* x, int64_t in_stride,
             int64_t n_tokens, float* y, int64_t out_stride, MatmulScratch& scratch);

@@ -61,9 +61,8 @@ Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, Threa
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
     for (int64_t t = 0; t < n; ++t)
       rms_norm(buf.x.data() + t * dim, L.attn_norm.data(), buf.xn.data() + t * dim, dim, c.norm_eps);
-    matmul(pool, k, L.wq, buf.xn.data(), dim, n, buf.q.data(), qd, buf.mm);
-    matmul(pool, k, L.wk, buf.xn.data(), dim, n, buf.k.data(), kvd, buf.mm);
-    matmul(pool, k, L.wv, buf.xn.data(), dim, n, buf.v.data(), kvd, buf.mm);
+    matmul_multi(pool, k, {{&L.wq, buf.q.data(), qd}, {&L.wk, buf.k.data(), kvd}, {&L.wv, buf.v.data(), kvd}},
+                 buf.xn.data(), dim, n, buf.mm);
     for (int64_t t = 0; t < n; ++t) {
       float* q = buf.q.data() + t * qd;
       float* kk = buf.k.data() + t * kvd;
@@ -87,8 +86,8 @@ Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, Threa
 
     for (int64_t t = 0; t < n; ++t)
       rms_norm(buf.x.data() + t * dim, L.ffn_norm.data(), buf.xn.data() + t * dim, dim, c.norm_eps);
-    matmul(pool, k, L.w_gate, buf.xn.data(), dim, n, buf.gate.data(), c.ffn_dim, buf.mm);
-    matmul(pool, k, L.w_up, buf.xn.data(), dim, n, buf.up.data(), c.ffn_dim, buf.mm);
+    matmul_multi(pool, k, {{&L.w_gate, buf.gate.data(), c.ffn_dim}, {&L.w_up, buf.up.data(), c.ffn_dim}},
+                 buf.xn.data(), dim, n, buf.mm);
     swiglu(buf.gate.data(), buf.up.data(), n * c.ffn_dim);
     matmul(pool, k, L.w_down, buf.gate.data(), c.ffn_dim, n, buf.xn.data(), dim, buf.mm);
     for (int64_t i = 0; i < n * dim; ++i) buf.x[static_cast<size_t>(i)] += buf.xn[static_cast<size_t>(i)];
