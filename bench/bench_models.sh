@@ -11,6 +11,6 @@ mkdir -p "$out"
 for t in Q8_0 Q4_0 Q4_K; do
   model="$out/llama-3.2-1b-$t.gguf"
   [ -f "$model" ] || "$coda" synth --shape llama-3.2-1b --type "$t" -o "$model"
-  "$coda" bench-model -m "$model" -t "$threads" -p 128 -n 32 -r 3 --json | tee -a "$out/bench-models.jsonl"
+  "$coda" bench-model -m "$model" -t "$threads" -p 128 -n 32 -r 5 --json | tee -a "$out/bench-models.jsonl"
 done
 echo "results: $out/bench-models.jsonl"

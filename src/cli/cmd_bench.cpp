@@ -29,16 +29,18 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                    ThreadPool pool(f->threads > 0 ? f->threads : default_threads());
                    auto r = bench_model(**model, pool, f->opt);
                    if (!r) return fail(r.message());
-                   const double frac = r->decode_tps / r->roofline_tps;
+                   const double frac = r->roofline_fraction;
+                   std::string reps;
+                   for (double x : r->rep_fractions) reps += (reps.empty() ? "" : ",") + std::to_string(x).substr(0, 5);
                    if (f->json) {
                      std::printf(
                          "{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"n_prompt\":%lld,\"prefill_tps\":%.2f,"
                          "\"n_gen\":%lld,\"decode_tps\":%.3f,\"decode_ms\":%.3f,\"bytes_per_token\":%lld,"
-                         "\"bandwidth_gbs\":%.2f,\"buffer_bandwidth_gbs\":%.2f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.3f}\n",
+                         "\"bandwidth_gbs\":%.2f,\"buffer_bandwidth_gbs\":%.2f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.3f,\"rep_fractions\":[%s]}\n",
                          path.c_str(), pool.size(), kernels().name, static_cast<long long>(f->opt.n_prompt),
                          r->prefill_tps, static_cast<long long>(f->opt.n_gen), r->decode_tps, r->decode_ms,
                          static_cast<long long>(r->bytes_per_token), r->bandwidth_gbs, r->buffer_bandwidth_gbs,
-                         r->roofline_tps, frac);
+                         r->roofline_tps, frac, reps.c_str());
                    } else {
                      std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
                      std::printf("prefill    %.2f tokens/s (%lld-token prompt)\n", r->prefill_tps,
@@ -48,7 +50,9 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                                  r->bandwidth_gbs, r->buffer_bandwidth_gbs);
                      std::printf("roofline   %.1f MiB of weights per token / %.2f GB/s = %.2f tokens/s\n",
                                  static_cast<double>(r->bytes_per_token) / (1 << 20), r->bandwidth_gbs, r->roofline_tps);
-                     std::printf("decode is  %.1f%% of the roofline\n", 100 * frac);
+                     std::printf("decode is  %.1f%% of the roofline (median over repetitions, each against the bandwidth "
+                                 "measured around it: %s)\n",
+                                 100 * frac, reps.c_str());
                    }
                    return 0;
                  }});

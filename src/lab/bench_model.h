@@ -22,9 +22,14 @@ struct BenchModelResult {
   double decode_tps = 0;   // best of reps, averaged over n_gen steps
   double decode_ms = 0;
   int64_t bytes_per_token = 0;  // weights read by one decode step
-  double bandwidth_gbs = 0;         // streaming the model's own weights, same thread count
+  double bandwidth_gbs = 0;         // streaming the model's own weights, same thread count (best)
   double buffer_bandwidth_gbs = 0;  // streaming a fresh 512 MiB buffer, for comparison
-  double roofline_tps = 0;
+  double roofline_tps = 0;          // bandwidth_gbs / bytes_per_token
+  // Each repetition's decode rate over the roofline of the higher of the bandwidths measured just
+  // before and just after it (shared machines change bandwidth from one second to the next), and
+  // the median of those.
+  std::vector<double> rep_fractions;
+  double roofline_fraction = 0;
 };
 
 // Streams the given memory ranges with every thread (each takes an equal share of the bytes) and
