@@ -1,6 +1,9 @@
 // Chooses the kernel table once, from what the CPU reports.
 #include <cstdlib>
 #include <cstring>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "kernels/kernels.h"
 
@@ -9,10 +12,17 @@ namespace coda {
 const KernelTable* avx2_kernels_unchecked();    // dot_avx2.cpp
 const KernelTable* avx512_kernels_unchecked();  // dot_avx512.cpp
 
+#if defined(__x86_64__)
+// F16C is CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows "f16c").
+static bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+}
+#endif
+
 const KernelTable* avx2_kernels() {
 #if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   return ok ? avx2_kernels_unchecked() : nullptr;
 #else
   return nullptr;

@@ -7,9 +7,17 @@
 
 #include "kernels/kernels.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #define CODA_SIMD_NAME "avx2"
 #define CODA_SIMD_ENTRY avx2_kernels_unchecked
 #include "kernels/dot_simd.inc"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

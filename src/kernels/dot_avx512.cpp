@@ -6,10 +6,18 @@
 
 #include "kernels/kernels.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#endif
 #define CODA_SIMD_NAME "avx512"
 #define CODA_SIMD_ENTRY avx512_kernels_unchecked
 #define CODA_SIMD_VNNI 1
 #include "kernels/dot_simd.inc"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

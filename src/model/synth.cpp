@@ -111,7 +111,18 @@ Status vocab_from_gguf(const std::string& path, VocabData* v) {
   return Status::Ok();
 }
 
+Status vocab_from_tokenizer_json_unchecked(const std::string& path, VocabData* v);
+
+// nlohmann::json throws on values of the wrong type; a malformed file is an error, not a crash.
 Status vocab_from_tokenizer_json(const std::string& path, VocabData* v) {
+  try {
+    return vocab_from_tokenizer_json_unchecked(path, v);
+  } catch (const std::exception& e) {
+    return Error(path + ": unexpected tokenizer.json content: " + e.what());
+  }
+}
+
+Status vocab_from_tokenizer_json_unchecked(const std::string& path, VocabData* v) {
   std::ifstream in(path);
   if (!in) return Error("cannot open '" + path + "'");
   nlohmann::json j;
@@ -125,9 +136,15 @@ Status vocab_from_tokenizer_json(const std::string& path, VocabData* v) {
     return Error(path + ": expected a Hugging Face tokenizer.json with a BPE model and a vocab");
   const auto& vocab = j["model"]["vocab"];
   int64_t n = 0;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) n = std::max<int64_t>(n, it.value().get<int64_t>() + 1);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (it.value().get<int64_t>() < 0) return Error(path + ": negative token id for '" + it.key() + "'");
+    n = std::max<int64_t>(n, it.value().get<int64_t>() + 1);
+  }
   if (j.contains("added_tokens"))
-    for (const auto& t : j["added_tokens"]) n = std::max<int64_t>(n, t["id"].get<int64_t>() + 1);
+    for (const auto& t : j["added_tokens"]) {
+      if (t["id"].get<int64_t>() < 0) return Error(path + ": negative added-token id");
+      n = std::max<int64_t>(n, t["id"].get<int64_t>() + 1);
+    }
   if (n <= 0 || n > (1 << 24)) return Error(path + ": vocabulary size " + std::to_string(n) + " is out of range");
   v->tokens.assign(static_cast<size_t>(n), "");
   v->types.assign(static_cast<size_t>(n), 1);

@@ -183,8 +183,11 @@ std::string Vocab::token_bytes(int32_t id) const {
   const TokenType t = type(id);
   const std::string& p = piece(id);
   if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) return {};
-  if (t == TokenType::Byte && p.size() == 6 && p.rfind("<0x", 0) == 0)
-    return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+  if (t == TokenType::Byte && p.size() == 6 && p.rfind("<0x", 0) == 0 && p[5] == '>') {
+    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+    const int hi = hex(p[3]), lo = hex(p[4]);
+    if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
+  }
   if (model_ != "llama") return p;
   std::string out;
   for (size_t i = 0; i < p.size();) {

@@ -1,10 +1,13 @@
-// libFuzzer target: arbitrary bytes through the GGUF reader, then through the model-config and
-// vocabulary readers that consume its metadata. Any crash, sanitizer report or leak is a bug.
+// libFuzzer target: arbitrary bytes through the GGUF reader, then through everything that consumes
+// a parsed file: model config and weight binding (and one forward step when a model binds), and the
+// vocabulary (encode, decode of every token). Any crash, sanitizer report or leak is a bug.
 #include <cstddef>
 #include <cstdint>
 
+#include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "tokenizer/vocab.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -15,6 +18,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (v.ok()) {
     auto ids = v->encode("In the beginning \xE2\x96\x81 <s>", true);
     if (ids.ok()) (void)v->decode(*ids);
+    std::vector<int32_t> all;
+    for (int32_t id = 0; id < v->size() && id < 512; ++id) all.push_back(id);
+    (void)v->decode(all);
+  }
+  auto m = coda::Model::from_gguf(*f);
+  if (m.ok()) {
+    static coda::ThreadPool pool(1);
+    coda::KvCache kv((*m)->config(), 2);
+    coda::ForwardBuffers buf;
+    std::vector<float> logits(static_cast<size_t>((*m)->config().n_vocab));
+    const int32_t toks[2] = {0, 1 % static_cast<int32_t>((*m)->config().n_vocab)};
+    (void)(*m)->forward(toks, 2, kv, pool, buf, logits.data(), false);
   }
   for (const auto& t : f->tensors()) {
     volatile uint8_t sink = 0;

@@ -11,14 +11,15 @@ if [ -z "$clangxx" ]; then
   echo "clang++ not found: run scripts/bootstrap.sh" >&2
   exit 1
 fi
-srcs=(src/core/dtype.cpp src/core/mapped_file.cpp src/gguf/gguf_reader.cpp src/model/config.cpp src/tokenizer/vocab.cpp)
+# The whole core library except the benchmark and synthetic-model tools.
+srcs=($(cd "$root" && ls src/core/*.cpp src/gguf/*.cpp src/kernels/*.cpp src/model/*.cpp src/tokenizer/*.cpp | grep -v synth))
 bin="$out/fuzz_gguf"
-newest=$(cd "$root" && ls -t "${srcs[@]}" tests/fuzz/fuzz_gguf.cpp src/*/*.h | head -1)
+newest=$(cd "$root" && ls -t "${srcs[@]}" tests/fuzz/fuzz_gguf.cpp src/*/*.h src/kernels/*.inc | head -1)
 if [ ! -x "$bin" ] || [ "$root/$newest" -nt "$bin" ]; then
   (cd "$root" && "$clangxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Isrc tests/fuzz/fuzz_gguf.cpp "${srcs[@]}" -o "$bin")
 fi
 /usr/bin/python3 "$root/tests/fuzz/make_seeds.py" "$out/seeds"
 # -rss_limit_mb bounds memory; -max_len lets mutations grow past the seeds; artifacts land in $out.
-"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=131072 -print_final_stats=1 \
   -artifact_prefix="$out/" "$out/corpus" "$out/seeds" 2>&1 | tail -n 15
