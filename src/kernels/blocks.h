@@ -73,6 +73,16 @@ struct ActRowQ8 {
         sum(reinterpret_cast<const int32_t*>(d + n / kQK)) {}
 };
 
+// Q4_0 weights take ActRowQ8 with the quants of each pair of blocks (2p, 2p+1) interleaved by
+// halves: a[2p][0..15], a[2p+1][0..15], a[2p][16..31], a[2p+1][16..31]. That matches a register
+// holding the 16 quant bytes of both blocks (low nibbles: elements 0..15, high: 16..31), so one
+// pair needs no shuffles. An odd last block keeps the natural order. Scales and sums: natural.
+inline int64_t q4_0_paired_index(int64_t i, int64_t n) {
+  const int64_t nb = n / kQK, k = i / kQK, j = i % kQK;
+  if (k >= nb - nb % 2) return i;
+  return 64 * (k / 2) + (j < 16 ? 0 : 32) + (k % 2) * 16 + j % 16;
+}
+
 // Activations for K-quant weights: one scale per 256 values (the super-block), and the sum of each
 // 16 quants, so that the K-quant kernels accumulate a whole super-block in integers and apply the
 // sub-block minimums (Q4_K, Q5_K) or the -32 offset (Q6_K) from the sums alone.

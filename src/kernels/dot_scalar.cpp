@@ -16,6 +16,10 @@ float dot(DType t, const void* w, const void* act, int64_t n) {
   if (act_format(t) == ActFormat::Q8_32) {
     const ActRowQ8 a(act, n);
     for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(row[i]) * static_cast<double>(a.d[i / kQK]) * a.q[i];
+  } else if (act_format(t) == ActFormat::Q8_32_PAIRED) {
+    const ActRowQ8 a(act, n);
+    for (int64_t i = 0; i < n; ++i)
+      acc += static_cast<double>(row[i]) * static_cast<double>(a.d[i / kQK]) * a.q[q4_0_paired_index(i, n)];
   } else if (act_format(t) == ActFormat::Q8_256) {
     const auto* a = static_cast<const ActBlockK*>(act);
     for (int64_t i = 0; i < n; ++i)
@@ -52,6 +56,10 @@ float dot_blockwise(const void* w, const void* act, int64_t n) {
     if constexpr (act_format(T) == ActFormat::Q8_32) {
       const ActRowQ8 a(act, n);
       for (int64_t j = 0; j < len; ++j) acc += buf[j] * a.d[(i + j) / kQK] * static_cast<float>(a.q[i + j]);
+    } else if constexpr (act_format(T) == ActFormat::Q8_32_PAIRED) {
+      const ActRowQ8 a(act, n);
+      for (int64_t j = 0; j < len; ++j)
+        acc += buf[j] * a.d[(i + j) / kQK] * static_cast<float>(a.q[q4_0_paired_index(i + j, n)]);
     } else if constexpr (act_format(T) == ActFormat::Q8_256) {
       const auto& a = static_cast<const ActBlockK*>(act)[i / kQKK];
       for (int64_t j = 0; j < len; ++j) acc += buf[j] * a.d * static_cast<float>(a.q[j]);

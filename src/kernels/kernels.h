@@ -13,14 +13,16 @@
 namespace coda {
 
 // The form activations take when multiplied with weights of a given type: floats for float
-// weights, ActRowQ8 (8 bits per 32 values) for Q8_0/Q4_0, ActBlockK (8 bits per 256) for K-quants.
-enum class ActFormat { F32, Q8_32, Q8_256 };
+// weights, ActRowQ8 (8 bits per 32 values) for Q8_0 (Q4_0: with paired blocks interleaved, see
+// q4_0_paired_index), ActBlockK (8 bits per 256) for K-quants.
+enum class ActFormat { F32, Q8_32, Q8_32_PAIRED, Q8_256 };
 
 constexpr ActFormat act_format(DType t) {
   switch (t) {
     case DType::Q8_0:
-    case DType::Q4_0:
       return ActFormat::Q8_32;
+    case DType::Q4_0:
+      return ActFormat::Q8_32_PAIRED;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:

@@ -212,7 +212,8 @@ namespace coda {
 
 int64_t act_row_bytes(DType t, int64_t n) {
   switch (act_format(t)) {
-    case ActFormat::Q8_32: return n + n / kQK * 8;
+    case ActFormat::Q8_32:
+    case ActFormat::Q8_32_PAIRED: return n + n / kQK * 8;
     case ActFormat::Q8_256: return n / kQKK * static_cast<int64_t>(sizeof(ActBlockK));
     default: return n * static_cast<int64_t>(sizeof(float));
   }
@@ -221,6 +222,16 @@ int64_t act_row_bytes(DType t, int64_t n) {
 void prepare_act(DType t, const float* x, void* out, int64_t n) {
   switch (act_format(t)) {
     case ActFormat::Q8_32: ref::quantize_act(x, out, n); break;
+    case ActFormat::Q8_32_PAIRED: {
+      ref::quantize_act(x, out, n);
+      auto* q = static_cast<int8_t*>(out);
+      int8_t pair[2 * kQK];
+      for (int64_t p = 0; p + 1 < n / kQK; p += 2) {
+        for (int j = 0; j < 2 * kQK; ++j) pair[q4_0_paired_index(p * kQK + j, n) - p * kQK] = q[p * kQK + j];
+        std::memcpy(q + p * kQK, pair, sizeof pair);
+      }
+      break;
+    }
     case ActFormat::Q8_256: ref::quantize_act_k(x, static_cast<ActBlockK*>(out), n); break;
     default: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); break;
   }

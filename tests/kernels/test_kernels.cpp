@@ -56,7 +56,10 @@ TEST_P(PerType, QuantizationErrorIsBoundedByTheFormat) {
 // The selected (SIMD) kernel and the scalar table agree with the reference dot product.
 TEST_P(PerType, DotMatchesReference) {
   const DType t = GetParam();
-  for (int64_t n : {256, 512, 4096, 8192}) {
+  // 32-element formats also get block counts that are odd and not multiples of 8 (tail paths).
+  std::vector<int64_t> sizes = {256, 512, 4096, 8192};
+  if (dtype_info(static_cast<uint32_t>(t))->block_size == 32) sizes.insert(sizes.end(), {32, 96, 416, 4064});
+  for (int64_t n : sizes) {
     const auto w = random_vec(n, static_cast<uint32_t>(n) + 3);
     const auto x = random_vec(n, static_cast<uint32_t>(n) + 5, 2.0f);
     const auto q = quantized(t, w);
@@ -78,7 +81,7 @@ TEST_P(PerType, DotMatchesReference) {
 // The 4-token kernels (prefill) agree with the reference for every token.
 TEST_P(PerType, Dot4MatchesReference) {
   const DType t = GetParam();
-  const int64_t n = 2048;
+  const int64_t n = dtype_info(static_cast<uint32_t>(t))->block_size == 32 ? 2016 : 2048;  // 63 blocks of 32
   const auto w = random_vec(n, 31);
   const auto q = quantized(t, w);
   const int64_t stride = act_row_bytes(t, n);
