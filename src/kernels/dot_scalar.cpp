@@ -114,6 +114,7 @@ KernelTable make_scalar() {
   t.dot_f32 = ref::dot_f32;
   t.axpy_f32 = axpy_scalar;
   t.stream_read = stream_read_scalar;
+  t.prepare_act = prepare_act;
   return t;
 }
 

@@ -64,6 +64,8 @@ struct KernelTable {
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
+  // prepare_act() with this table's instructions; byte-identical to the reference.
+  void (*prepare_act)(DType t, const float* x, void* out, int64_t n);
   // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).
   uint64_t (*stream_read)(const uint8_t* p, int64_t n);
 };

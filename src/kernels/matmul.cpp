@@ -51,7 +51,7 @@ void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<Matm
     act_stride = act_row_bytes(w0.type, w0.cols);
     scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
     for (int64_t b = 0; b < n_tokens; ++b)
-      prepare_act(w0.type, x + b * in_stride, scratch.act.data() + b * act_stride, w0.cols);
+      k.prepare_act(w0.type, x + b * in_stride, scratch.act.data() + b * act_stride, w0.cols);
     act_base = scratch.act.data();
   }
   int64_t total = 0;

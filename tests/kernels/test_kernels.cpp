@@ -100,6 +100,25 @@ TEST_P(PerType, Dot4MatchesReference) {
   }
 }
 
+// Every table prepares activations byte for byte as the reference does (including zero rows and
+// huge values), since the dot kernels are held to the reference on reference-prepared inputs.
+TEST_P(PerType, PrepareActIsByteIdentical) {
+  const DType t = GetParam();
+  for (int64_t n : {256, 512, 2048}) {
+    if (n % dtype_info(static_cast<uint32_t>(t))->block_size != 0) continue;
+    auto x = random_vec(n, 77, 3.0f);
+    for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
+    x[40] = 1e30f;
+    std::vector<uint8_t> want(static_cast<size_t>(act_row_bytes(t, n)));
+    prepare_act(t, x.data(), want.data(), n);
+    for (const KernelTable* k : available_kernels()) {
+      std::vector<uint8_t> got(want.size(), 0xAA);
+      k->prepare_act(t, x.data(), got.data(), n);
+      EXPECT_EQ(got, want) << k->name << " " << dtype_name(t) << " n=" << n;
+    }
+  }
+}
+
 // Extreme inputs: all zeros, one huge value, and the most negative quant values.
 TEST_P(PerType, DotHandlesDegenerateBlocks) {
   const DType t = GetParam();
