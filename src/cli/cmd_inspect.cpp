@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "tokenizer/hf_import.h"
 #include "tokenizer/vocab.h"
 
 namespace coda::cli {
@@ -141,6 +142,27 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                      std::ofstream o(f->out, std::ios::binary);
                      o.write(reinterpret_cast<const char*>(result.data()), static_cast<std::streamsize>(result.size() * 4));
                      if (!o) return fail("cannot write '" + f->out + "'");
+                     return 0;
+                   }});
+  }
+  {
+    struct Flags {
+      std::string json, out;
+    };
+    auto f = std::make_shared<Flags>();
+    CLI::App* sub = app.add_subcommand(
+        "import-tokenizer", "Write a vocabulary-only GGUF from an HF tokenizer.json (+ tokenizer_config.json beside it)");
+    sub->add_option("tokenizer_json", f->json, "Path to tokenizer.json")->required();
+    sub->add_option("-o,--output", f->out, "Output GGUF path")->required();
+    out.push_back({sub, [f] {
+                     auto spec = import_hf_tokenizer(f->json);
+                     if (!spec) return fail(spec.message());
+                     GgufWriter w;
+                     w.set_string("general.name", "coda-vocab");
+                     spec->write(w);
+                     if (auto s = w.write(f->out); !s.ok()) return fail(s.message());
+                     std::printf("wrote %s: %s tokenizer, %zu tokens, %zu merges\n", f->out.c_str(), spec->model.c_str(),
+                                 spec->tokens.size(), spec->merges.size());
                      return 0;
                    }});
   }

@@ -5,12 +5,12 @@
 #include <map>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "kernels/kernels.h"
+#include "tokenizer/hf_import.h"
 
 namespace coda {
 
@@ -87,15 +87,7 @@ void random_row(uint64_t seed, float mean, float stddev, float* out, int64_t n) 
 struct VocabData {
   std::vector<std::pair<std::string, const GgufValue*>> copied;  // from a GGUF
   GgufFile source;
-  // From tokenizer.json or the placeholder:
-  std::string model;
-  std::string pre;
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  std::vector<float> scores;
-  std::vector<std::string> merges;
-  int64_t bos = -1, eos = -1, eot = -1;
-  std::string chat_template;
+  TokenizerSpec spec;  // from tokenizer.json or the placeholder
   int64_t size = 0;
 };
 
@@ -111,125 +103,28 @@ Status vocab_from_gguf(const std::string& path, VocabData* v) {
   return Status::Ok();
 }
 
-Status vocab_from_tokenizer_json_unchecked(const std::string& path, VocabData* v);
-
-// nlohmann::json throws on values of the wrong type; a malformed file is an error, not a crash.
-Status vocab_from_tokenizer_json(const std::string& path, VocabData* v) {
-  try {
-    return vocab_from_tokenizer_json_unchecked(path, v);
-  } catch (const std::exception& e) {
-    return Error(path + ": unexpected tokenizer.json content: " + e.what());
-  }
-}
-
-Status vocab_from_tokenizer_json_unchecked(const std::string& path, VocabData* v) {
-  std::ifstream in(path);
-  if (!in) return Error("cannot open '" + path + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    return Error(path + ": invalid JSON: " + e.what());
-  }
-  if (!j.contains("model") || !j["model"].is_object() || j["model"].value("type", "") != "BPE" ||
-      !j["model"].contains("vocab"))
-    return Error(path + ": expected a Hugging Face tokenizer.json with a BPE model and a vocab");
-  const auto& vocab = j["model"]["vocab"];
-  int64_t n = 0;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (it.value().get<int64_t>() < 0) return Error(path + ": negative token id for '" + it.key() + "'");
-    n = std::max<int64_t>(n, it.value().get<int64_t>() + 1);
-  }
-  if (j.contains("added_tokens"))
-    for (const auto& t : j["added_tokens"]) {
-      if (t["id"].get<int64_t>() < 0) return Error(path + ": negative added-token id");
-      n = std::max<int64_t>(n, t["id"].get<int64_t>() + 1);
-    }
-  if (n <= 0 || n > (1 << 24)) return Error(path + ": vocabulary size " + std::to_string(n) + " is out of range");
-  v->tokens.assign(static_cast<size_t>(n), "");
-  v->types.assign(static_cast<size_t>(n), 1);
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) v->tokens[static_cast<size_t>(it.value().get<int64_t>())] = it.key();
-  if (j.contains("added_tokens")) {
-    for (const auto& t : j["added_tokens"]) {
-      const auto id = static_cast<size_t>(t["id"].get<int64_t>());
-      v->tokens[id] = t["content"].get<std::string>();
-      v->types[id] = t.value("special", false) ? 3 : 4;
-    }
-  }
-  for (size_t i = 0; i < v->tokens.size(); ++i)
-    if (v->tokens[i].empty()) {
-      v->tokens[i] = "[PAD" + std::to_string(i) + "]";
-      v->types[i] = 5;
-    }
-  if (j["model"].contains("merges")) {
-    for (const auto& m : j["model"]["merges"]) {
-      if (m.is_string()) v->merges.push_back(m.get<std::string>());
-      else if (m.is_array() && m.size() == 2) v->merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-    }
-  }
-  const std::string dump = j.contains("pre_tokenizer") ? j["pre_tokenizer"].dump() : "";
-  const bool byte_level = dump.find("ByteLevel") != std::string::npos;
-  v->model = byte_level ? "gpt2" : "llama";
-  v->pre = "default";
-  if (dump.find("\\\\p{N}{1,3}") != std::string::npos) v->pre = n > 150000 ? "qwen2" : "llama-bpe";
-  auto find_id = [&](const char* s) -> int64_t {
-    for (size_t i = 0; i < v->tokens.size(); ++i)
-      if (v->tokens[i] == s) return static_cast<int64_t>(i);
-    return -1;
-  };
-  // BOS/EOS and the chat template come from tokenizer_config.json beside the file when present.
-  const std::string cfg_path = std::filesystem::path(path).replace_filename("tokenizer_config.json").string();
-  std::ifstream cfg_in(cfg_path);
-  if (cfg_in) {
-    nlohmann::json cfg;
-    try {
-      cfg = nlohmann::json::parse(cfg_in);
-    } catch (const std::exception& e) {
-      return Error(cfg_path + ": invalid JSON: " + e.what());
-    }
-    auto token_text = [&](const char* key) -> std::string {
-      if (!cfg.contains(key)) return "";
-      const auto& t = cfg[key];
-      if (t.is_string()) return t.get<std::string>();
-      if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
-      return "";
-    };
-    if (const std::string b = token_text("bos_token"); !b.empty()) v->bos = find_id(b.c_str());
-    if (const std::string e = token_text("eos_token"); !e.empty()) v->eos = find_id(e.c_str());
-    if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
-      v->chat_template = cfg["chat_template"].get<std::string>();
-  }
-  for (const char* b : {"<|begin_of_text|>", "<s>", "<|endoftext|>"})
-    if (v->bos < 0) v->bos = find_id(b);
-  for (const char* e : {"<|end_of_text|>", "<|im_end|>", "</s>", "<|endoftext|>"})
-    if (v->eos < 0) v->eos = find_id(e);
-  for (const char* e : {"<|eot_id|>", "<|im_end|>"})
-    if (v->eot < 0 && find_id(e) != v->eos) v->eot = find_id(e);
-  v->size = n;
-  return Status::Ok();
-}
-
 // Without a source: 3 control tokens, 256 byte tokens, then "<tok_N>" fillers. Text encodes to
 // byte tokens, so `coda run` works on any synthetic model.
 void placeholder_vocab(int64_t n, VocabData* v) {
-  v->model = "llama";
-  v->tokens = {"<unk>", "<s>", "</s>"};
-  v->types = {2, 3, 3};
+  TokenizerSpec& t = v->spec;
+  t.model = "llama";
+  t.tokens = {"<unk>", "<s>", "</s>"};
+  t.types = {2, 3, 3};
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
-    v->tokens.emplace_back(name);
-    v->types.push_back(6);
+    t.tokens.emplace_back(name);
+    t.types.push_back(6);
   }
-  for (int64_t i = static_cast<int64_t>(v->tokens.size()); i < n; ++i) {
-    v->tokens.push_back("<tok_" + std::to_string(i) + ">");
-    v->types.push_back(1);
+  for (int64_t i = static_cast<int64_t>(t.tokens.size()); i < n; ++i) {
+    t.tokens.push_back("<tok_" + std::to_string(i) + ">");
+    t.types.push_back(1);
   }
-  v->tokens.resize(static_cast<size_t>(n));
-  v->types.resize(static_cast<size_t>(n));
-  v->scores.assign(static_cast<size_t>(n), 0.0f);
-  v->bos = 1;
-  v->eos = 2;
+  t.tokens.resize(static_cast<size_t>(n));
+  t.types.resize(static_cast<size_t>(n));
+  t.scores.assign(static_cast<size_t>(n), 0.0f);
+  t.bos = 1;
+  t.eos = 2;
   v->size = n;
 }
 
@@ -255,7 +150,8 @@ Expected<std::string> write_synthetic_model(const SynthOptions& opt, ThreadPool&
   if (opt.vocab_from.empty()) {
     placeholder_vocab(sh.n_vocab, &vocab);
   } else if (opt.vocab_from.size() >= 5 && opt.vocab_from.substr(opt.vocab_from.size() - 5) == ".json") {
-    CODA_RETURN_IF_ERROR(vocab_from_tokenizer_json(opt.vocab_from, &vocab));
+    CODA_ASSIGN_OR_RETURN(vocab.spec, import_hf_tokenizer(opt.vocab_from));
+    vocab.size = static_cast<int64_t>(vocab.spec.tokens.size());
   } else {
     CODA_RETURN_IF_ERROR(vocab_from_gguf(opt.vocab_from, &vocab));
   }
@@ -279,17 +175,7 @@ Expected<std::string> write_synthetic_model(const SynthOptions& opt, ThreadPool&
   if (!vocab.copied.empty()) {
     for (const auto& [key, value] : vocab.copied) w.copy_value(key, *value);
   } else {
-    w.set_string("tokenizer.ggml.model", vocab.model);
-    if (vocab.model == "gpt2") w.set_string("tokenizer.ggml.pre", vocab.pre);
-    w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
-    w.set_i32_array("tokenizer.ggml.token_type", vocab.types);
-    if (!vocab.scores.empty()) w.set_f32_array("tokenizer.ggml.scores", vocab.scores);
-    if (!vocab.merges.empty()) w.set_string_array("tokenizer.ggml.merges", vocab.merges);
-    if (vocab.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
-    if (vocab.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
-    if (vocab.eot >= 0) w.set_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(vocab.eot));
-    if (!vocab.chat_template.empty()) w.set_string("tokenizer.chat_template", vocab.chat_template);
-    w.set_bool("tokenizer.ggml.add_bos_token", vocab.bos >= 0);
+    vocab.spec.write(w);
   }
 
   std::map<std::string, int64_t> type_counts;
