@@ -97,17 +97,75 @@ Expected<Vocab> Vocab::from_gguf(const GgufFile& f) {
     auto it = v.index_.find(name);
     v.byte_tokens_[b] = it == v.index_.end() ? -1 : it->second;
   }
+  for (int32_t i = 0; i < n; ++i) {
+    const TokenType t = v.types_[static_cast<size_t>(i)];
+    if ((t == TokenType::Control || t == TokenType::UserDefined) && !v.pieces_[static_cast<size_t>(i)].empty())
+      v.specials_.push_back(i);
+  }
+  std::stable_sort(v.specials_.begin(), v.specials_.end(), [&](int32_t a, int32_t b) {
+    return v.pieces_[static_cast<size_t>(a)].size() > v.pieces_[static_cast<size_t>(b)].size();
+  });
+  if (v.model_ == "gpt2") {
+    std::vector<std::string_view> merges;
+    if (f.find("tokenizer.ggml.merges") != nullptr) {
+      auto m = f.get_string_array("tokenizer.ggml.merges");
+      if (!m) return Error("vocabulary: " + m.message());
+      merges = std::move(m).value();
+    }
+    std::string pre = "default";
+    if (f.find("tokenizer.ggml.pre") != nullptr) {
+      auto p = f.get_string("tokenizer.ggml.pre");
+      if (!p) return Error("vocabulary: " + p.message());
+      pre = *p;
+    }
+    auto bpe = ByteLevelBpe::create(v.pieces_, merges, pre);
+    if (!bpe) return Error("vocabulary: " + bpe.message());
+    v.bpe_ = std::move(bpe).value();
+  } else if (v.model_ != "llama") {
+    return Error("vocabulary: tokenizer model '" + v.model_ + "' is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)");
+  }
   return v;
 }
 
-Expected<std::vector<int32_t>> Vocab::encode(std::string_view text, bool add_bos) const {
-  if (model_ != "llama")
-    return Error("tokenizer model '" + model_ + "' is not supported yet; supported: llama (SentencePiece)");
+Expected<std::vector<int32_t>> Vocab::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
   if (add_bos && bos_ >= 0) out.push_back(bos_);
-  const std::vector<int32_t> body = encode_spm(text);
-  out.insert(out.end(), body.begin(), body.end());
+  if (!parse_special || specials_.empty()) {
+    encode_plain(text, &out);
+    return out;
+  }
+  // Split at special-token text (longest match first); encode the stretches between as text.
+  size_t plain_start = 0;
+  for (size_t i = 0; i < text.size();) {
+    int32_t hit = -1;
+    for (int32_t id : specials_) {
+      const std::string& p = pieces_[static_cast<size_t>(id)];
+      if (text.compare(i, p.size(), p) == 0) {
+        hit = id;
+        break;
+      }
+    }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    encode_plain(text.substr(plain_start, i - plain_start), &out);
+    out.push_back(hit);
+    i += pieces_[static_cast<size_t>(hit)].size();
+    plain_start = i;
+  }
+  encode_plain(text.substr(plain_start), &out);
   return out;
+}
+
+void Vocab::encode_plain(std::string_view text, std::vector<int32_t>* out) const {
+  if (text.empty()) return;
+  if (bpe_ != nullptr) {
+    bpe_->encode(text, index_, out);
+  } else {
+    const std::vector<int32_t> body = encode_spm(text);
+    out->insert(out->end(), body.begin(), body.end());
+  }
 }
 
 // SentencePiece BPE: start from single characters and repeatedly merge the adjacent pair whose
@@ -188,7 +246,8 @@ std::string Vocab::token_bytes(int32_t id) const {
     const int hi = hex(p[3]), lo = hex(p[4]);
     if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
   }
-  if (model_ != "llama") return p;
+  if (t == TokenType::UserDefined) return p;
+  if (bpe_ != nullptr) return ByteLevelBpe::piece_bytes(p);
   std::string out;
   for (size_t i = 0; i < p.size();) {
     if (p.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -10,6 +11,7 @@
 
 #include "core/status.h"
 #include "gguf/gguf.h"
+#include "tokenizer/bpe.h"
 
 namespace coda {
 
@@ -28,8 +30,9 @@ class Vocab {
   TokenType type(int32_t id) const { return types_[static_cast<size_t>(id)]; }
   bool is_eog(int32_t id) const { return id == eos_ || id == eot_; }
 
-  // Encodes text; special-token text inside `text` is treated as ordinary text.
-  Expected<std::vector<int32_t>> encode(std::string_view text, bool add_bos) const;
+  // Encodes text. Special-token text inside `text` ("<|eot_id|>", "</s>") is ordinary text unless
+  // `parse_special` is set, which only templates that produced the text themselves should do.
+  Expected<std::vector<int32_t>> encode(std::string_view text, bool add_bos, bool parse_special = false) const;
   // Bytes a token contributes to the output (byte pieces as raw bytes, control tokens as nothing).
   std::string token_bytes(int32_t id) const;
   // Decodes a whole sequence; the dummy-prefix space of the first token is removed.
@@ -37,6 +40,7 @@ class Vocab {
 
  private:
   std::vector<int32_t> encode_spm(std::string_view text) const;
+  void encode_plain(std::string_view text, std::vector<int32_t>* out) const;
 
   std::string model_;
   std::vector<std::string> pieces_;
@@ -44,6 +48,8 @@ class Vocab {
   std::vector<TokenType> types_;
   std::unordered_map<std::string, int32_t> index_;
   int32_t byte_tokens_[256];
+  std::shared_ptr<const ByteLevelBpe> bpe_;  // gpt2 models
+  std::vector<int32_t> specials_;            // control and user-defined tokens, longest text first
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1;
   bool add_bos_ = false, add_space_prefix_ = true;
 };

