@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ make pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev
   clang libclang-rt-14-dev clang-format
   python3-numpy libopenblas0-pthread
 )

@@ -2,6 +2,7 @@
 // tests use: `logits` (logits at chosen positions of a token sequence) and `dump-tensor`.
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -67,22 +68,48 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
   }
   {
     struct Flags {
-      std::string model, text;
-      bool no_bos = false, ids = false;
+      std::string model, text, jsonl;
+      bool no_bos = false, ids = false, special = false;
     };
     auto f = std::make_shared<Flags>();
     CLI::App* sub = app.add_subcommand("tokenize", "Print the tokens of a text");
     sub->add_option("-m,--model", f->model, "GGUF file (default: the bundled model)");
-    sub->add_option("text", f->text, "Text to tokenize")->required();
+    sub->add_option("text", f->text, "Text to tokenize");
     sub->add_flag("--no-bos", f->no_bos, "Do not add the BOS token");
     sub->add_flag("--ids", f->ids, "Print only a JSON array of the ids");
+    sub->add_flag("--special", f->special, "Recognise special-token text (\"<|eot_id|>\") as special tokens");
+    sub->add_option("--jsonl", f->jsonl,
+                    "Batch mode: a file of JSON strings, one per line; prints one JSON object per line with "
+                    "\"ids\" and the decoded \"text\"");
     out.push_back({sub, [f] {
                      const std::string path = f->model.empty() ? default_model_path() : f->model;
                      auto g = GgufFile::open(path);
                      if (!g) return fail(g.message());
                      auto v = Vocab::from_gguf(*g);
                      if (!v) return fail(v.message());
-                     auto ids = v->encode(f->text, !f->no_bos && v->add_bos());
+                     const bool bos = !f->no_bos && v->add_bos();
+                     if (!f->jsonl.empty()) {
+                       std::ifstream in(f->jsonl);
+                       if (!in) return fail("cannot open '" + f->jsonl + "'");
+                       std::string line;
+                       for (int64_t n = 1; std::getline(in, line); ++n) {
+                         nlohmann::json text;
+                         try {
+                           text = nlohmann::json::parse(line);
+                         } catch (const std::exception& e) {
+                           return fail(f->jsonl + ":" + std::to_string(n) + ": not a JSON string: " + e.what());
+                         }
+                         if (!text.is_string()) return fail(f->jsonl + ":" + std::to_string(n) + ": not a JSON string");
+                         auto ids = v->encode(text.get<std::string>(), bos, f->special);
+                         if (!ids) return fail(ids.message());
+                         nlohmann::json o;
+                         o["ids"] = *ids;
+                         o["text"] = v->decode(*ids);
+                         std::printf("%s\n", o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+                       }
+                       return 0;
+                     }
+                     auto ids = v->encode(f->text, bos, f->special);
                      if (!ids) return fail(ids.message());
                      if (f->ids) {
                        std::string s = "[";

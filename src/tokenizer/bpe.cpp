@@ -3,6 +3,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+
 #include <array>
 #include <queue>
 
@@ -15,18 +18,19 @@ struct PreTokenizer {
   const char* name;
   const char* pattern;
   bool ignore_merges;  // a word already in the vocabulary is one token (Llama 3's tokenizer.json)
+  bool nfc;            // the tokenizer normalizes text to Unicode NFC first (Qwen's tokenizer.json)
 };
 
 const PreTokenizer kPreTokenizers[] = {
     {"llama-bpe",
      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
      "\\s+(?!\\S)|\\s+",
-     true},
+     true, false},
     {"qwen2",
      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
      "\\s+(?!\\S)|\\s+",
-     false},
-    {"gpt2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", false},
+     false, true},
+    {"gpt2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", false, false},
 };
 
 const PreTokenizer* find_pre(const std::string& name) {
@@ -71,6 +75,35 @@ const ByteTable& byte_table() {
   return t;
 }
 
+// Unicode NFC through ICU. Text that is not valid UTF-8 is returned unchanged (there is nothing
+// to compose in bytes that are not characters, and replacing them would lose them).
+std::string to_nfc(std::string_view s) {
+  UErrorCode err = U_ZERO_ERROR;
+  const UNormalizer2* nfc = unorm2_getNFCInstance(&err);
+  if (U_FAILURE(err) || s.size() > static_cast<size_t>(INT32_MAX / 2)) return std::string(s);
+  int32_t len16 = 0;
+  u_strFromUTF8(nullptr, 0, &len16, s.data(), static_cast<int32_t>(s.size()), &err);
+  if (err != U_BUFFER_OVERFLOW_ERROR && U_FAILURE(err)) return std::string(s);
+  err = U_ZERO_ERROR;
+  std::u16string in(static_cast<size_t>(len16), u'\0');
+  u_strFromUTF8(reinterpret_cast<UChar*>(in.data()), len16, nullptr, s.data(), static_cast<int32_t>(s.size()), &err);
+  if (U_FAILURE(err)) return std::string(s);
+  if (unorm2_isNormalized(nfc, reinterpret_cast<const UChar*>(in.data()), len16, &err) && U_SUCCESS(err))
+    return std::string(s);
+  err = U_ZERO_ERROR;
+  const int32_t cap = len16 * 3 + 16;
+  std::u16string out(static_cast<size_t>(cap), u'\0');
+  const int32_t n16 = unorm2_normalize(nfc, reinterpret_cast<const UChar*>(in.data()), len16,
+                                       reinterpret_cast<UChar*>(out.data()), cap, &err);
+  if (U_FAILURE(err)) return std::string(s);
+  int32_t len8 = 0;
+  u_strToUTF8(nullptr, 0, &len8, reinterpret_cast<const UChar*>(out.data()), n16, &err);
+  err = U_ZERO_ERROR;
+  std::string result(static_cast<size_t>(len8), '\0');
+  u_strToUTF8(result.data(), len8, nullptr, reinterpret_cast<const UChar*>(out.data()), n16, &err);
+  return U_FAILURE(err) ? std::string(s) : result;
+}
+
 size_t utf8_len(unsigned char c) {
   if (c < 0x80) return 1;
   if ((c & 0xE0) == 0xC0) return 2;
@@ -104,6 +137,7 @@ Expected<std::shared_ptr<const ByteLevelBpe>> ByteLevelBpe::create(const std::ve
   pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // optional speed-up; the interpreter is the fallback
   bpe->regex_ = re;
   bpe->ignore_merges_ = p->ignore_merges;
+  bpe->nfc_ = p->nfc;
   bpe->merge_rank_.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) bpe->merge_rank_.emplace(std::string(merges[i]), static_cast<int32_t>(i));
   return std::shared_ptr<const ByteLevelBpe>(std::move(bpe));
@@ -132,8 +166,10 @@ std::string ByteLevelBpe::piece_bytes(const std::string& piece) {
   return out;
 }
 
-void ByteLevelBpe::encode(std::string_view text, const std::unordered_map<std::string, int32_t>& index,
+void ByteLevelBpe::encode(std::string_view raw, const std::unordered_map<std::string, int32_t>& index,
                           std::vector<int32_t>* out) const {
+  const std::string normalized = nfc_ ? to_nfc(raw) : std::string();
+  const std::string_view text = nfc_ ? std::string_view(normalized) : raw;
   auto* re = static_cast<pcre2_code*>(regex_);
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());

@@ -37,6 +37,7 @@ class ByteLevelBpe {
 
   void* regex_ = nullptr;  // pcre2_code*
   bool ignore_merges_ = false;
+  bool nfc_ = false;
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
 };
 

@@ -56,14 +56,32 @@ Status import_unchecked(const std::string& path, TokenizerSpec* v) {
   const std::string dump = j.contains("pre_tokenizer") ? j["pre_tokenizer"].dump() : "";
   const bool byte_level = dump.find("ByteLevel") != std::string::npos;
   v->model = byte_level ? "gpt2" : "llama";
+  // The pre-tokenizer is recognised by its exact split regex; anything else is refused rather than
+  // approximated, since a different split silently changes every tokenization.
   v->pre = "default";
-  if (dump.find("\\\\p{N}{1,3}") != std::string::npos) v->pre = n > 150000 ? "qwen2" : "llama-bpe";
+  if (byte_level && j["pre_tokenizer"].value("type", "") == "Sequence") {
+    std::string regex;
+    for (const auto& p : j["pre_tokenizer"]["pretokenizers"])
+      if (p.value("type", "") == "Split" && p.contains("pattern") && p["pattern"].contains("Regex"))
+        regex = p["pattern"]["Regex"].get<std::string>();
+    const std::string llama3 =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    const std::string qwen2 =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    if (regex == llama3) v->pre = "llama-bpe";
+    else if (regex == qwen2) v->pre = "qwen2";
+    else if (!regex.empty()) return Error(path + ": pre-tokenizer regex is not one coda knows (llama-bpe, qwen2, gpt2): " + regex);
+  }
+  if (v->pre == "qwen2" && !(j.contains("normalizer") && j["normalizer"].is_object() &&
+                             j["normalizer"].value("type", "") == "NFC"))
+    return Error(path + ": a qwen2-style tokenizer without the NFC normalizer is not supported");
   auto find_id = [&](const char* s) -> int64_t {
     for (size_t i = 0; i < v->tokens.size(); ++i)
       if (v->tokens[i] == s) return static_cast<int64_t>(i);
     return -1;
   };
   // BOS/EOS and the chat template come from tokenizer_config.json beside the file when present.
+  bool no_bos = false;
   const std::string cfg_path = std::filesystem::path(path).replace_filename("tokenizer_config.json").string();
   std::ifstream cfg_in(cfg_path);
   if (cfg_in) {
@@ -81,12 +99,13 @@ Status import_unchecked(const std::string& path, TokenizerSpec* v) {
       return "";
     };
     if (const std::string b = token_text("bos_token"); !b.empty()) v->bos = find_id(b.c_str());
+    if (cfg.contains("bos_token") && cfg["bos_token"].is_null()) no_bos = true;  // e.g. Qwen: no BOS
     if (const std::string e = token_text("eos_token"); !e.empty()) v->eos = find_id(e.c_str());
     if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
       v->chat_template = cfg["chat_template"].get<std::string>();
   }
-  for (const char* b : {"<|begin_of_text|>", "<s>", "<|endoftext|>"})
-    if (v->bos < 0) v->bos = find_id(b);
+  for (const char* b : {"<|begin_of_text|>", "<s>"})
+    if (v->bos < 0 && !no_bos) v->bos = find_id(b);
   for (const char* e : {"<|end_of_text|>", "<|im_end|>", "</s>", "<|endoftext|>"})
     if (v->eos < 0) v->eos = find_id(e);
   for (const char* e : {"<|eot_id|>", "<|im_end|>"})

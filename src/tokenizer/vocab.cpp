@@ -1,5 +1,7 @@
 #include "tokenizer/vocab.h"
 
+#include "tokenizer/utf8.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <queue>
@@ -28,16 +30,6 @@ Expected<int64_t> optional_id(const GgufFile& f, const std::string& key, int64_t
 }
 
 }  // namespace
-
-size_t utf8_complete_prefix(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t len = utf8_len(static_cast<unsigned char>(s[i]));
-    if (i + len > s.size()) break;
-    i += len;
-  }
-  return i;
-}
 
 Expected<Vocab> Vocab::from_gguf(const GgufFile& f) {
   Vocab v;
@@ -261,10 +253,19 @@ std::string Vocab::token_bytes(int32_t id) const {
 }
 
 std::string Vocab::decode(const std::vector<int32_t>& ids) const {
-  StreamDecoder d(*this, /*strip_leading_space=*/true);
+  std::string bytes;
+  bool first = true;
+  for (int32_t id : ids) {
+    std::string piece = token_bytes(id);
+    if (first && !piece.empty()) {
+      first = false;
+      if (model_ == "llama" && piece[0] == ' ') piece.erase(0, 1);  // the dummy prefix
+    }
+    bytes += piece;
+  }
   std::string out;
-  for (int32_t id : ids) out += d.push(id);
-  return out + d.flush();
+  utf8_sanitize(bytes, true, &out);
+  return out;
 }
 
 std::string StreamDecoder::push(int32_t id) {
@@ -275,15 +276,14 @@ std::string StreamDecoder::push(int32_t id) {
     if (vocab_.model() == "llama" && bytes[0] == ' ') bytes.erase(0, 1);  // the dummy prefix
   }
   pending_ += bytes;
-  const size_t n = utf8_complete_prefix(pending_);
-  std::string out = pending_.substr(0, n);
-  pending_.erase(0, n);
+  std::string out;
+  pending_.erase(0, utf8_sanitize(pending_, /*final=*/false, &out));
   return out;
 }
 
 std::string StreamDecoder::flush() {
   std::string out;
-  for (size_t i = 0; i < pending_.size(); ++i) out += "\xEF\xBF\xBD";  // U+FFFD per stray byte
+  utf8_sanitize(pending_, /*final=*/true, &out);
   pending_.clear();
   return out;
 }

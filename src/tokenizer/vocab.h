@@ -35,7 +35,8 @@ class Vocab {
   Expected<std::vector<int32_t>> encode(std::string_view text, bool add_bos, bool parse_special = false) const;
   // Bytes a token contributes to the output (byte pieces as raw bytes, control tokens as nothing).
   std::string token_bytes(int32_t id) const;
-  // Decodes a whole sequence; the dummy-prefix space of the first token is removed.
+  // Decodes a whole sequence to valid UTF-8 (invalid bytes become U+FFFD, as Hugging Face's
+  // decode does); the SentencePiece dummy-prefix space of the first piece is removed.
   std::string decode(const std::vector<int32_t>& ids) const;
 
  private:
@@ -54,7 +55,9 @@ class Vocab {
   bool add_bos_ = false, add_space_prefix_ = true;
 };
 
-// Turns tokens into text as they arrive, never emitting a partial UTF-8 sequence.
+// Turns tokens into text as they arrive: only valid UTF-8 comes out (invalid bytes become U+FFFD,
+// a character split across tokens waits for its last byte), and the concatenation of everything
+// pushed and flushed equals Vocab::decode of the same tokens.
 class StreamDecoder {
  public:
   // `strip_leading_space` drops the SentencePiece dummy-prefix space of the first piece: right when
@@ -72,7 +75,5 @@ class StreamDecoder {
   bool first_;
 };
 
-// Length of the longest prefix of `s` that ends on a UTF-8 sequence boundary.
-size_t utf8_complete_prefix(std::string_view s);
 
 }  // namespace coda

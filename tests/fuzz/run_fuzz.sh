@@ -17,7 +17,7 @@ bin="$out/fuzz_gguf"
 newest=$(cd "$root" && ls -t "${srcs[@]}" tests/fuzz/fuzz_gguf.cpp src/*/*.h src/kernels/*.inc | head -1)
 if [ ! -x "$bin" ] || [ "$root/$newest" -nt "$bin" ]; then
   (cd "$root" && "$clangxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -Isrc tests/fuzz/fuzz_gguf.cpp "${srcs[@]}" -o "$bin" -lpcre2-8)
+    -Isrc tests/fuzz/fuzz_gguf.cpp "${srcs[@]}" -o "$bin" -lpcre2-8 $(pkg-config --libs icu-uc))
 fi
 /usr/bin/python3 "$root/tests/fuzz/make_seeds.py" "$out/seeds"
 # -rss_limit_mb bounds memory; -max_len lets mutations grow past the seeds; artifacts land in $out.

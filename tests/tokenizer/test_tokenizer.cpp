@@ -9,6 +9,7 @@
 
 #include "gguf/gguf_writer.h"
 #include "tokenizer/hf_import.h"
+#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 namespace coda {
@@ -154,12 +155,102 @@ TEST(SpmTokenizer, RandomUtf8RoundTripsAndStreams) {
     std::string streamed;
     for (int32_t id : *ids) {
       const std::string chunk = d.push(id);
-      EXPECT_EQ(utf8_complete_prefix(chunk), chunk.size());
+      EXPECT_TRUE(utf8_valid(chunk));
       streamed += chunk;
     }
     streamed += d.flush();
     ASSERT_EQ(streamed, s);
   }
+}
+
+}  // namespace
+}  // namespace coda
+
+namespace coda {
+namespace {
+
+std::string random_utf8(std::mt19937& rng, int len) {
+  // Latin, Latin-1/Extended, Greek/Cyrillic, Devanagari, CJK, emoji, and ASCII whitespace/digits.
+  const char32_t ranges[][2] = {{0x20, 0x7e}, {0x0a, 0x0a}, {0xc0, 0x17f}, {0x391, 0x4ff},
+                                {0x905, 0x939}, {0x4e00, 0x9fff}, {0x1f300, 0x1f6ff}, {0x30, 0x39}};
+  std::string s;
+  for (int i = 0; i < len; ++i) {
+    const auto& r = ranges[rng() % 8];
+    const char32_t c = r[0] + rng() % (r[1] - r[0] + 1);
+    if (c < 0x80) {
+      s += static_cast<char>(c);
+    } else if (c < 0x800) {
+      s += static_cast<char>(0xC0 | (c >> 6));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      s += static_cast<char>(0xE0 | (c >> 12));
+      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | (c >> 18));
+      s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return s;
+}
+
+TEST(BpeTokenizer, RandomUtf8RoundTrips) {
+  const Vocab& v = llama3_vocab();
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 1000; ++iter) {
+    const std::string s = random_utf8(rng, 1 + static_cast<int>(rng() % 60));
+    auto ids = v.encode(s, false);
+    ASSERT_TRUE(ids.ok());
+    ASSERT_EQ(v.decode(*ids), s);
+  }
+}
+
+// Any token sequence, however it splits characters, streams to exactly what decode() returns,
+// and every streamed chunk is valid UTF-8.
+void check_streaming(const Vocab& v, uint32_t seed, bool strip) {
+  std::mt19937 rng(seed);
+  for (int iter = 0; iter < 500; ++iter) {
+    std::vector<int32_t> ids(1 + rng() % 40);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(v.size()));
+    StreamDecoder d(v, strip);
+    std::string streamed;
+    for (int32_t id : ids) {
+      const std::string chunk = d.push(id);
+      ASSERT_TRUE(utf8_valid(chunk));
+      streamed += chunk;
+    }
+    streamed += d.flush();
+    ASSERT_TRUE(utf8_valid(streamed));
+    ASSERT_EQ(streamed, v.decode(ids));
+  }
+}
+
+TEST(StreamDecoder, AnyTokenSequenceStreamsAsWholeDecode) {
+  check_streaming(llama3_vocab(), 5, false);
+  check_streaming(load(CODA_MODEL_PATH), 6, true);  // byte-fallback pieces split characters
+}
+
+TEST(Utf8, InvalidSequencesBecomeOneReplacementPerMaximalSubpart) {
+  const std::string R = "\xEF\xBF\xBD";
+  auto clean = [](std::string_view in) {
+    std::string out;
+    utf8_sanitize(in, true, &out);
+    return out;
+  };
+  EXPECT_EQ(clean("abc"), "abc");
+  EXPECT_EQ(clean("\x80"), R);                        // stray continuation
+  EXPECT_EQ(clean("\xC0\xAF"), R + R);                // overlong lead is never valid
+  EXPECT_EQ(clean("\xE0\x80\x80"), R + R + R);        // overlong 3-byte form
+  EXPECT_EQ(clean("\xED\xA0\x80"), R + R + R);        // surrogate
+  EXPECT_EQ(clean("\xF4\x90\x80\x80"), R + R + R + R);  // above U+10FFFF
+  EXPECT_EQ(clean("\xF0\x9F\x98"), R);                // truncated 4-byte sequence: one subpart
+  EXPECT_EQ(clean("\xF0\x9F\x98" "A"), R + "A");
+  EXPECT_EQ(clean("\xE2\x82\xAC"), "\xE2\x82\xAC");  // euro sign
+  std::string out;
+  EXPECT_EQ(utf8_sanitize("ab\xE2\x82", false, &out), 2u);  // incomplete tail waits
+  EXPECT_EQ(out, "ab");
 }
 
 }  // namespace
