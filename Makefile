@@ -23,6 +23,7 @@ test: build
 # Kernel microbenchmarks and the model benchmark of the issue's report (writes models under out/).
 bench: build
 	./$(BUILD)/bench/bench_kernels
+	./$(BUILD)/bench/bench_tokenizer
 	bash bench/bench_models.sh $(BUILD)/coda out
 
 format:
