@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "tokenizer/hf_import.h"
+#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 namespace coda::cli {
@@ -116,7 +117,16 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                        for (size_t i = 0; i < ids->size(); ++i) s += (i ? ", " : "") + std::to_string((*ids)[i]);
                        std::printf("%s]\n", s.c_str());
                      } else {
-                       for (int32_t id : *ids) std::printf("%6d -> '%s'\n", id, v->piece(id).c_str());
+                       // Like llama-tokenize: each id with the text it stands for (special tokens by name).
+                       for (int32_t id : *ids) {
+                         const TokenType t = v->type(id);
+                         const std::string text = (t == TokenType::Control || t == TokenType::Unknown)
+                                                      ? v->piece(id)
+                                                      : v->token_bytes(id);
+                         std::string shown;
+                         utf8_sanitize(text, true, &shown);
+                         std::printf("%6d -> '%s'\n", id, shown.c_str());
+                       }
                      }
                      return 0;
                    }});
