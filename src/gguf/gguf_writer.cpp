@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <memory>
 
 namespace coda {
@@ -144,19 +145,33 @@ Status GgufWriter::write(const std::string& path, uint32_t alignment) const {
   }
   head.resize((head.size() + alignment - 1) / alignment * alignment, 0);
 
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return Error("cannot create '" + path + "': " + std::strerror(errno));
-  if (std::fwrite(head.data(), 1, head.size(), f.get()) != head.size())
-    return Error("write to '" + path + "' failed: " + std::strerror(errno));
-  std::vector<uint8_t> buf;
-  for (const auto& t : tensors_) {
-    const uint64_t padded = (t.n_bytes + alignment - 1) / alignment * alignment;
-    buf.assign(padded, 0);
-    if (t.fill) t.fill(buf.data());
-    if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size())
-      return Error("write to '" + path + "' failed: " + std::strerror(errno));
+  // Written under a temporary name and renamed into place, so a reader never sees a half-written
+  // file and a failed write leaves no truncated model behind.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+    if (!f) return Error("cannot create '" + tmp + "': " + std::strerror(errno));
+    auto failed = [&]() {
+      const std::string why = std::strerror(errno);
+      f.reset();
+      std::remove(tmp.c_str());
+      return Error("write to '" + path + "' failed: " + why);
+    };
+    if (std::fwrite(head.data(), 1, head.size(), f.get()) != head.size()) return failed();
+    std::vector<uint8_t> buf;
+    for (const auto& t : tensors_) {
+      const uint64_t padded = (t.n_bytes + alignment - 1) / alignment * alignment;
+      buf.assign(padded, 0);
+      if (t.fill) t.fill(buf.data());
+      if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size()) return failed();
+    }
+    if (std::fflush(f.get()) != 0) return failed();
   }
-  if (std::fflush(f.get()) != 0) return Error("write to '" + path + "' failed: " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return Error("cannot move '" + tmp + "' to '" + path + "': " + why);
+  }
   return Status::Ok();
 }
 

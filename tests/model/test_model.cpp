@@ -1,6 +1,7 @@
 // The forward pass and KV cache on synthetic models: batched == incremental, rollback reproduces,
 // and bad models or inputs give errors that name what is wrong.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -14,7 +15,8 @@ namespace coda {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("coda_test_" + name)).string();
+  // Per process: ctest runs test cases in parallel processes.
+  return (std::filesystem::temp_directory_path() / ("coda_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 std::unique_ptr<Model> synth_model(const std::string& shape, DType t, ThreadPool& pool) {
@@ -26,6 +28,7 @@ std::unique_ptr<Model> synth_model(const std::string& shape, DType t, ThreadPool
   auto r = write_synthetic_model(o, pool);
   EXPECT_TRUE(r.ok()) << r.message();
   auto m = Model::load(o.out);
+  std::filesystem::remove(o.out);  // the mapping keeps the data
   EXPECT_TRUE(m.ok()) << m.message();
   return std::move(m).value();
 }
@@ -128,7 +131,9 @@ struct HandModel {
     add("blk.0.ffn_down.weight", DType::F32, {64, dim});
     const std::string path = temp_path(name + ".gguf");
     EXPECT_TRUE(w.write(path).ok());
-    return Model::load(path);
+    auto m = Model::load(path);
+    std::filesystem::remove(path);
+    return m;
   }
 };
 
@@ -195,6 +200,7 @@ TEST(ModelLoad, UnknownArchitectureIsNamed) {
   const std::string path = temp_path("gemma.gguf");
   ASSERT_TRUE(w.write(path).ok());
   auto m = Model::load(path);
+  std::filesystem::remove(path);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.message().find("'gemma3' is not supported; supported: llama, mistral, qwen2"), std::string::npos);
 }

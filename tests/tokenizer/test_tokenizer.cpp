@@ -2,6 +2,8 @@
 // model's vocabulary (including byte fallback) with streaming decode.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -73,9 +75,14 @@ const Vocab& llama3_vocab() {
     EXPECT_TRUE(spec.ok()) << spec.message();
     GgufWriter w;
     spec->write(w);
-    const std::string path = (std::filesystem::temp_directory_path() / "coda_test_llama3_vocab.gguf").string();
+    // Per process: ctest runs test cases in parallel processes.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("coda_test_llama3_vocab." + std::to_string(::getpid()) + ".gguf"))
+            .string();
     EXPECT_TRUE(w.write(path).ok());
-    return load(path);
+    Vocab v = load(path);
+    std::filesystem::remove(path);  // the mapping keeps the data
+    return v;
   }();
   return v;
 }
