@@ -31,9 +31,9 @@ void BM_Dot(benchmark::State& state, DType t, int level) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
 }
 
-#define CODA_BENCH_TYPE(T)                             \
-  BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2);  \
-  BENCHMARK_CAPTURE(BM_Dot, T##_avx2, DType::T, 1);    \
+#define CODA_BENCH_TYPE(T)                            \
+  BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \
+  BENCHMARK_CAPTURE(BM_Dot, T##_avx2, DType::T, 1);   \
   BENCHMARK_CAPTURE(BM_Dot, T##_scalar, DType::T, 0);
 
 CODA_BENCH_TYPE(F32)

@@ -16,11 +16,20 @@ namespace coda {
 namespace {
 
 std::string mixed_text(size_t bytes) {
-  const std::vector<std::string> parts = {
-      "In the beginning God created the heaven and the earth. ", "Chi va piano va sano e va lontano. ",
-      "Привет, мир! Съешь же ещё этих мягких французских булок. ", "天地玄黄，宇宙洪荒。", "こんにちは世界 ",
-      "مرحبا بالعالم ", "नमस्ते दुनिया ", "👍🏽 👨‍👩‍👧 ", "int main() { return 0; }\n", "for (i = 0; i < 1000; ++i) x += 42;\n",
-      "1234567890 3.14159 2026-11-21 ", "    \t\n\n", "It's we'll they're I'd ", "naïve café résumé Straße "};
+  const std::vector<std::string> parts = {"In the beginning God created the heaven and the earth. ",
+                                          "Chi va piano va sano e va lontano. ",
+                                          "Привет, мир! Съешь же ещё этих мягких французских булок. ",
+                                          "天地玄黄，宇宙洪荒。",
+                                          "こんにちは世界 ",
+                                          "مرحبا بالعالم ",
+                                          "नमस्ते दुनिया ",
+                                          "👍🏽 👨‍👩‍👧 ",
+                                          "int main() { return 0; }\n",
+                                          "for (i = 0; i < 1000; ++i) x += 42;\n",
+                                          "1234567890 3.14159 2026-11-21 ",
+                                          "    \t\n\n",
+                                          "It's we'll they're I'd ",
+                                          "naïve café résumé Straße "};
   std::mt19937 rng(3);
   std::string s;
   while (s.size() < bytes) s += parts[rng() % parts.size()];
@@ -41,7 +50,8 @@ Vocab imported(const char* name) {
   if (!spec) throw std::runtime_error(spec.message());
   GgufWriter w;
   spec->write(w);
-  const std::string path = (std::filesystem::temp_directory_path() / (std::string("coda_bench_") + name + ".gguf")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (std::string("coda_bench_") + name + ".gguf")).string();
   if (auto s = w.write(path); !s.ok()) throw std::runtime_error(s.message());
   return load_vocab(path);
 }

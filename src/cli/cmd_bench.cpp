@@ -15,47 +15,55 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* sub = app.add_subcommand("bench-model", "Measure prefill and decode tokens/s against the bandwidth roofline");
+  CLI::App* sub =
+      app.add_subcommand("bench-model", "Measure prefill and decode tokens/s against the bandwidth roofline");
   sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
   sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-p,--n-prompt", f->opt.n_prompt, "Prompt tokens for prefill")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  sub->add_option("-p,--n-prompt", f->opt.n_prompt, "Prompt tokens for prefill")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("-n,--n-gen", f->opt.n_gen, "Decode steps")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  sub->add_option("-r,--reps", f->opt.reps, "Repetitions (best is reported)")->capture_default_str()->check(CLI::Range(1, 100));
+  sub->add_option("-r,--reps", f->opt.reps, "Repetitions (best is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   sub->add_flag("--json", f->json, "Print one JSON object instead of text");
-  out.push_back({sub, [f] {
-                   const std::string path = f->model.empty() ? default_model_path() : f->model;
-                   auto model = Model::load(path);
-                   if (!model) return fail(model.message());
-                   ThreadPool pool(f->threads > 0 ? f->threads : default_threads());
-                   auto r = bench_model(**model, pool, f->opt);
-                   if (!r) return fail(r.message());
-                   const double frac = r->roofline_fraction;
-                   std::string reps;
-                   for (double x : r->rep_fractions) reps += (reps.empty() ? "" : ",") + std::to_string(x).substr(0, 5);
-                   if (f->json) {
-                     std::printf(
-                         "{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"n_prompt\":%lld,\"prefill_tps\":%.2f,"
-                         "\"n_gen\":%lld,\"decode_tps\":%.3f,\"decode_ms\":%.3f,\"bytes_per_token\":%lld,"
-                         "\"bandwidth_gbs\":%.2f,\"buffer_bandwidth_gbs\":%.2f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.3f,\"rep_fractions\":[%s]}\n",
-                         path.c_str(), pool.size(), kernels().name, static_cast<long long>(f->opt.n_prompt),
-                         r->prefill_tps, static_cast<long long>(f->opt.n_gen), r->decode_tps, r->decode_ms,
-                         static_cast<long long>(r->bytes_per_token), r->bandwidth_gbs, r->buffer_bandwidth_gbs,
-                         r->roofline_tps, frac, reps.c_str());
-                   } else {
-                     std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
-                     std::printf("prefill    %.2f tokens/s (%lld-token prompt)\n", r->prefill_tps,
-                                 static_cast<long long>(f->opt.n_prompt));
-                     std::printf("decode     %.2f tokens/s (%.2f ms/token)\n", r->decode_tps, r->decode_ms);
-                     std::printf("bandwidth  %.2f GB/s streaming the weights (%.2f GB/s on a fresh 512 MiB buffer)\n",
-                                 r->bandwidth_gbs, r->buffer_bandwidth_gbs);
-                     std::printf("roofline   %.1f MiB of weights per token / %.2f GB/s = %.2f tokens/s\n",
-                                 static_cast<double>(r->bytes_per_token) / (1 << 20), r->bandwidth_gbs, r->roofline_tps);
-                     std::printf("decode is  %.1f%% of the roofline (median over repetitions, each against the bandwidth "
-                                 "measured around it: %s)\n",
-                                 100 * frac, reps.c_str());
-                   }
-                   return 0;
-                 }});
+  out.push_back(
+      {sub, [f] {
+         const std::string path = f->model.empty() ? default_model_path() : f->model;
+         auto model = Model::load(path);
+         if (!model) return fail(model.message());
+         ThreadPool pool(f->threads > 0 ? f->threads : default_threads());
+         auto r = bench_model(**model, pool, f->opt);
+         if (!r) return fail(r.message());
+         const double frac = r->roofline_fraction;
+         std::string reps;
+         for (double x : r->rep_fractions) reps += (reps.empty() ? "" : ",") + std::to_string(x).substr(0, 5);
+         if (f->json) {
+           std::printf(
+               "{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"n_prompt\":%lld,\"prefill_tps\":%.2f,"
+               "\"n_gen\":%lld,\"decode_tps\":%.3f,\"decode_ms\":%.3f,\"bytes_per_token\":%lld,"
+               "\"bandwidth_gbs\":%.2f,\"buffer_bandwidth_gbs\":%.2f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.3f,"
+               "\"rep_fractions\":[%s]}\n",
+               path.c_str(), pool.size(), kernels().name, static_cast<long long>(f->opt.n_prompt), r->prefill_tps,
+               static_cast<long long>(f->opt.n_gen), r->decode_tps, r->decode_ms,
+               static_cast<long long>(r->bytes_per_token), r->bandwidth_gbs, r->buffer_bandwidth_gbs, r->roofline_tps,
+               frac, reps.c_str());
+         } else {
+           std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
+           std::printf("prefill    %.2f tokens/s (%lld-token prompt)\n", r->prefill_tps,
+                       static_cast<long long>(f->opt.n_prompt));
+           std::printf("decode     %.2f tokens/s (%.2f ms/token)\n", r->decode_tps, r->decode_ms);
+           std::printf("bandwidth  %.2f GB/s streaming the weights (%.2f GB/s on a fresh 512 MiB buffer)\n",
+                       r->bandwidth_gbs, r->buffer_bandwidth_gbs);
+           std::printf("roofline   %.1f MiB of weights per token / %.2f GB/s = %.2f tokens/s\n",
+                       static_cast<double>(r->bytes_per_token) / (1 << 20), r->bandwidth_gbs, r->roofline_tps);
+           std::printf(
+               "decode is  %.1f%% of the roofline (median over repetitions, each against the bandwidth "
+               "measured around it: %s)\n",
+               100 * frac, reps.c_str());
+         }
+         return 0;
+       }});
 }
 
 }  // namespace coda::cli

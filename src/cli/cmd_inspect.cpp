@@ -18,12 +18,22 @@ namespace {
 
 std::string value_string(const GgufValue& v) {
   switch (v.type) {
-    case GgufType::STRING: return "\"" + std::string(v.str.substr(0, 60)) + (v.str.size() > 60 ? "...\"" : "\"");
-    case GgufType::ARRAY: return std::string("[") + gguf_type_name(v.elem) + " x " + std::to_string(v.count) + "]";
-    case GgufType::F32: case GgufType::F64: return std::to_string(v.f);
-    case GgufType::BOOL: return v.b ? "true" : "false";
-    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return std::to_string(v.i);
-    default: return std::to_string(v.u);
+    case GgufType::STRING:
+      return "\"" + std::string(v.str.substr(0, 60)) + (v.str.size() > 60 ? "...\"" : "\"");
+    case GgufType::ARRAY:
+      return std::string("[") + gguf_type_name(v.elem) + " x " + std::to_string(v.count) + "]";
+    case GgufType::F32:
+    case GgufType::F64:
+      return std::to_string(v.f);
+    case GgufType::BOOL:
+      return v.b ? "true" : "false";
+    case GgufType::I8:
+    case GgufType::I16:
+    case GgufType::I32:
+    case GgufType::I64:
+      return std::to_string(v.i);
+    default:
+      return std::to_string(v.u);
   }
 }
 
@@ -61,7 +71,8 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                      if (!f) return fail(f.message());
                      std::printf("%s: GGUF v%u, %zu keys, %zu tensors, alignment %u\n", path.c_str(), f->version(),
                                  f->keys().size(), f->tensors().size(), f->alignment());
-                     for (const auto& k : f->keys()) std::printf("  %-45s %s\n", k.c_str(), value_string(*f->find(k)).c_str());
+                     for (const auto& k : f->keys())
+                       std::printf("  %-45s %s\n", k.c_str(), value_string(*f->find(k)).c_str());
                      for (const auto& t : f->tensors())
                        std::printf("  %-32s %-6s %s\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str());
                      return 0;
@@ -120,9 +131,8 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                        // Like llama-tokenize: each id with the text it stands for (special tokens by name).
                        for (int32_t id : *ids) {
                          const TokenType t = v->type(id);
-                         const std::string text = (t == TokenType::Control || t == TokenType::Unknown)
-                                                      ? v->piece(id)
-                                                      : v->token_bytes(id);
+                         const std::string text =
+                             (t == TokenType::Control || t == TokenType::Unknown) ? v->piece(id) : v->token_bytes(id);
                          std::string shown;
                          utf8_sanitize(text, true, &shown);
                          std::printf("%6d -> '%s'\n", id, shown.c_str());
@@ -155,7 +165,8 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                      std::vector<int32_t> toks;
                      for (int64_t t; in >> t;) toks.push_back(static_cast<int32_t>(t));
                      std::vector<int64_t> pos;
-                     if (!parse_positions(f->positions, &pos)) return fail("invalid --positions '" + f->positions + "'");
+                     if (!parse_positions(f->positions, &pos))
+                       return fail("invalid --positions '" + f->positions + "'");
                      const int64_t n = static_cast<int64_t>(toks.size());
                      for (int64_t p : pos)
                        if (p < 0 || p >= n) return fail("position " + std::to_string(p) + " is outside the sequence");
@@ -177,7 +188,8 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                        i += len;
                      }
                      std::ofstream o(f->out, std::ios::binary);
-                     o.write(reinterpret_cast<const char*>(result.data()), static_cast<std::streamsize>(result.size() * 4));
+                     o.write(reinterpret_cast<const char*>(result.data()),
+                             static_cast<std::streamsize>(result.size() * 4));
                      if (!o) return fail("cannot write '" + f->out + "'");
                      return 0;
                    }});
@@ -188,7 +200,8 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
     };
     auto f = std::make_shared<Flags>();
     CLI::App* sub = app.add_subcommand(
-        "import-tokenizer", "Write a vocabulary-only GGUF from an HF tokenizer.json (+ tokenizer_config.json beside it)");
+        "import-tokenizer",
+        "Write a vocabulary-only GGUF from an HF tokenizer.json (+ tokenizer_config.json beside it)");
     sub->add_option("tokenizer_json", f->json, "Path to tokenizer.json")->required();
     sub->add_option("-o,--output", f->out, "Output GGUF path")->required();
     out.push_back({sub, [f] {
@@ -198,8 +211,8 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                      w.set_string("general.name", "coda-vocab");
                      spec->write(w);
                      if (auto s = w.write(f->out); !s.ok()) return fail(s.message());
-                     std::printf("wrote %s: %s tokenizer, %zu tokens, %zu merges\n", f->out.c_str(), spec->model.c_str(),
-                                 spec->tokens.size(), spec->merges.size());
+                     std::printf("wrote %s: %s tokenizer, %zu tokens, %zu merges\n", f->out.c_str(),
+                                 spec->model.c_str(), spec->tokens.size(), spec->merges.size());
                      return 0;
                    }});
   }
@@ -218,8 +231,8 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                      const GgufTensor* t = g->find_tensor(f->name);
                      if (t == nullptr) return fail("no tensor named '" + f->name + "'");
                      if (!dtype_supported(t->type))
-                       return fail(std::string("type ") + dtype_name(t->type) + " is not supported; supported: " +
-                                   supported_dtypes_list());
+                       return fail(std::string("type ") + dtype_name(t->type) +
+                                   " is not supported; supported: " + supported_dtypes_list());
                      std::vector<float> x(static_cast<size_t>(t->n_elements()));
                      ref::dequantize_row(t->type, t->data, x.data(), t->n_elements());
                      std::ofstream o(f->out, std::ios::binary);

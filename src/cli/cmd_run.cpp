@@ -101,10 +101,15 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   CLI::App* sub = app.add_subcommand("run", "Continue a prompt with a model (greedy with --temp 0)");
   sub->add_option("-m,--model", flags->model, "GGUF model file (default: the bundled model)");
   sub->add_option("-p,--prompt", flags->prompt, "Prompt text")->capture_default_str();
-  sub->add_option("-n,--n-predict", flags->n_predict, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  sub->add_option("-n,--n-predict", flags->n_predict, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
   sub->add_option("-t,--threads", flags->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size", flags->ctx, "Context size (default: the model's trained context)")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--temp", flags->temp, "Temperature; 0 is greedy")->capture_default_str()->check(CLI::Range(0.0, 2.0));
+  sub->add_option("-c,--ctx-size", flags->ctx, "Context size (default: the model's trained context)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--temp", flags->temp, "Temperature; 0 is greedy")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 2.0));
   sub->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating after end-of-sequence tokens");
   sub->add_option("-s,--seed", flags->seed, "Random seed for sampling")->capture_default_str();
   out.push_back({sub, [flags] { return run(*flags); }});

@@ -46,8 +46,8 @@ enum class DType : uint32_t {
 
 struct DTypeInfo {
   const char* name;
-  int64_t block_size;  // elements per block
-  int64_t block_bytes; // bytes per block
+  int64_t block_size;   // elements per block
+  int64_t block_bytes;  // bytes per block
 };
 
 // Geometry of a GGUF type id, or nullptr when the id is not a type GGUF defines.

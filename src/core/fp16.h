@@ -43,8 +43,8 @@ inline uint16_t float_to_fp16(float f) {
   const uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {                                              // half subnormal or zero
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);          // below half the min subnormal
+  if (abs < 0x38800000u) {                                               // half subnormal or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);           // below half the min subnormal
     const uint32_t e = abs >> 23;
     const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14..24 bits to drop
@@ -60,7 +60,9 @@ inline uint16_t float_to_fp16(float f) {
   return static_cast<uint16_t>(sign | r);
 }
 
-inline float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_float(uint16_t h) {
+  return bits_to_float(static_cast<uint32_t>(h) << 16);
+}
 
 // binary32 -> bfloat16 with round-to-nearest-even; NaN stays a quiet NaN.
 inline uint16_t float_to_bf16(float f) {

@@ -80,17 +80,16 @@ class [[nodiscard]] Expected {
 }  // namespace coda
 
 // Propagates a failed Status/Expected to the caller.
-#define CODA_RETURN_IF_ERROR(expr)                     \
-  do {                                                 \
-    auto coda_status_ = (expr);                        \
+#define CODA_RETURN_IF_ERROR(expr)                       \
+  do {                                                   \
+    auto coda_status_ = (expr);                          \
     if (!coda_status_.ok()) return coda_status_.error(); \
   } while (0)
 
 #define CODA_CONCAT_INNER_(a, b) a##b
 #define CODA_CONCAT_(a, b) CODA_CONCAT_INNER_(a, b)
 // `CODA_ASSIGN_OR_RETURN(auto x, f());` binds the value or returns the error.
-#define CODA_ASSIGN_OR_RETURN(lhs, expr) \
-  CODA_ASSIGN_OR_RETURN_IMPL_(CODA_CONCAT_(coda_expected_, __LINE__), lhs, expr)
+#define CODA_ASSIGN_OR_RETURN(lhs, expr) CODA_ASSIGN_OR_RETURN_IMPL_(CODA_CONCAT_(coda_expected_, __LINE__), lhs, expr)
 #define CODA_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                \
   if (!tmp.ok()) return tmp.error();                \

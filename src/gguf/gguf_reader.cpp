@@ -34,7 +34,9 @@ size_t scalar_size(GgufType t) {
   }
 }
 
-bool known_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::F64); }
+bool known_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(GgufType::F64);
+}
 
 std::string quote(std::string_view s) {
   std::string out = "'";
@@ -64,15 +66,15 @@ std::string GgufTensor::shape_string() const {
 // A cursor over the file that fails, with a message, instead of reading past the end.
 class GgufParser {
  public:
-  GgufParser(const uint8_t* data, size_t size, const GgufLimits& limits)
-      : p_(data), size_(size), lim_(limits) {}
+  GgufParser(const uint8_t* data, size_t size, const GgufLimits& limits) : p_(data), size_(size), lim_(limits) {}
 
   Status parse(GgufFile* f) {
     f->base_ = p_;
     f->size_ = size_;
     if (size_ < 24)
-      return fail(0, "file header", "file is " + std::to_string(size_) +
-                                        " bytes; a GGUF header needs at least 24 (magic, version, counts)");
+      return fail(
+          0, "file header",
+          "file is " + std::to_string(size_) + " bytes; a GGUF header needs at least 24 (magic, version, counts)");
     uint32_t magic = 0;
     CODA_RETURN_IF_ERROR(read_pod(&magic, "magic"));
     if (magic != kMagic) {
@@ -109,8 +111,8 @@ class GgufParser {
                     std::string("type is ") + gguf_type_name(a->type) + "; it must be u32");
       if (a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > lim_.max_alignment)
         return fail(a->offset, "general.alignment",
-                    "value " + std::to_string(a->u) + " must be a non-zero power of two <= " +
-                        std::to_string(lim_.max_alignment));
+                    "value " + std::to_string(a->u) +
+                        " must be a non-zero power of two <= " + std::to_string(lim_.max_alignment));
       f->alignment_ = static_cast<uint32_t>(a->u);
     } else {
       f->alignment_ = kDefaultAlignment;
@@ -122,8 +124,8 @@ class GgufParser {
     const uint64_t align = f->alignment_;
     const uint64_t data_start = (pos_ + align - 1) / align * align;
     if (n_tensors > 0 && data_start > size_)
-      return fail(pos_, "data section", "starts at " + std::to_string(data_start) + ", beyond the file size " +
-                                            std::to_string(size_));
+      return fail(pos_, "data section",
+                  "starts at " + std::to_string(data_start) + ", beyond the file size " + std::to_string(size_));
     f->data_offset_ = data_start;
     return check_tensor_data(f);
   }
@@ -135,8 +137,9 @@ class GgufParser {
 
   Status need(uint64_t n, const std::string& field) const {
     if (n > size_ - pos_)
-      return fail(pos_, field, "needs " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) +
-                                   " remain in the file (truncated?)");
+      return fail(pos_, field,
+                  "needs " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) +
+                      " remain in the file (truncated?)");
     return Status::Ok();
   }
 
@@ -162,16 +165,74 @@ class GgufParser {
 
   Status parse_scalar(GgufType t, GgufValue* v, const std::string& field) {
     switch (t) {
-      case GgufType::U8: { uint8_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->u = x; v->i = x; break; }
-      case GgufType::I8: { int8_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->i = x; v->u = static_cast<uint64_t>(x); break; }
-      case GgufType::U16: { uint16_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->u = x; v->i = x; break; }
-      case GgufType::I16: { int16_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->i = x; v->u = static_cast<uint64_t>(x); break; }
-      case GgufType::U32: { uint32_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->u = x; v->i = x; break; }
-      case GgufType::I32: { int32_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->i = x; v->u = static_cast<uint64_t>(x); break; }
-      case GgufType::U64: { uint64_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->u = x; v->i = static_cast<int64_t>(x); break; }
-      case GgufType::I64: { int64_t x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->i = x; v->u = static_cast<uint64_t>(x); break; }
-      case GgufType::F32: { float x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->f = x; break; }
-      case GgufType::F64: { double x{}; CODA_RETURN_IF_ERROR(read_pod(&x, field)); v->f = x; break; }
+      case GgufType::U8: {
+        uint8_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->u = x;
+        v->i = x;
+        break;
+      }
+      case GgufType::I8: {
+        int8_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->i = x;
+        v->u = static_cast<uint64_t>(x);
+        break;
+      }
+      case GgufType::U16: {
+        uint16_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->u = x;
+        v->i = x;
+        break;
+      }
+      case GgufType::I16: {
+        int16_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->i = x;
+        v->u = static_cast<uint64_t>(x);
+        break;
+      }
+      case GgufType::U32: {
+        uint32_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->u = x;
+        v->i = x;
+        break;
+      }
+      case GgufType::I32: {
+        int32_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->i = x;
+        v->u = static_cast<uint64_t>(x);
+        break;
+      }
+      case GgufType::U64: {
+        uint64_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->u = x;
+        v->i = static_cast<int64_t>(x);
+        break;
+      }
+      case GgufType::I64: {
+        int64_t x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->i = x;
+        v->u = static_cast<uint64_t>(x);
+        break;
+      }
+      case GgufType::F32: {
+        float x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->f = x;
+        break;
+      }
+      case GgufType::F64: {
+        double x{};
+        CODA_RETURN_IF_ERROR(read_pod(&x, field));
+        v->f = x;
+        break;
+      }
       case GgufType::BOOL: {
         const uint64_t at = pos_;
         uint8_t x = 0;
@@ -202,7 +263,8 @@ class GgufParser {
     const uint64_t type_at = pos_;
     CODA_RETURN_IF_ERROR(read_pod(&type, "type of key " + quote(key)));
     if (!known_type(type))
-      return fail(type_at, "type of key " + quote(key), "unknown value type " + std::to_string(type) + " (valid: 0..12)");
+      return fail(type_at, "type of key " + quote(key),
+                  "unknown value type " + std::to_string(type) + " (valid: 0..12)");
     v.type = static_cast<GgufType>(type);
     v.offset = pos_;
     const std::string vfield = "value of " + quote(key);
@@ -218,13 +280,15 @@ class GgufParser {
       const uint64_t count_at = pos_;
       CODA_RETURN_IF_ERROR(read_pod(&v.count, vfield + " element count"));
       if (v.count > lim_.max_array_elems)
-        return fail(count_at, vfield, "array of " + std::to_string(v.count) + " elements exceeds the limit " +
-                                          std::to_string(lim_.max_array_elems));
+        return fail(count_at, vfield,
+                    "array of " + std::to_string(v.count) + " elements exceeds the limit " +
+                        std::to_string(lim_.max_array_elems));
       if (v.elem == GgufType::STRING) {
         // Every string needs at least its 8-byte length.
         if (v.count > (size_ - pos_) / 8)
-          return fail(count_at, vfield, "array of " + std::to_string(v.count) + " strings cannot fit in the " +
-                                            std::to_string(size_ - pos_) + " bytes that remain");
+          return fail(count_at, vfield,
+                      "array of " + std::to_string(v.count) + " strings cannot fit in the " +
+                          std::to_string(size_ - pos_) + " bytes that remain");
         v.strings.reserve(v.count);
         for (uint64_t e = 0; e < v.count; ++e) {
           std::string_view s;
@@ -234,8 +298,9 @@ class GgufParser {
       } else {
         const uint64_t esz = scalar_size(v.elem);
         if (v.count > (size_ - pos_) / esz)
-          return fail(count_at, vfield, "array of " + std::to_string(v.count) + " x " + std::to_string(esz) +
-                                            " bytes exceeds the " + std::to_string(size_ - pos_) + " bytes that remain");
+          return fail(count_at, vfield,
+                      "array of " + std::to_string(v.count) + " x " + std::to_string(esz) + " bytes exceeds the " +
+                          std::to_string(size_ - pos_) + " bytes that remain");
         v.data = p_ + pos_;
         if (v.elem == GgufType::BOOL)
           for (uint64_t e = 0; e < v.count; ++e)
@@ -276,8 +341,9 @@ class GgufParser {
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         return fail(at, df, "value " + std::to_string(dim) + " is negative as a signed 64-bit size");
       if (n_elems > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dim)
-        return fail(at, df, "element count overflows 64 bits (limit " +
-                                std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+        return fail(
+            at, df,
+            "element count overflows 64 bits (limit " + std::to_string(std::numeric_limits<int64_t>::max()) + ")");
       n_elems *= dim;
       t.ne[d] = static_cast<int64_t>(dim);
     }
@@ -297,7 +363,10 @@ class GgufParser {
     t.n_bytes = blocks * static_cast<uint64_t>(info->block_bytes);
     const uint64_t off_at = pos_;
     CODA_RETURN_IF_ERROR(read_pod(&t.offset, tf + " offset"));
-    if (t.n_bytes > size_) return fail(off_at, tf, "needs " + std::to_string(t.n_bytes) + " bytes, more than the whole file (" + std::to_string(size_) + ")");
+    if (t.n_bytes > size_)
+      return fail(
+          off_at, tf,
+          "needs " + std::to_string(t.n_bytes) + " bytes, more than the whole file (" + std::to_string(size_) + ")");
     f->tensor_index_.emplace(t.name, f->tensors_.size());
     f->tensors_.push_back(std::move(t));
     return Status::Ok();
@@ -311,15 +380,18 @@ class GgufParser {
     for (GgufTensor& t : f->tensors_) {
       const std::string tf = "tensor '" + t.name + "' offset";
       if (t.offset % align != 0)
-        return fail(t.info_offset, tf, "data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-                                           std::to_string(align));
+        return fail(
+            t.info_offset, tf,
+            "data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " + std::to_string(align));
       if (t.offset < prev_end)
-        return fail(t.info_offset, tf, "data offset " + std::to_string(t.offset) + " overlaps or precedes tensor '" +
-                                           prev_name + "' which ends at " + std::to_string(prev_end) +
-                                           "; tensors must be stored in order without overlap");
+        return fail(t.info_offset, tf,
+                    "data offset " + std::to_string(t.offset) + " overlaps or precedes tensor '" + prev_name +
+                        "' which ends at " + std::to_string(prev_end) +
+                        "; tensors must be stored in order without overlap");
       if (t.offset > data_size || t.n_bytes > data_size - t.offset)
-        return fail(t.info_offset, tf, "data [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + t.n_bytes) +
-                                           ") extends beyond the data section of " + std::to_string(data_size) + " bytes");
+        return fail(t.info_offset, tf,
+                    "data [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + t.n_bytes) +
+                        ") extends beyond the data section of " + std::to_string(data_size) + " bytes");
       t.data = p_ + f->data_offset_ + t.offset;
       prev_end = t.offset + t.n_bytes;
       prev_name = t.name;
@@ -377,7 +449,9 @@ Error type_error(const std::string& key, const GgufValue& v, const char* wanted)
   return Error("GGUF key '" + key + "' has type " + got + "; expected " + wanted);
 }
 
-Error missing(const std::string& key) { return Error("GGUF key '" + key + "' is missing"); }
+Error missing(const std::string& key) {
+  return Error("GGUF key '" + key + "' is missing");
+}
 
 }  // namespace
 
@@ -386,7 +460,8 @@ Expected<uint64_t> GgufFile::get_uint(const std::string& key) const {
   if (v == nullptr) return missing(key);
   if (is_unsigned_int(v->type)) return v->u;
   if (is_signed_int(v->type)) {
-    if (v->i < 0) return Error("GGUF key '" + key + "' is " + std::to_string(v->i) + "; expected a non-negative integer");
+    if (v->i < 0)
+      return Error("GGUF key '" + key + "' is " + std::to_string(v->i) + "; expected a non-negative integer");
     return static_cast<uint64_t>(v->i);
   }
   return type_error(key, *v, "an unsigned integer");
@@ -460,14 +535,48 @@ Expected<std::vector<int64_t>> GgufFile::get_int_array(const std::string& key) c
   for (uint64_t e = 0; e < v->count; ++e) {
     const uint8_t* q = v->data + esz * e;
     switch (v->elem) {
-      case GgufType::U8: out[e] = q[0]; break;
-      case GgufType::I8: out[e] = static_cast<int8_t>(q[0]); break;
-      case GgufType::U16: { uint16_t x; std::memcpy(&x, q, 2); out[e] = x; break; }
-      case GgufType::I16: { int16_t x; std::memcpy(&x, q, 2); out[e] = x; break; }
-      case GgufType::U32: { uint32_t x; std::memcpy(&x, q, 4); out[e] = x; break; }
-      case GgufType::I32: { int32_t x; std::memcpy(&x, q, 4); out[e] = x; break; }
-      case GgufType::U64: { uint64_t x; std::memcpy(&x, q, 8); out[e] = static_cast<int64_t>(x); break; }
-      default: { int64_t x; std::memcpy(&x, q, 8); out[e] = x; break; }
+      case GgufType::U8:
+        out[e] = q[0];
+        break;
+      case GgufType::I8:
+        out[e] = static_cast<int8_t>(q[0]);
+        break;
+      case GgufType::U16: {
+        uint16_t x;
+        std::memcpy(&x, q, 2);
+        out[e] = x;
+        break;
+      }
+      case GgufType::I16: {
+        int16_t x;
+        std::memcpy(&x, q, 2);
+        out[e] = x;
+        break;
+      }
+      case GgufType::U32: {
+        uint32_t x;
+        std::memcpy(&x, q, 4);
+        out[e] = x;
+        break;
+      }
+      case GgufType::I32: {
+        int32_t x;
+        std::memcpy(&x, q, 4);
+        out[e] = x;
+        break;
+      }
+      case GgufType::U64: {
+        uint64_t x;
+        std::memcpy(&x, q, 8);
+        out[e] = static_cast<int64_t>(x);
+        break;
+      }
+      default: {
+        int64_t x;
+        std::memcpy(&x, q, 8);
+        out[e] = x;
+        break;
+      }
     }
   }
   return out;

@@ -1,9 +1,10 @@
 #include "gguf/gguf_writer.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 #include <memory>
 
 namespace coda {
@@ -23,10 +24,19 @@ void put_string(std::vector<uint8_t>* out, const std::string& s) {
 
 size_t elem_size(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    default: return 8;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL:
+      return 1;
+    case GgufType::U16:
+    case GgufType::I16:
+      return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -42,12 +52,35 @@ void GgufWriter::set_raw(const std::string& key, GgufType type, std::vector<uint
   kv_.push_back({key, {type, std::move(payload)}});
 }
 
-void GgufWriter::set_u32(const std::string& key, uint32_t v) { std::vector<uint8_t> p; put(&p, v); set_raw(key, GgufType::U32, p); }
-void GgufWriter::set_i32(const std::string& key, int32_t v) { std::vector<uint8_t> p; put(&p, v); set_raw(key, GgufType::I32, p); }
-void GgufWriter::set_u64(const std::string& key, uint64_t v) { std::vector<uint8_t> p; put(&p, v); set_raw(key, GgufType::U64, p); }
-void GgufWriter::set_f32(const std::string& key, float v) { std::vector<uint8_t> p; put(&p, v); set_raw(key, GgufType::F32, p); }
-void GgufWriter::set_bool(const std::string& key, bool v) { std::vector<uint8_t> p{static_cast<uint8_t>(v ? 1 : 0)}; set_raw(key, GgufType::BOOL, p); }
-void GgufWriter::set_string(const std::string& key, const std::string& v) { std::vector<uint8_t> p; put_string(&p, v); set_raw(key, GgufType::STRING, p); }
+void GgufWriter::set_u32(const std::string& key, uint32_t v) {
+  std::vector<uint8_t> p;
+  put(&p, v);
+  set_raw(key, GgufType::U32, p);
+}
+void GgufWriter::set_i32(const std::string& key, int32_t v) {
+  std::vector<uint8_t> p;
+  put(&p, v);
+  set_raw(key, GgufType::I32, p);
+}
+void GgufWriter::set_u64(const std::string& key, uint64_t v) {
+  std::vector<uint8_t> p;
+  put(&p, v);
+  set_raw(key, GgufType::U64, p);
+}
+void GgufWriter::set_f32(const std::string& key, float v) {
+  std::vector<uint8_t> p;
+  put(&p, v);
+  set_raw(key, GgufType::F32, p);
+}
+void GgufWriter::set_bool(const std::string& key, bool v) {
+  std::vector<uint8_t> p{static_cast<uint8_t>(v ? 1 : 0)};
+  set_raw(key, GgufType::BOOL, p);
+}
+void GgufWriter::set_string(const std::string& key, const std::string& v) {
+  std::vector<uint8_t> p;
+  put_string(&p, v);
+  set_raw(key, GgufType::STRING, p);
+}
 
 void GgufWriter::set_string_array(const std::string& key, const std::vector<std::string>& v) {
   std::vector<uint8_t> p;
@@ -113,7 +146,8 @@ Status GgufWriter::add_tensor(const std::string& name, DType type, const std::ve
   }
   for (const auto& t : tensors_)
     if (t.name == name) return Error("tensor '" + name + "' added twice");
-  tensors_.push_back({name, type, ne, static_cast<uint64_t>(n / info->block_size * info->block_bytes), std::move(fill)});
+  tensors_.push_back(
+      {name, type, ne, static_cast<uint64_t>(n / info->block_size * info->block_bytes), std::move(fill)});
   return Status::Ok();
 }
 

@@ -104,11 +104,21 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
       break;
     }
-    case DType::Q8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, n / kQK); break;
-    case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, n / kQK); break;
-    case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / kQKK); break;
-    case DType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, n / kQKK); break;
-    case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / kQKK); break;
+    case DType::Q8_0:
+      dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, n / kQK);
+      break;
+    case DType::Q4_0:
+      dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, n / kQK);
+      break;
+    case DType::Q4_K:
+      dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / kQKK);
+      break;
+    case DType::Q5_K:
+      dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, n / kQKK);
+      break;
+    case DType::Q6_K:
+      dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / kQKK);
+      break;
     default:
       // Callers check dtype_supported() when loading; reaching this is a programmer error.
       assert(false && "dequantize_row: unsupported type");

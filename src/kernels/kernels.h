@@ -58,9 +58,9 @@ float dot_f32(const float* a, const float* b, int64_t n);
 }  // namespace ref
 
 struct KernelTable {
-  const char* name;                 // "avx2" or "scalar"
-  DotFn dot[40];                    // indexed by DType id; nullptr where unsupported
-  Dot4Fn dot4[40];                  // 4 tokens at once; same results as 4 calls of dot
+  const char* name;  // "avx2" or "scalar"
+  DotFn dot[40];     // indexed by DType id; nullptr where unsupported
+  Dot4Fn dot4[40];   // 4 tokens at once; same results as 4 calls of dot
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);

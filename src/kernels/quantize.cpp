@@ -2,8 +2,8 @@
 // with per-block absmax/min-max scales; they are used to write synthetic models and test data,
 // not to produce release-quality quantizations.
 #include <algorithm>
-#include <cmath>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 
 #include "core/fp16.h"
@@ -13,7 +13,9 @@ namespace coda::ref {
 
 namespace {
 
-int nearest(float x) { return static_cast<int>(std::lrintf(x)); }
+int nearest(float x) {
+  return static_cast<int>(std::lrintf(x));
+}
 
 void quant_q8_0(const float* x, BlockQ8_0* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
@@ -88,7 +90,8 @@ void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
     kquant_scales(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
     for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) b[i].qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+      for (int l = 0; l < 32; ++l)
+        b[i].qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
   }
 }
 
@@ -132,8 +135,8 @@ void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
       for (int l = 0; l < 32; ++l) {
         b[i].ql[64 * half + l] = static_cast<uint8_t>((qq[l] & 0xF) | ((qq[l + 64] & 0xF) << 4));
         b[i].ql[64 * half + l + 32] = static_cast<uint8_t>((qq[l + 32] & 0xF) | ((qq[l + 96] & 0xF) << 4));
-        b[i].qh[32 * half + l] = static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) |
-                                                      ((qq[l + 96] >> 4) << 6));
+        b[i].qh[32 * half + l] = static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) |
+                                                      ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
       }
     }
   }
@@ -156,11 +159,21 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
       break;
     }
-    case DType::Q8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), n / kQK); break;
-    case DType::Q4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), n / kQK); break;
-    case DType::Q4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), n / kQKK); break;
-    case DType::Q5_K: quant_q5_k(src, static_cast<BlockQ5_K*>(dst), n / kQKK); break;
-    case DType::Q6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQKK); break;
+    case DType::Q8_0:
+      quant_q8_0(src, static_cast<BlockQ8_0*>(dst), n / kQK);
+      break;
+    case DType::Q4_0:
+      quant_q4_0(src, static_cast<BlockQ4_0*>(dst), n / kQK);
+      break;
+    case DType::Q4_K:
+      quant_q4_k(src, static_cast<BlockQ4_K*>(dst), n / kQKK);
+      break;
+    case DType::Q5_K:
+      quant_q5_k(src, static_cast<BlockQ5_K*>(dst), n / kQKK);
+      break;
+    case DType::Q6_K:
+      quant_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQKK);
+      break;
     default:
       assert(false && "quantize_row: unsupported type");
   }
@@ -213,15 +226,20 @@ namespace coda {
 int64_t act_row_bytes(DType t, int64_t n) {
   switch (act_format(t)) {
     case ActFormat::Q8_32:
-    case ActFormat::Q8_32_PAIRED: return n + n / kQK * 8;
-    case ActFormat::Q8_256: return n / kQKK * static_cast<int64_t>(sizeof(ActBlockK));
-    default: return n * static_cast<int64_t>(sizeof(float));
+    case ActFormat::Q8_32_PAIRED:
+      return n + n / kQK * 8;
+    case ActFormat::Q8_256:
+      return n / kQKK * static_cast<int64_t>(sizeof(ActBlockK));
+    default:
+      return n * static_cast<int64_t>(sizeof(float));
   }
 }
 
 void prepare_act(DType t, const float* x, void* out, int64_t n) {
   switch (act_format(t)) {
-    case ActFormat::Q8_32: ref::quantize_act(x, out, n); break;
+    case ActFormat::Q8_32:
+      ref::quantize_act(x, out, n);
+      break;
     case ActFormat::Q8_32_PAIRED: {
       ref::quantize_act(x, out, n);
       auto* q = static_cast<int8_t*>(out);
@@ -232,8 +250,12 @@ void prepare_act(DType t, const float* x, void* out, int64_t n) {
       }
       break;
     }
-    case ActFormat::Q8_256: ref::quantize_act_k(x, static_cast<ActBlockK*>(out), n); break;
-    default: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); break;
+    case ActFormat::Q8_256:
+      ref::quantize_act_k(x, static_cast<ActBlockK*>(out), n);
+      break;
+    default:
+      std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
+      break;
   }
 }
 

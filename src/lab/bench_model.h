@@ -21,7 +21,7 @@ struct BenchModelResult {
   double prefill_tps = 0;  // best of reps
   double decode_tps = 0;   // best of reps, averaged over n_gen steps
   double decode_ms = 0;
-  int64_t bytes_per_token = 0;  // weights read by one decode step
+  int64_t bytes_per_token = 0;      // weights read by one decode step
   double bandwidth_gbs = 0;         // streaming the model's own weights, same thread count (best)
   double buffer_bandwidth_gbs = 0;  // streaming a fresh 512 MiB buffer, for comparison
   double roofline_tps = 0;          // bandwidth_gbs / bytes_per_token

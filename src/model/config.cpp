@@ -9,8 +9,8 @@ Expected<int64_t> required_int(const GgufFile& f, const std::string& key, int64_
   auto v = f.get_int(key);
   if (!v) return Error("model metadata: " + v.message());
   if (*v < min_value)
-    return Error("model metadata: key '" + key + "' is " + std::to_string(*v) + "; it must be >= " +
-                 std::to_string(min_value));
+    return Error("model metadata: key '" + key + "' is " + std::to_string(*v) +
+                 "; it must be >= " + std::to_string(min_value));
   return *v;
 }
 
@@ -52,15 +52,16 @@ Expected<ModelConfig> read_model_config(const GgufFile& f) {
   CODA_ASSIGN_OR_RETURN(c.n_heads, required_int(f, p + "attention.head_count", 1));
   CODA_ASSIGN_OR_RETURN(c.n_kv_heads, optional_int(f, p + "attention.head_count_kv", c.n_heads, 1));
   CODA_ASSIGN_OR_RETURN(c.n_ctx_train, required_int(f, p + "context_length", 1));
-  if (c.n_layers > 1024) return Error("model metadata: key '" + p + "block_count' is " + std::to_string(c.n_layers) + "; limit 1024");
+  if (c.n_layers > 1024)
+    return Error("model metadata: key '" + p + "block_count' is " + std::to_string(c.n_layers) + "; limit 1024");
   if (c.n_heads > 4096) return Error("model metadata: key '" + p + "attention.head_count' is too large (limit 4096)");
   if (c.n_heads % c.n_kv_heads != 0)
     return Error("model metadata: '" + p + "attention.head_count' (" + std::to_string(c.n_heads) +
                  ") is not a multiple of '" + p + "attention.head_count_kv' (" + std::to_string(c.n_kv_heads) + ")");
   const bool has_key_length = f.find(p + "attention.key_length") != nullptr;
   if (!has_key_length && c.dim % c.n_heads != 0)
-    return Error("model metadata: '" + p + "embedding_length' (" + std::to_string(c.dim) +
-                 ") is not a multiple of '" + p + "attention.head_count' (" + std::to_string(c.n_heads) + ")");
+    return Error("model metadata: '" + p + "embedding_length' (" + std::to_string(c.dim) + ") is not a multiple of '" +
+                 p + "attention.head_count' (" + std::to_string(c.n_heads) + ")");
   CODA_ASSIGN_OR_RETURN(c.head_dim, optional_int(f, p + "attention.key_length", c.dim / c.n_heads, 2));
   CODA_ASSIGN_OR_RETURN(const int64_t v_len, optional_int(f, p + "attention.value_length", c.head_dim, 1));
   if (v_len != c.head_dim)

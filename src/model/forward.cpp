@@ -32,8 +32,10 @@ Status Model::forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool&
     const int64_t m = std::min(kMaxChunk, n - done);
     const bool last = done + m == n;
     float* out = nullptr;
-    if (all_logits) out = logits + done * config_.n_vocab;
-    else if (last) out = logits;
+    if (all_logits)
+      out = logits + done * config_.n_vocab;
+    else if (last)
+      out = logits;
     CODA_RETURN_IF_ERROR(forward_chunk(tokens + done, m, kv, pool, buf, out, all_logits));
   }
   return Status::Ok();
@@ -86,8 +88,8 @@ Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, Threa
 
     for (int64_t t = 0; t < n; ++t)
       rms_norm(buf.x.data() + t * dim, L.ffn_norm.data(), buf.xn.data() + t * dim, dim, c.norm_eps);
-    matmul_multi(pool, k, {{&L.w_gate, buf.gate.data(), c.ffn_dim}, {&L.w_up, buf.up.data(), c.ffn_dim}},
-                 buf.xn.data(), dim, n, buf.mm);
+    matmul_multi(pool, k, {{&L.w_gate, buf.gate.data(), c.ffn_dim}, {&L.w_up, buf.up.data(), c.ffn_dim}}, buf.xn.data(),
+                 dim, n, buf.mm);
     swiglu(buf.gate.data(), buf.up.data(), n * c.ffn_dim);
     matmul(pool, k, L.w_down, buf.gate.data(), c.ffn_dim, n, buf.xn.data(), dim, buf.mm);
     for (int64_t i = 0; i < n * dim; ++i) buf.x[static_cast<size_t>(i)] += buf.xn[static_cast<size_t>(i)];

@@ -52,8 +52,8 @@ class Model {
   // Runs `n` tokens at positions kv.size() .. kv.size() + n - 1, appends their keys and values to
   // `kv` and writes logits: n x n_vocab when `all_logits`, else n_vocab for the last token.
   // Token ids out of range and context overflow are errors; the cache is unchanged on error.
-  Status forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
-                 float* logits, bool all_logits) const;
+  Status forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf, float* logits,
+                 bool all_logits) const;
 
  private:
   Status forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,

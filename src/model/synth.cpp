@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "gguf/gguf.h"
@@ -139,8 +139,8 @@ Expected<std::string> write_synthetic_model(const SynthOptions& opt, ThreadPool&
   }
   if (shape == nullptr) return Error("unknown shape '" + opt.shape + "'; known shapes: " + names);
   if (!dtype_supported(opt.type))
-    return Error(std::string("weight type ") + dtype_name(opt.type) + " is not supported; supported: " +
-                 supported_dtypes_list());
+    return Error(std::string("weight type ") + dtype_name(opt.type) +
+                 " is not supported; supported: " + supported_dtypes_list());
   if (opt.out.empty()) return Error("no output path given (-o FILE)");
   SynthShape sh = *shape;
   if (opt.n_layers > 0) sh.n_layers = opt.n_layers;
@@ -193,13 +193,16 @@ Expected<std::string> write_synthetic_model(const SynthOptions& opt, ThreadPool&
     total_bytes += rows * row_bytes;
     const uint64_t seed = hash_name(name, opt.seed);
     return w.add_tensor(name, t, ne, [=, &pool](uint8_t* dst) {
-      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        std::vector<float> row(static_cast<size_t>(cols));
-        for (int64_t r = r0; r < r1; ++r) {
-          random_row(seed ^ (static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull), mean, stddev, row.data(), cols);
-          ref::quantize_row(t, row.data(), dst + r * row_bytes, cols);
-        }
-      }, 64);
+      pool.parallel_for(
+          rows,
+          [&](int64_t r0, int64_t r1) {
+            std::vector<float> row(static_cast<size_t>(cols));
+            for (int64_t r = r0; r < r1; ++r) {
+              random_row(seed ^ (static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull), mean, stddev, row.data(), cols);
+              ref::quantize_row(t, row.data(), dst + r * row_bytes, cols);
+            }
+          },
+          64);
     });
   };
   const float s_dim = 1.0f / std::sqrt(static_cast<float>(sh.dim));

@@ -2,7 +2,6 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
-
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 
@@ -23,7 +22,8 @@ struct PreTokenizer {
 
 const PreTokenizer kPreTokenizers[] = {
     {"llama-bpe",
-     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
      "\\s+(?!\\S)|\\s+",
      true, false},
     {"qwen2",
@@ -114,16 +114,18 @@ size_t utf8_len(unsigned char c) {
 
 }  // namespace
 
-const char* ByteLevelBpe::known_pre_tokenizers() { return "llama-bpe (llama3), qwen2, gpt2 (default)"; }
+const char* ByteLevelBpe::known_pre_tokenizers() {
+  return "llama-bpe (llama3), qwen2, gpt2 (default)";
+}
 
 Expected<std::shared_ptr<const ByteLevelBpe>> ByteLevelBpe::create(const std::vector<std::string>& pieces,
-                                                                  const std::vector<std::string_view>& merges,
-                                                                  const std::string& pre) {
+                                                                   const std::vector<std::string_view>& merges,
+                                                                   const std::string& pre) {
   (void)pieces;
   const PreTokenizer* p = find_pre(pre.empty() ? "gpt2" : pre);
   if (p == nullptr)
-    return Error("pre-tokenizer '" + pre + "' (tokenizer.ggml.pre) is not supported; supported: " +
-                 known_pre_tokenizers());
+    return Error("pre-tokenizer '" + pre +
+                 "' (tokenizer.ggml.pre) is not supported; supported: " + known_pre_tokenizers());
   auto bpe = std::shared_ptr<ByteLevelBpe>(new ByteLevelBpe());
   int err = 0;
   PCRE2_SIZE err_off = 0;
@@ -159,8 +161,10 @@ std::string ByteLevelBpe::piece_bytes(const std::string& piece) {
       cp = static_cast<unsigned char>(piece[i]) & (0xFF >> (len + 1));
       for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(piece[i + k]) & 0x3F);
     }
-    if (cp < t.from_cp.size() && t.from_cp[cp] >= 0) out += static_cast<char>(t.from_cp[cp]);
-    else out.append(piece, i, len);  // not a byte-level character: keep as is
+    if (cp < t.from_cp.size() && t.from_cp[cp] >= 0)
+      out += static_cast<char>(t.from_cp[cp]);
+    else
+      out.append(piece, i, len);  // not a byte-level character: keep as is
     i += len;
   }
   return out;
@@ -183,7 +187,7 @@ void ByteLevelBpe::encode(std::string_view raw, const std::unordered_map<std::st
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t start = ov[0], end = ov[1];
     if (start > pos) encode_word(text.substr(pos, start - pos), index, out);  // bytes no rule matched
-    if (end == start) {  // empty match: step over one character
+    if (end == start) {                                                       // empty match: step over one character
       const size_t step = std::min(utf8_len(static_cast<unsigned char>(text[start])), text.size() - start);
       encode_word(text.substr(start, step), index, out);
       pos = start + step;
@@ -221,7 +225,8 @@ void ByteLevelBpe::encode_word(std::string_view word, const std::unordered_map<s
   std::vector<Sym> syms(starts.size());
   for (size_t i = 0; i < starts.size(); ++i) {
     const size_t end = i + 1 < starts.size() ? starts[i + 1] : mapped.size();
-    syms[i] = {starts[i], end - starts[i], static_cast<int>(i) - 1, i + 1 < starts.size() ? static_cast<int>(i) + 1 : -1};
+    syms[i] = {starts[i], end - starts[i], static_cast<int>(i) - 1,
+               i + 1 < starts.size() ? static_cast<int>(i) + 1 : -1};
   }
   struct Cand {
     int32_t rank;

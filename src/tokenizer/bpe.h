@@ -19,8 +19,8 @@ class ByteLevelBpe {
  public:
   // `pre` is the GGUF tokenizer.ggml.pre name; unknown names are an error listing the known ones.
   static Expected<std::shared_ptr<const ByteLevelBpe>> create(const std::vector<std::string>& pieces,
-                                                             const std::vector<std::string_view>& merges,
-                                                             const std::string& pre);
+                                                              const std::vector<std::string_view>& merges,
+                                                              const std::string& pre);
   ~ByteLevelBpe();
 
   // Encodes text with no special tokens (those are split out by the caller).

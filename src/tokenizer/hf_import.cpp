@@ -34,7 +34,8 @@ Status import_unchecked(const std::string& path, TokenizerSpec* v) {
   if (n <= 0 || n > (1 << 24)) return Error(path + ": vocabulary size " + std::to_string(n) + " is out of range");
   v->tokens.assign(static_cast<size_t>(n), "");
   v->types.assign(static_cast<size_t>(n), 1);
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) v->tokens[static_cast<size_t>(it.value().get<int64_t>())] = it.key();
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    v->tokens[static_cast<size_t>(it.value().get<int64_t>())] = it.key();
   if (j.contains("added_tokens")) {
     for (const auto& t : j["added_tokens"]) {
       const auto id = static_cast<size_t>(t["id"].get<int64_t>());
@@ -49,8 +50,10 @@ Status import_unchecked(const std::string& path, TokenizerSpec* v) {
     }
   if (j["model"].contains("merges")) {
     for (const auto& m : j["model"]["merges"]) {
-      if (m.is_string()) v->merges.push_back(m.get<std::string>());
-      else if (m.is_array() && m.size() == 2) v->merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+      if (m.is_string())
+        v->merges.push_back(m.get<std::string>());
+      else if (m.is_array() && m.size() == 2)
+        v->merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
     }
   }
   const std::string dump = j.contains("pre_tokenizer") ? j["pre_tokenizer"].dump() : "";
@@ -65,15 +68,20 @@ Status import_unchecked(const std::string& path, TokenizerSpec* v) {
       if (p.value("type", "") == "Split" && p.contains("pattern") && p["pattern"].contains("Regex"))
         regex = p["pattern"]["Regex"].get<std::string>();
     const std::string llama3 =
-        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
     const std::string qwen2 =
-        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    if (regex == llama3) v->pre = "llama-bpe";
-    else if (regex == qwen2) v->pre = "qwen2";
-    else if (!regex.empty()) return Error(path + ": pre-tokenizer regex is not one coda knows (llama-bpe, qwen2, gpt2): " + regex);
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    if (regex == llama3)
+      v->pre = "llama-bpe";
+    else if (regex == qwen2)
+      v->pre = "qwen2";
+    else if (!regex.empty())
+      return Error(path + ": pre-tokenizer regex is not one coda knows (llama-bpe, qwen2, gpt2): " + regex);
   }
-  if (v->pre == "qwen2" && !(j.contains("normalizer") && j["normalizer"].is_object() &&
-                             j["normalizer"].value("type", "") == "NFC"))
+  if (v->pre == "qwen2" &&
+      !(j.contains("normalizer") && j["normalizer"].is_object() && j["normalizer"].value("type", "") == "NFC"))
     return Error(path + ": a qwen2-style tokenizer without the NFC normalizer is not supported");
   auto find_id = [&](const char* s) -> int64_t {
     for (size_t i = 0; i < v->tokens.size(); ++i)

@@ -1,10 +1,10 @@
 #include "tokenizer/vocab.h"
 
-#include "tokenizer/utf8.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <queue>
+
+#include "tokenizer/utf8.h"
 
 namespace coda {
 
@@ -25,7 +25,8 @@ Expected<int64_t> optional_id(const GgufFile& f, const std::string& key, int64_t
   auto v = f.get_int(key);
   if (!v) return v.error();
   if (*v < 0 || *v >= n)
-    return Error("GGUF key '" + key + "' is " + std::to_string(*v) + "; valid token ids are 0.." + std::to_string(n - 1));
+    return Error("GGUF key '" + key + "' is " + std::to_string(*v) + "; valid token ids are 0.." +
+                 std::to_string(n - 1));
   return *v;
 }
 
@@ -58,7 +59,8 @@ Expected<Vocab> Vocab::from_gguf(const GgufFile& f) {
     if (static_cast<int64_t>(types->size()) != n)
       return Error("vocabulary: tokenizer.ggml.token_type has " + std::to_string(types->size()) +
                    " entries, tokens has " + std::to_string(n));
-    for (int64_t i = 0; i < n; ++i) v.types_[static_cast<size_t>(i)] = static_cast<TokenType>((*types)[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < n; ++i)
+      v.types_[static_cast<size_t>(i)] = static_cast<TokenType>((*types)[static_cast<size_t>(i)]);
   }
   CODA_ASSIGN_OR_RETURN(const int64_t bos, optional_id(f, "tokenizer.ggml.bos_token_id", n));
   CODA_ASSIGN_OR_RETURN(const int64_t eos, optional_id(f, "tokenizer.ggml.eos_token_id", n));
@@ -114,7 +116,8 @@ Expected<Vocab> Vocab::from_gguf(const GgufFile& f) {
     if (!bpe) return Error("vocabulary: " + bpe.message());
     v.bpe_ = std::move(bpe).value();
   } else if (v.model_ != "llama") {
-    return Error("vocabulary: tokenizer model '" + v.model_ + "' is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)");
+    return Error("vocabulary: tokenizer model '" + v.model_ +
+                 "' is not supported; supported: llama (SentencePiece), gpt2 (byte-level BPE)");
   }
   return v;
 }
@@ -168,8 +171,10 @@ std::vector<int32_t> Vocab::encode_spm(std::string_view raw) const {
   std::string text;
   if (add_space_prefix_) text = kSpaceMark;
   for (char ch : raw) {
-    if (ch == ' ') text += kSpaceMark;
-    else text += ch;
+    if (ch == ' ')
+      text += kSpaceMark;
+    else
+      text += ch;
   }
   struct Sym {
     size_t start, len;
@@ -221,8 +226,10 @@ std::vector<int32_t> Vocab::encode_spm(std::string_view raw) const {
     }
     for (unsigned char byte : piece) {  // byte fallback
       const int32_t id = byte_tokens_[byte];
-      if (id >= 0) ids.push_back(id);
-      else if (unk_ >= 0) ids.push_back(unk_);
+      if (id >= 0)
+        ids.push_back(id);
+      else if (unk_ >= 0)
+        ids.push_back(unk_);
     }
   }
   return ids;
@@ -234,7 +241,12 @@ std::string Vocab::token_bytes(int32_t id) const {
   const std::string& p = piece(id);
   if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) return {};
   if (t == TokenType::Byte && p.size() == 6 && p.rfind("<0x", 0) == 0 && p[5] == '>') {
-    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+    auto hex = [](char c) {
+      return c >= '0' && c <= '9'   ? c - '0'
+             : c >= 'A' && c <= 'F' ? c - 'A' + 10
+             : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                    : -1;
+    };
     const int hi = hex(p[3]), lo = hex(p[4]);
     if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
   }

@@ -62,8 +62,7 @@ class StreamDecoder {
  public:
   // `strip_leading_space` drops the SentencePiece dummy-prefix space of the first piece: right when
   // decoding a whole text, wrong when continuing after a prompt.
-  explicit StreamDecoder(const Vocab& v, bool strip_leading_space = false)
-      : vocab_(v), first_(strip_leading_space) {}
+  explicit StreamDecoder(const Vocab& v, bool strip_leading_space = false) : vocab_(v), first_(strip_leading_space) {}
   // Returns the text that became complete with this token.
   std::string push(int32_t id);
   // Whatever remains (an incomplete sequence at the end of generation, as replacement chars).
@@ -74,6 +73,5 @@ class StreamDecoder {
   std::string pending_;
   bool first_;
 };
-
 
 }  // namespace coda

@@ -15,11 +15,14 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
     for (int64_t n : {0, 1, 2, 7, 16, 1000}) {
       for (int64_t grain : {1, 16}) {
         std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-          ASSERT_LE(0, b);
-          ASSERT_LE(e, n);
-          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
-        }, grain);
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+              ASSERT_LE(0, b);
+              ASSERT_LE(e, n);
+              for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+            },
+            grain);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << n << " " << i;
       }
     }

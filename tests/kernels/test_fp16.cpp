@@ -13,7 +13,9 @@ namespace {
 __attribute__((target("f16c"))) uint16_t hw_float_to_half(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
-__attribute__((target("f16c"))) float hw_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) float hw_half_to_float(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 TEST(Fp16, EveryHalfRoundTripsAndMatchesHardware) {
   const bool hw = __builtin_cpu_supports("f16c");
@@ -41,7 +43,7 @@ TEST(Fp16, KnownValues) {
   EXPECT_EQ(float_to_fp16(1.0f), 0x3C00);
   EXPECT_EQ(float_to_fp16(-2.0f), 0xC000);
   EXPECT_EQ(float_to_fp16(65504.0f), 0x7BFF);
-  EXPECT_EQ(float_to_fp16(65520.0f), 0x7C00);                 // rounds up to infinity
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7C00);               // rounds up to infinity
   EXPECT_EQ(fp16_to_float(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
 }
 

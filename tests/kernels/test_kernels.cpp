@@ -14,7 +14,7 @@
 namespace coda {
 namespace {
 
-const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                         DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
@@ -48,8 +48,13 @@ TEST_P(PerType, QuantizationErrorIsBoundedByTheFormat) {
   }
   const double rel = std::sqrt(err / ref_norm);
   // Relative RMS error of round-to-nearest with these bit widths on Gaussian data.
-  const double bound = t == DType::F32 ? 0 : t == DType::F16 ? 1e-3 : t == DType::BF16 ? 5e-3
-                       : t == DType::Q8_0 ? 0.01 : t == DType::Q6_K ? 0.03 : t == DType::Q5_K ? 0.06 : 0.12;
+  const double bound = t == DType::F32    ? 0
+                       : t == DType::F16  ? 1e-3
+                       : t == DType::BF16 ? 5e-3
+                       : t == DType::Q8_0 ? 0.01
+                       : t == DType::Q6_K ? 0.03
+                       : t == DType::Q5_K ? 0.06
+                                          : 0.12;
   EXPECT_LE(rel, bound) << dtype_name(t);
 }
 
@@ -74,7 +79,8 @@ TEST_P(PerType, DotMatchesReference) {
     for (int64_t i = 0; i < n; ++i) mag += std::fabs(wd[i] * x[i]);
     const double tol = 2e-6 * mag + 1e-6;
     for (const KernelTable* k : available_kernels())
-      EXPECT_NEAR(k->dot[static_cast<int>(t)](q.data(), a, n), want, tol) << k->name << " " << dtype_name(t) << " n=" << n;
+      EXPECT_NEAR(k->dot[static_cast<int>(t)](q.data(), a, n), want, tol)
+          << k->name << " " << dtype_name(t) << " n=" << n;
   }
 }
 
@@ -95,7 +101,8 @@ TEST_P(PerType, Dot4MatchesReference) {
     table->dot4[static_cast<int>(t)](q.data(), acts.data(), stride, n, out);
     for (int k = 0; k < 4; ++k) {
       const float want = ref::dot(t, q.data(), acts.data() + k * stride, n);
-      EXPECT_NEAR(out[k], want, 1e-4 * (1 + std::fabs(want)) + 1e-3) << table->name << " " << dtype_name(t) << " token " << k;
+      EXPECT_NEAR(out[k], want, 1e-4 * (1 + std::fabs(want)) + 1e-3)
+          << table->name << " " << dtype_name(t) << " token " << k;
     }
   }
 }

@@ -80,7 +80,8 @@ TEST_P(ForwardPerShape, BatchedEqualsIncrementalAndRollbackReproduces) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ForwardPerShape,
-                         ::testing::Values(std::make_pair("tiny", DType::Q4_K), std::make_pair("tiny-llama3", DType::Q8_0),
+                         ::testing::Values(std::make_pair("tiny", DType::Q4_K),
+                                           std::make_pair("tiny-llama3", DType::Q8_0),
                                            std::make_pair("tiny-qwen2", DType::F16)));
 
 TEST(Forward, ContextOverflowAndBadTokensAreErrors) {
@@ -104,8 +105,8 @@ TEST(Forward, ContextOverflowAndBadTokensAreErrors) {
 // A minimal llama model built by hand so tests can break one thing at a time.
 struct HandModel {
   GgufWriter w;
-  std::map<std::string, uint32_t> ints{{"llama.context_length", 64}, {"llama.embedding_length", 32},
-                                       {"llama.block_count", 1},      {"llama.feed_forward_length", 64},
+  std::map<std::string, uint32_t> ints{{"llama.context_length", 64},      {"llama.embedding_length", 32},
+                                       {"llama.block_count", 1},          {"llama.feed_forward_length", 64},
                                        {"llama.attention.head_count", 4}, {"llama.attention.head_count_kv", 2}};
   DType q_type = DType::F32;
   bool skip_ffn_up = false;
@@ -116,7 +117,9 @@ struct HandModel {
     w.set_string("general.architecture", "llama");
     if (ints.count("llama.embedding_length")) ints["llama.embedding_length"] = static_cast<uint32_t>(dim);
     for (const auto& [k, v] : ints) w.set_u32(k, v);
-    auto add = [&](const std::string& n, DType t, std::vector<int64_t> ne) { EXPECT_TRUE(w.add_tensor(n, t, ne, nullptr).ok()); };
+    auto add = [&](const std::string& n, DType t, std::vector<int64_t> ne) {
+      EXPECT_TRUE(w.add_tensor(n, t, ne, nullptr).ok());
+    };
     const int64_t kvd = dim / 2;  // 2 of 4 heads
     add("token_embd.weight", DType::F32, {dim, 16});
     add("output_norm.weight", DType::F32, {dim});
@@ -158,8 +161,9 @@ TEST(ModelLoad, InconsistentHeadsAreNamed) {
   h.ints["llama.attention.head_count_kv"] = 3;
   auto m = h.build("hand_heads");
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.message().find("'llama.attention.head_count' (4) is not a multiple of 'llama.attention.head_count_kv' (3)"),
-            std::string::npos)
+  EXPECT_NE(
+      m.message().find("'llama.attention.head_count' (4) is not a multiple of 'llama.attention.head_count_kv' (3)"),
+      std::string::npos)
       << m.message();
 }
 

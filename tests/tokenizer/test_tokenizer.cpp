@@ -1,7 +1,6 @@
 // The SentencePiece tokenizer against the published Llama vectors, and round trips on the bundled
 // model's vocabulary (including byte fallback) with streaming decode.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -178,7 +177,7 @@ namespace {
 
 std::string random_utf8(std::mt19937& rng, int len) {
   // Latin, Latin-1/Extended, Greek/Cyrillic, Devanagari, CJK, emoji, and ASCII whitespace/digits.
-  const char32_t ranges[][2] = {{0x20, 0x7e}, {0x0a, 0x0a}, {0xc0, 0x17f}, {0x391, 0x4ff},
+  const char32_t ranges[][2] = {{0x20, 0x7e},   {0x0a, 0x0a},     {0xc0, 0x17f},      {0x391, 0x4ff},
                                 {0x905, 0x939}, {0x4e00, 0x9fff}, {0x1f300, 0x1f6ff}, {0x30, 0x39}};
   std::string s;
   for (int i = 0; i < len; ++i) {
@@ -247,13 +246,15 @@ TEST(Utf8, InvalidSequencesBecomeOneReplacementPerMaximalSubpart) {
     return out;
   };
   EXPECT_EQ(clean("abc"), "abc");
-  EXPECT_EQ(clean("\x80"), R);                        // stray continuation
-  EXPECT_EQ(clean("\xC0\xAF"), R + R);                // overlong lead is never valid
-  EXPECT_EQ(clean("\xE0\x80\x80"), R + R + R);        // overlong 3-byte form
-  EXPECT_EQ(clean("\xED\xA0\x80"), R + R + R);        // surrogate
+  EXPECT_EQ(clean("\x80"), R);                          // stray continuation
+  EXPECT_EQ(clean("\xC0\xAF"), R + R);                  // overlong lead is never valid
+  EXPECT_EQ(clean("\xE0\x80\x80"), R + R + R);          // overlong 3-byte form
+  EXPECT_EQ(clean("\xED\xA0\x80"), R + R + R);          // surrogate
   EXPECT_EQ(clean("\xF4\x90\x80\x80"), R + R + R + R);  // above U+10FFFF
-  EXPECT_EQ(clean("\xF0\x9F\x98"), R);                // truncated 4-byte sequence: one subpart
-  EXPECT_EQ(clean("\xF0\x9F\x98" "A"), R + "A");
+  EXPECT_EQ(clean("\xF0\x9F\x98"), R);                  // truncated 4-byte sequence: one subpart
+  EXPECT_EQ(clean("\xF0\x9F\x98"
+                  "A"),
+            R + "A");
   EXPECT_EQ(clean("\xE2\x82\xAC"), "\xE2\x82\xAC");  // euro sign
   std::string out;
   EXPECT_EQ(utf8_sanitize("ab\xE2\x82", false, &out), 2u);  // incomplete tail waits
