@@ -172,7 +172,9 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                        if (p < 0 || p >= n) return fail("position " + std::to_string(p) + " is outside the sequence");
                      const int64_t V = m.config().n_vocab;
                      ThreadPool pool(f->threads > 0 ? f->threads : default_threads());
-                     KvCache kv(m.config(), n);
+                     auto kv_or = KvCache::create(m.config(), n);
+                     if (!kv_or) return fail(kv_or.message());
+                     KvCache& kv = *kv_or;
                      ForwardBuffers buf;
                      std::vector<float> all;
                      std::vector<float> result(pos.size() * static_cast<size_t>(V));

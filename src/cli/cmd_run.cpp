@@ -54,7 +54,9 @@ int run(const RunFlags& f) {
                 " exceeds the context of " + std::to_string(n_ctx) + " tokens; lower -n or raise -c");
 
   ThreadPool pool(f.threads > 0 ? f.threads : default_threads());
-  KvCache kv(m.config(), needed);
+  auto kv_or = KvCache::create(m.config(), needed);
+  if (!kv_or) return fail(kv_or.message());
+  KvCache& kv = *kv_or;
   ForwardBuffers buf;
   std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
   std::mt19937_64 rng(f.seed);

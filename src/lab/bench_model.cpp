@@ -42,7 +42,7 @@ Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, con
   const ModelConfig& c = model.config();
   if (opt.n_prompt < 1 || opt.n_gen < 1 || opt.reps < 1) return Error("bench: -p, -n and --reps must be >= 1");
   const int64_t ctx = opt.n_prompt + opt.n_gen;
-  KvCache kv(c, ctx);
+  CODA_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(c, ctx));
   ForwardBuffers buf;
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
   std::mt19937_64 rng(opt.seed);

@@ -1,5 +1,10 @@
 #include "model/kv_cache.h"
 
+#include <unistd.h>
+
+#include <new>
+#include <stdexcept>
+
 namespace coda {
 
 KvCache::KvCache(const ModelConfig& c, int64_t capacity)
@@ -7,6 +12,30 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity)
       kv_dim_(c.kv_dim()),
       k_(static_cast<size_t>(c.n_layers * capacity * c.kv_dim())),
       v_(static_cast<size_t>(c.n_layers * capacity * c.kv_dim())) {}
+
+double KvCache::bytes_needed(const ModelConfig& c, int64_t capacity) {
+  return 2.0 * static_cast<double>(c.n_layers) * static_cast<double>(capacity) * static_cast<double>(c.kv_dim()) *
+         sizeof(float);
+}
+
+Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
+  const double bytes = bytes_needed(c, capacity);
+  const std::string what = "the KV cache for " + std::to_string(capacity) + " tokens needs " +
+                           std::to_string(bytes / (1024.0 * 1024 * 1024)).substr(0, 6) + " GiB";
+  if (capacity <= 0) return Error("KV cache capacity must be at least 1 token");
+  // More than the machine's memory would be zero-filled page by page until the OOM killer steps in.
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (physical > 0 && bytes > physical)
+    return Error(what + ", more than this machine's " + std::to_string(physical / (1024.0 * 1024 * 1024)).substr(0, 6) +
+                 " GiB of memory; lower the context size (-c) or tokens (-n)");
+  try {
+    return KvCache(c, capacity);
+  } catch (const std::bad_alloc&) {
+    return Error(what + ", which cannot be allocated here; lower the context size (-c) or tokens (-n)");
+  } catch (const std::length_error&) {
+    return Error(what + ", which cannot be allocated here; lower the context size (-c) or tokens (-n)");
+  }
+}
 
 Status KvCache::truncate(int64_t n) {
   if (n < 0 || n > size_)

@@ -15,7 +15,11 @@ namespace coda {
 
 class KvCache {
  public:
-  KvCache(const ModelConfig& c, int64_t capacity);
+  // Allocates room for `capacity` tokens; a size the machine cannot hold is an error that says how
+  // much was asked for, not an exception.
+  static Expected<KvCache> create(const ModelConfig& c, int64_t capacity);
+  // Bytes a cache of `capacity` tokens needs (for budgets and messages).
+  static double bytes_needed(const ModelConfig& c, int64_t capacity);
 
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
@@ -33,6 +37,8 @@ class KvCache {
   void commit(int64_t n) { size_ += n; }
 
  private:
+  KvCache(const ModelConfig& c, int64_t capacity);
+
   int64_t capacity_;
   int64_t kv_dim_;
   int64_t size_ = 0;

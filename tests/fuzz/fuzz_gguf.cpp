@@ -25,7 +25,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto m = coda::Model::from_gguf(*f);
   if (m.ok()) {
     static coda::ThreadPool pool(1);
-    coda::KvCache kv((*m)->config(), 2);
+    auto kv_or = coda::KvCache::create((*m)->config(), 2);
+    if (!kv_or.ok()) return 0;
+    coda::KvCache& kv = *kv_or;
     coda::ForwardBuffers buf;
     std::vector<float> logits(static_cast<size_t>((*m)->config().n_vocab));
     const int32_t toks[2] = {0, 1 % static_cast<int32_t>((*m)->config().n_vocab)};
