@@ -2,11 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "cli/commands.h"
 #include "core/timer.h"
 #include "model/model.h"
+#include "sampling/chain.h"
 #include "tokenizer/vocab.h"
 
 namespace coda::cli {
@@ -19,23 +19,9 @@ struct RunFlags {
   int n_predict = 128;
   int threads = 0;
   int ctx = 0;
-  float temp = 0.0f;
   bool ignore_eos = false;
-  uint64_t seed = 0;
+  SamplingParams sampling;  // temperature defaults to 0 here: greedy unless asked
 };
-
-int32_t pick(const std::vector<float>& logits, float temp, std::mt19937_64& rng) {
-  if (temp <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  // Plain temperature sampling; the full sampler chain arrives with the generation layer.
-  const float max = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> p(logits.size());
-  double sum = 0;
-  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp((logits[i] - max) / temp);
-  double u = std::uniform_real_distribution<double>(0, sum)(rng);
-  for (size_t i = 0; i < p.size(); ++i)
-    if ((u -= p[i]) <= 0) return static_cast<int32_t>(i);
-  return static_cast<int32_t>(p.size() - 1);
-}
 
 int run(const RunFlags& f) {
   const std::string path = f.model.empty() ? default_model_path() : f.model;
@@ -53,13 +39,16 @@ int run(const RunFlags& f) {
     return fail("the prompt (" + std::to_string(tokens->size()) + " tokens) plus -n " + std::to_string(f.n_predict) +
                 " exceeds the context of " + std::to_string(n_ctx) + " tokens; lower -n or raise -c");
 
+  auto chain = SamplerChain::create(f.sampling, static_cast<int32_t>(m.config().n_vocab));
+  if (!chain) return fail(chain.message());
+  SamplerRng rng(f.sampling.seed);
+  TokenHistory history{*tokens, {}};
   ThreadPool pool(f.threads > 0 ? f.threads : default_threads());
   auto kv_or = KvCache::create(m.config(), needed);
   if (!kv_or) return fail(kv_or.message());
   KvCache& kv = *kv_or;
   ForwardBuffers buf;
   std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
-  std::mt19937_64 rng(f.seed);
 
   std::fputs(f.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -73,7 +62,8 @@ int run(const RunFlags& f) {
   Timer gen_timer;
   int n_gen = 0;
   for (; n_gen < f.n_predict; ++n_gen) {
-    const int32_t next = pick(logits, f.temp, rng);
+    const int32_t next = chain->sample(logits.data(), static_cast<int32_t>(logits.size()), history, rng);
+    history.generated.push_back(next);
     if (!f.ignore_eos && vocab->is_eog(next)) break;
     std::fputs(out.push(next).c_str(), stdout);
     std::fflush(stdout);
@@ -109,11 +99,24 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-t,--threads", flags->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", flags->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--temp", flags->temp, "Temperature; 0 is greedy")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 2.0));
+  SamplingParams& sp = flags->sampling;
+  sp.temperature = 0.0f;
+  // Ranges are checked by SamplingParams::validate, whose errors name the parameter and the range.
+  sub->add_option("--temp", sp.temperature, "Temperature [0, 2]; 0 is greedy")->capture_default_str();
+  sub->add_option("--top-k", sp.top_k, "Keep the k most probable tokens (-1/0: off)")->capture_default_str();
+  sub->add_option("--top-p", sp.top_p, "Nucleus sampling mass (0, 1]")->capture_default_str();
+  sub->add_option("--min-p", sp.min_p, "Drop tokens below min_p x the top probability [0, 1]")->capture_default_str();
+  sub->add_option("--typical", sp.typical_p, "Locally typical sampling mass (0, 1]")->capture_default_str();
+  sub->add_option("--repeat-penalty", sp.repetition_penalty, "Repetition penalty (0, 2]; 1 is off")
+      ->capture_default_str();
+  sub->add_option("--repeat-last-n", sp.repetition_window, "Tokens the repetition penalty looks back over (0: all)")
+      ->capture_default_str();
+  sub->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty [-2, 2]")
+      ->capture_default_str();
+  sub->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty [-2, 2]")
+      ->capture_default_str();
   sub->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating after end-of-sequence tokens");
-  sub->add_option("-s,--seed", flags->seed, "Random seed for sampling")->capture_default_str();
+  sub->add_option("-s,--seed", sp.seed, "Random seed for sampling")->capture_default_str();
   out.push_back({sub, [flags] { return run(*flags); }});
 }
 

@@ -39,7 +39,9 @@ fi
 printf 'not a gguf file at all, but long enough to have a header' >"$work/bad.gguf"
 expect_fail "magic" run -m "$work/bad.gguf"
 expect_fail "cannot open" run -m "$work/missing.gguf"
-expect_fail "--temp" run --temp 5
+expect_fail "temperature: 5 is out of range; allowed [0, 2]" run --temp 5
+expect_fail "top_p: 0 is out of range; allowed (0, 1]" run --top-p 0
+expect_fail "repetition_penalty" run --repeat-penalty 0
 expect_fail "-n" run -n -3
 expect_fail "The following argument was not expected" run --no-such-flag
 expect_fail "exceeds the context" run -n 100000
@@ -47,6 +49,18 @@ expect_fail "unknown shape 'gpt5'" synth --shape gpt5 -o "$work/x.gguf"
 expect_fail "unknown weight type 'Q3_XX'" synth --type Q3_XX -o "$work/x.gguf"
 head -c 3000 "$("$coda" info 2>/dev/null | head -1 | cut -d: -f1)" >"$work/truncated.gguf" 2>/dev/null
 expect_fail "invalid GGUF" run -m "$work/truncated.gguf"
+
+# Seeded sampling is reproducible.
+a=$("$coda" run -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos 2>/dev/null)
+b=$("$coda" run -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos 2>/dev/null)
+c=$("$coda" run -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 8 --ignore-eos 2>/dev/null)
+if [ "$a" != "$b" ]; then echo "FAIL: same seed, different output"; failures=$((failures + 1)); fi
+if [ "$a" = "$c" ]; then echo "FAIL: different seeds, same 24 sampled tokens"; failures=$((failures + 1)); fi
+# A repetition penalty breaks the bundled model's greedy loop.
+d=$("$coda" run -n 48 --repeat-penalty 1.3 --ignore-eos 2>/dev/null)
+if [[ "$d" == *"of Israel, and the LORD God of Israel, and the LORD God of Israel"* ]]; then
+  echo "FAIL: --repeat-penalty had no effect: $d"; failures=$((failures + 1))
+fi
 
 # synth -> run round trip on a random-weight model with the placeholder vocabulary.
 "$coda" synth --shape tiny-qwen2 --type Q4_K --layers 1 -o "$work/q.gguf" >/dev/null || { echo "FAIL: synth"; failures=$((failures + 1)); }

@@ -1,0 +1,56 @@
+#include "sampling/candidates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace coda {
+
+void Candidates::assign(const float* logits_in, int32_t n_vocab) {
+  ids.resize(static_cast<size_t>(n_vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  logits.assign(logits_in, logits_in + n_vocab);
+  sorted = false;
+}
+
+void Candidates::sort() {
+  if (sorted) return;
+  std::vector<size_t> order(ids.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]);
+  });
+  std::vector<int32_t> new_ids(ids.size());
+  std::vector<float> new_logits(ids.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    new_ids[i] = ids[order[i]];
+    new_logits[i] = logits[order[i]];
+  }
+  ids.swap(new_ids);
+  logits.swap(new_logits);
+  sorted = true;
+}
+
+void Candidates::truncate(size_t n) {
+  if (n < ids.size()) {
+    ids.resize(n);
+    logits.resize(n);
+  }
+}
+
+std::vector<float> Candidates::probs() const {
+  std::vector<float> p(ids.size(), 0.0f);
+  if (p.empty()) return p;
+  const float max = *std::max_element(logits.begin(), logits.end());
+  if (std::isinf(max) && max < 0) {
+    std::fill(p.begin(), p.end(), 1.0f / static_cast<float>(p.size()));
+    return p;
+  }
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(logits[i] - max);
+  for (float& x : p) x = static_cast<float>(x / sum);
+  return p;
+}
+
+}  // namespace coda

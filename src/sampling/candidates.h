@@ -1,0 +1,33 @@
+// The next-token distribution as the sampling processors see and reshape it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace coda {
+
+// Candidate tokens with their logits. Processors may scale logits, set them to -inf, reorder and
+// drop candidates; `sorted` records that they are in descending logit order.
+struct Candidates {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+  bool sorted = false;
+
+  void assign(const float* logits_in, int32_t n_vocab);
+  size_t size() const { return ids.size(); }
+  // Sorts by descending logit (ties by id, so results never depend on the sort's stability).
+  void sort();
+  // Keeps the first n candidates (after sort()).
+  void truncate(size_t n);
+  // Softmax of the current logits in candidate order; -inf gets 0. All -inf: uniform.
+  std::vector<float> probs() const;
+};
+
+// What penalties look at: the prompt and the tokens generated so far.
+struct TokenHistory {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> generated;
+};
+
+}  // namespace coda

@@ -1,0 +1,45 @@
+#include "sampling/params.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace coda {
+
+namespace {
+
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+Status range(const char* name, double v, double lo, double hi, bool lo_open = false) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (ok) return Status::Ok();
+  return Error(std::string(name) + ": " + num(v) + " is out of range; allowed " + (lo_open ? "(" : "[") + num(lo) +
+               ", " + num(hi) + "]");
+}
+
+}  // namespace
+
+Status SamplingParams::validate(int32_t n_vocab) const {
+  CODA_RETURN_IF_ERROR(range("temperature", temperature, 0, 2));
+  if (top_k < -1) return Error("top_k: " + std::to_string(top_k) + " is out of range; allowed -1 (off), 0 (off) or >= 1");
+  CODA_RETURN_IF_ERROR(range("top_p", top_p, 0, 1, true));
+  CODA_RETURN_IF_ERROR(range("min_p", min_p, 0, 1));
+  CODA_RETURN_IF_ERROR(range("typical_p", typical_p, 0, 1, true));
+  CODA_RETURN_IF_ERROR(range("repetition_penalty", repetition_penalty, 0, 2, true));
+  if (repetition_window < 0)
+    return Error("repetition window: " + std::to_string(repetition_window) + " is out of range; allowed >= 0 (0: all)");
+  CODA_RETURN_IF_ERROR(range("frequency_penalty", frequency_penalty, -2, 2));
+  CODA_RETURN_IF_ERROR(range("presence_penalty", presence_penalty, -2, 2));
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= n_vocab)
+      return Error("logit_bias: token id " + std::to_string(id) + " is out of range; allowed 0.." +
+                   std::to_string(n_vocab - 1));
+    CODA_RETURN_IF_ERROR(range("logit_bias value", bias, -100, 100));
+  }
+  return Status::Ok();
+}
+
+}  // namespace coda

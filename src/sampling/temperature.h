@@ -1,0 +1,20 @@
+// Temperature (all engines): logits / T. T = 0 means greedy and is handled by the chain.
+#pragma once
+
+#include "sampling/processor.h"
+
+namespace coda {
+
+class Temperature : public Processor {
+ public:
+  explicit Temperature(float t) : t_(t) {}
+  const char* name() const override { return "temperature"; }
+  void apply(Candidates& c, const TokenHistory&) const override {
+    for (float& l : c.logits) l /= t_;
+  }
+
+ private:
+  float t_;
+};
+
+}  // namespace coda
