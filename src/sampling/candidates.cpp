@@ -12,6 +12,7 @@ void Candidates::assign(const float* logits_in, int32_t n_vocab) {
   std::iota(ids.begin(), ids.end(), 0);
   logits.assign(logits_in, logits_in + n_vocab);
   sorted = false;
+  identity = true;
 }
 
 void Candidates::sort() {
@@ -30,10 +31,36 @@ void Candidates::sort() {
   ids.swap(new_ids);
   logits.swap(new_logits);
   sorted = true;
+  identity = false;
+}
+
+void Candidates::keep_top(size_t n) {
+  if (sorted || n >= ids.size()) {
+    sort();
+    truncate(n);
+    return;
+  }
+  std::vector<size_t> order(ids.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  auto before = [&](size_t a, size_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]); };
+  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(), before);
+  order.resize(n);
+  std::sort(order.begin(), order.end(), before);
+  std::vector<int32_t> new_ids(n);
+  std::vector<float> new_logits(n);
+  for (size_t i = 0; i < n; ++i) {
+    new_ids[i] = ids[order[i]];
+    new_logits[i] = logits[order[i]];
+  }
+  ids.swap(new_ids);
+  logits.swap(new_logits);
+  sorted = true;
+  identity = false;
 }
 
 void Candidates::truncate(size_t n) {
   if (n < ids.size()) {
+    identity = false;
     ids.resize(n);
     logits.resize(n);
   }

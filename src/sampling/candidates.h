@@ -13,6 +13,7 @@ struct Candidates {
   std::vector<int32_t> ids;
   std::vector<float> logits;
   bool sorted = false;
+  bool identity = false;  // ids[i] == i (nothing reordered or dropped yet): index by token id
 
   void assign(const float* logits_in, int32_t n_vocab);
   size_t size() const { return ids.size(); }
@@ -20,6 +21,8 @@ struct Candidates {
   void sort();
   // Keeps the first n candidates (after sort()).
   void truncate(size_t n);
+  // Keeps the n highest, sorted: a partial selection, O(V + n log n) instead of a full sort.
+  void keep_top(size_t n);
   // Softmax of the current logits in candidate order; -inf gets 0. All -inf: uniform.
   std::vector<float> probs() const;
 };

@@ -47,6 +47,17 @@ Candidates SamplerChain::shape(const float* logits, int32_t n_vocab, const Token
 }
 
 int32_t SamplerChain::sample(const float* logits, int32_t n_vocab, const TokenHistory& h, SamplerRng& rng) const {
+  if (greedy_ && processors_.empty()) {  // plain argmax: no copy of the vocabulary
+    int32_t best = 0;
+    float best_logit = logits[0];
+    for (int32_t i = 1; i < n_vocab; ++i) {
+      if (logits[i] > best_logit) {
+        best_logit = logits[i];
+        best = i;
+      }
+    }
+    return best;
+  }
   const Candidates c = shape(logits, n_vocab, h);
   if (greedy_) {
     size_t best = 0;

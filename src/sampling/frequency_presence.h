@@ -16,6 +16,12 @@ class FrequencyPresencePenalty : public Processor {
     if (frequency_ == 0.0f && presence_ == 0.0f) return;
     std::unordered_map<int32_t, int> count;
     for (int32_t t : h.generated) ++count[t];
+    if (c.identity) {  // O(history)
+      for (const auto& [t, n] : count)
+        if (t >= 0 && static_cast<size_t>(t) < c.size())
+          c.logits[static_cast<size_t>(t)] -= frequency_ * static_cast<float>(n) + presence_;
+      return;
+    }
     for (size_t i = 0; i < c.size(); ++i) {
       auto it = count.find(c.ids[i]);
       if (it != count.end()) c.logits[i] -= frequency_ * static_cast<float>(it->second) + presence_;

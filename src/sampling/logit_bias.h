@@ -13,6 +13,11 @@ class LogitBias : public Processor {
   const char* name() const override { return "logit_bias"; }
   void apply(Candidates& c, const TokenHistory&) const override {
     if (bias_.empty()) return;
+    if (c.identity) {
+      for (const auto& [t, b] : bias_)
+        if (t >= 0 && static_cast<size_t>(t) < c.size()) c.logits[static_cast<size_t>(t)] += b;
+      return;
+    }
     for (size_t i = 0; i < c.size(); ++i) {
       auto it = bias_.find(c.ids[i]);
       if (it != bias_.end()) c.logits[i] += it->second;

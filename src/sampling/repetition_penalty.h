@@ -19,8 +19,14 @@ class RepetitionPenalty : public Processor {
     const size_t from = window_ > 0 && static_cast<size_t>(window_) < total ? total - static_cast<size_t>(window_) : 0;
     for (size_t i = from; i < total; ++i)
       seen.insert(i < h.prompt.size() ? h.prompt[i] : h.generated[i - h.prompt.size()]);
+    auto penalise = [&](float& l) { l = l > 0 ? l / penalty_ : l * penalty_; };
+    if (c.identity) {  // O(history): touch only the seen tokens
+      for (int32_t t : seen)
+        if (t >= 0 && static_cast<size_t>(t) < c.size()) penalise(c.logits[static_cast<size_t>(t)]);
+      return;
+    }
     for (size_t i = 0; i < c.size(); ++i)
-      if (seen.count(c.ids[i]) != 0) c.logits[i] = c.logits[i] > 0 ? c.logits[i] / penalty_ : c.logits[i] * penalty_;
+      if (seen.count(c.ids[i]) != 0) penalise(c.logits[i]);
   }
 
  private:

@@ -11,8 +11,7 @@ class TopK : public Processor {
   const char* name() const override { return "top_k"; }
   void apply(Candidates& c, const TokenHistory&) const override {
     if (k_ <= 0 || static_cast<size_t>(k_) >= c.size()) return;
-    c.sort();
-    c.truncate(static_cast<size_t>(k_));
+    c.keep_top(static_cast<size_t>(k_));
   }
 
  private:

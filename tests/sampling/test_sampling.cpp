@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <functional>
+#include <algorithm>
 #include <map>
+#include <random>
 
 #include "sampling/chain.h"
 #include "sampling/frequency_presence.h"
@@ -63,6 +65,23 @@ TEST(Processors, TopPKeepsTheNucleus) {
   Candidates all = from_probs({0.1f, 0.2f, 0.3f, 0.4f});
   TopP(1.0f).apply(all, kNone);
   EXPECT_EQ(all.size(), 4u);
+}
+
+// The partial-selection path of top-p (large vocabularies) keeps exactly what a full sort keeps.
+TEST(Processors, TopPFastPathEqualsFullSort) {
+  std::mt19937 rng(9);
+  std::vector<float> logits(50000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = -1.2f * std::log(static_cast<float>(i + 1));
+  std::shuffle(logits.begin(), logits.end(), rng);
+  for (float p : {0.5f, 0.9f, 0.95f, 0.99f}) {
+    Candidates fast;
+    fast.assign(logits.data(), static_cast<int32_t>(logits.size()));
+    Candidates full = fast;
+    full.sort();  // sorted: takes the plain path
+    TopP(p).apply(fast, kNone);
+    TopP(p).apply(full, kNone);
+    EXPECT_EQ(fast.ids, full.ids) << p;
+  }
 }
 
 TEST(Processors, MinPDropsTokensBelowAFractionOfTheTop) {
