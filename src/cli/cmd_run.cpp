@@ -113,8 +113,7 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty [-2, 2]")
       ->capture_default_str();
-  sub->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty [-2, 2]")
-      ->capture_default_str();
+  sub->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty [-2, 2]")->capture_default_str();
   sub->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating after end-of-sequence tokens");
   sub->add_option("-s,--seed", sp.seed, "Random seed for sampling")->capture_default_str();
   out.push_back({sub, [flags] { return run(*flags); }});

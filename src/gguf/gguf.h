@@ -38,6 +38,8 @@ enum class GgufType : uint32_t {
 };
 
 const char* gguf_type_name(GgufType t);
+// Bytes of one value of a numeric or bool type; 0 for STRING and ARRAY.
+size_t gguf_scalar_size(GgufType t);
 
 // Limits a reader enforces; the defaults accept every real model and reject hostile sizes.
 struct GgufLimits {

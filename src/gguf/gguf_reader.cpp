@@ -12,7 +12,20 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian u32
 constexpr uint32_t kDefaultAlignment = 32;
 
-size_t scalar_size(GgufType t) {
+bool known_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(GgufType::F64);
+}
+
+std::string quote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 80)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
+  if (s.size() > 80) out += "...";
+  return out + "'";
+}
+
+}  // namespace
+
+size_t gguf_scalar_size(GgufType t) {
   switch (t) {
     case GgufType::U8:
     case GgufType::I8:
@@ -33,19 +46,6 @@ size_t scalar_size(GgufType t) {
       return 0;
   }
 }
-
-bool known_type(uint32_t t) {
-  return t <= static_cast<uint32_t>(GgufType::F64);
-}
-
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s.substr(0, 80)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
-  if (s.size() > 80) out += "...";
-  return out + "'";
-}
-
-}  // namespace
 
 const char* gguf_type_name(GgufType t) {
   static const char* const kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
@@ -296,7 +296,7 @@ class GgufParser {
           v.strings.push_back(s);
         }
       } else {
-        const uint64_t esz = scalar_size(v.elem);
+        const uint64_t esz = gguf_scalar_size(v.elem);
         if (v.count > (size_ - pos_) / esz)
           return fail(count_at, vfield,
                       "array of " + std::to_string(v.count) + " x " + std::to_string(esz) + " bytes exceeds the " +
@@ -530,7 +530,7 @@ Expected<std::vector<int64_t>> GgufFile::get_int_array(const std::string& key) c
   if (v == nullptr) return missing(key);
   if (v->type != GgufType::ARRAY || !(is_signed_int(v->elem) || is_unsigned_int(v->elem)))
     return type_error(key, *v, "array of integers");
-  const size_t esz = scalar_size(v->elem);
+  const size_t esz = gguf_scalar_size(v->elem);
   std::vector<int64_t> out(v->count);
   for (uint64_t e = 0; e < v->count; ++e) {
     const uint8_t* q = v->data + esz * e;

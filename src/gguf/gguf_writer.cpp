@@ -22,24 +22,6 @@ void put_string(std::vector<uint8_t>* out, const std::string& s) {
   out->insert(out->end(), s.begin(), s.end());
 }
 
-size_t elem_size(GgufType t) {
-  switch (t) {
-    case GgufType::U8:
-    case GgufType::I8:
-    case GgufType::BOOL:
-      return 1;
-    case GgufType::U16:
-    case GgufType::I16:
-      return 2;
-    case GgufType::U32:
-    case GgufType::I32:
-    case GgufType::F32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 }  // namespace
 
 void GgufWriter::set_raw(const std::string& key, GgufType type, std::vector<uint8_t> payload) {
@@ -114,7 +96,7 @@ void GgufWriter::copy_value(const std::string& key, const GgufValue& v) {
     if (v.elem == GgufType::STRING) {
       for (auto s : v.strings) put_string(&p, std::string(s));
     } else {
-      p.insert(p.end(), v.data, v.data + v.count * elem_size(v.elem));
+      p.insert(p.end(), v.data, v.data + v.count * gguf_scalar_size(v.elem));
     }
   } else if (v.type == GgufType::STRING) {
     put_string(&p, std::string(v.str));
@@ -126,7 +108,8 @@ void GgufWriter::copy_value(const std::string& key, const GgufValue& v) {
     p.push_back(v.b ? 1 : 0);
   } else {
     const uint64_t u = v.u;
-    p.insert(p.end(), reinterpret_cast<const uint8_t*>(&u), reinterpret_cast<const uint8_t*>(&u) + elem_size(v.type));
+    p.insert(p.end(), reinterpret_cast<const uint8_t*>(&u),
+             reinterpret_cast<const uint8_t*>(&u) + gguf_scalar_size(v.type));
   }
   set_raw(key, v.type, p);
 }

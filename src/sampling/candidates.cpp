@@ -15,15 +15,9 @@ void Candidates::assign(const float* logits_in, int32_t n_vocab) {
   identity = true;
 }
 
-void Candidates::sort() {
-  if (sorted) return;
-  std::vector<size_t> order(ids.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]);
-  });
-  std::vector<int32_t> new_ids(ids.size());
-  std::vector<float> new_logits(ids.size());
+void Candidates::take(const std::vector<size_t>& order) {
+  std::vector<int32_t> new_ids(order.size());
+  std::vector<float> new_logits(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     new_ids[i] = ids[order[i]];
     new_logits[i] = logits[order[i]];
@@ -34,6 +28,15 @@ void Candidates::sort() {
   identity = false;
 }
 
+void Candidates::sort() {
+  if (sorted) return;
+  std::vector<size_t> order(ids.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]); });
+  take(order);
+}
+
 void Candidates::keep_top(size_t n) {
   if (sorted || n >= ids.size()) {
     sort();
@@ -42,20 +45,13 @@ void Candidates::keep_top(size_t n) {
   }
   std::vector<size_t> order(ids.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  auto before = [&](size_t a, size_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]); };
+  auto before = [&](size_t a, size_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]);
+  };
   std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(), before);
   order.resize(n);
   std::sort(order.begin(), order.end(), before);
-  std::vector<int32_t> new_ids(n);
-  std::vector<float> new_logits(n);
-  for (size_t i = 0; i < n; ++i) {
-    new_ids[i] = ids[order[i]];
-    new_logits[i] = logits[order[i]];
-  }
-  ids.swap(new_ids);
-  logits.swap(new_logits);
-  sorted = true;
-  identity = false;
+  take(order);
 }
 
 void Candidates::truncate(size_t n) {

@@ -23,6 +23,8 @@ struct Candidates {
   void truncate(size_t n);
   // Keeps the n highest, sorted: a partial selection, O(V + n log n) instead of a full sort.
   void keep_top(size_t n);
+  // Replaces the candidates by those at positions `order`, in that (descending) order.
+  void take(const std::vector<size_t>& order);
   // Softmax of the current logits in candidate order; -inf gets 0. All -inf: uniform.
   std::vector<float> probs() const;
 };

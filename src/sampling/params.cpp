@@ -24,7 +24,8 @@ Status range(const char* name, double v, double lo, double hi, bool lo_open = fa
 
 Status SamplingParams::validate(int32_t n_vocab) const {
   CODA_RETURN_IF_ERROR(range("temperature", temperature, 0, 2));
-  if (top_k < -1) return Error("top_k: " + std::to_string(top_k) + " is out of range; allowed -1 (off), 0 (off) or >= 1");
+  if (top_k < -1)
+    return Error("top_k: " + std::to_string(top_k) + " is out of range; allowed -1 (off), 0 (off) or >= 1");
   CODA_RETURN_IF_ERROR(range("top_p", top_p, 0, 1, true));
   CODA_RETURN_IF_ERROR(range("min_p", min_p, 0, 1));
   CODA_RETURN_IF_ERROR(range("typical_p", typical_p, 0, 1, true));

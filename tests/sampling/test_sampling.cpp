@@ -2,9 +2,9 @@
 // parameter validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
-#include <algorithm>
 #include <map>
 #include <random>
 

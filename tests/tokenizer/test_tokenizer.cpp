@@ -31,6 +31,34 @@ std::string read_file(const std::string& p) {
   return ss.str();
 }
 
+// Random valid UTF-8 from several scripts (ASCII, Latin, Greek/Cyrillic, Devanagari, CJK, emoji).
+std::string random_utf8(std::mt19937& rng, int len) {
+  // Latin, Latin-1/Extended, Greek/Cyrillic, Devanagari, CJK, emoji, and ASCII whitespace/digits.
+  const char32_t ranges[][2] = {{0x20, 0x7e},   {0x0a, 0x0a},     {0xc0, 0x17f},      {0x391, 0x4ff},
+                                {0x905, 0x939}, {0x4e00, 0x9fff}, {0x1f300, 0x1f6ff}, {0x30, 0x39}};
+  std::string s;
+  for (int i = 0; i < len; ++i) {
+    const auto& r = ranges[rng() % 8];
+    const char32_t c = r[0] + rng() % (r[1] - r[0] + 1);
+    if (c < 0x80) {
+      s += static_cast<char>(c);
+    } else if (c < 0x800) {
+      s += static_cast<char>(0xC0 | (c >> 6));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      s += static_cast<char>(0xE0 | (c >> 12));
+      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | (c >> 18));
+      s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return s;
+}
+
 // Checks every vector of a ggml-vocab test file pair (strings separated by __ggml_vocab_test__
 // lines; expected ids one line per string, without BOS); returns how many were checked.
 size_t check_vectors(const Vocab& v, const std::string& inp_path, const std::string& out_path) {
@@ -130,29 +158,8 @@ TEST(SpmTokenizer, BundledVocabularyRoundTrips) {
 TEST(SpmTokenizer, RandomUtf8RoundTripsAndStreams) {
   const Vocab v = load(CODA_MODEL_PATH);
   std::mt19937 rng(3);
-  const char32_t ranges[][2] = {{0x20, 0x7e}, {0xc0, 0x17f}, {0x400, 0x4ff}, {0x4e00, 0x4fff}, {0x1f300, 0x1f6ff}};
   for (int iter = 0; iter < 300; ++iter) {
-    std::string s;
-    const int len = 1 + static_cast<int>(rng() % 40);
-    for (int i = 0; i < len; ++i) {
-      const auto& r = ranges[rng() % 5];
-      const char32_t c = r[0] + rng() % (r[1] - r[0] + 1);
-      if (c < 0x80) {
-        s += static_cast<char>(c);
-      } else if (c < 0x800) {
-        s += static_cast<char>(0xC0 | (c >> 6));
-        s += static_cast<char>(0x80 | (c & 0x3F));
-      } else if (c < 0x10000) {
-        s += static_cast<char>(0xE0 | (c >> 12));
-        s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-        s += static_cast<char>(0x80 | (c & 0x3F));
-      } else {
-        s += static_cast<char>(0xF0 | (c >> 18));
-        s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-        s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-        s += static_cast<char>(0x80 | (c & 0x3F));
-      }
-    }
+    const std::string s = random_utf8(rng, 1 + static_cast<int>(rng() % 40));
     auto ids = v.encode(s, false);
     ASSERT_TRUE(ids.ok());
     ASSERT_EQ(v.decode(*ids), s);
@@ -174,33 +181,6 @@ TEST(SpmTokenizer, RandomUtf8RoundTripsAndStreams) {
 
 namespace coda {
 namespace {
-
-std::string random_utf8(std::mt19937& rng, int len) {
-  // Latin, Latin-1/Extended, Greek/Cyrillic, Devanagari, CJK, emoji, and ASCII whitespace/digits.
-  const char32_t ranges[][2] = {{0x20, 0x7e},   {0x0a, 0x0a},     {0xc0, 0x17f},      {0x391, 0x4ff},
-                                {0x905, 0x939}, {0x4e00, 0x9fff}, {0x1f300, 0x1f6ff}, {0x30, 0x39}};
-  std::string s;
-  for (int i = 0; i < len; ++i) {
-    const auto& r = ranges[rng() % 8];
-    const char32_t c = r[0] + rng() % (r[1] - r[0] + 1);
-    if (c < 0x80) {
-      s += static_cast<char>(c);
-    } else if (c < 0x800) {
-      s += static_cast<char>(0xC0 | (c >> 6));
-      s += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      s += static_cast<char>(0xE0 | (c >> 12));
-      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      s += static_cast<char>(0xF0 | (c >> 18));
-      s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (c & 0x3F));
-    }
-  }
-  return s;
-}
 
 TEST(BpeTokenizer, RandomUtf8RoundTrips) {
   const Vocab& v = llama3_vocab();
