@@ -179,7 +179,9 @@ void ByteLevelBpe::encode(std::string_view raw, const std::unordered_map<std::st
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos < text.size()) {
-    const int rc = pcre2_match(re, subject, text.size(), pos, 0, md, nullptr);
+    int rc = pcre2_match(re, subject, text.size(), pos, 0, md, nullptr);
+    // A JIT resource limit is not "no match": retry with the interpreter, which has its own heap.
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) rc = pcre2_match(re, subject, text.size(), pos, PCRE2_NO_JIT, md, nullptr);
     if (rc < 0) {  // no further match (e.g. only invalid UTF-8 left): the rest is one piece
       encode_word(text.substr(pos), index, out);
       break;
