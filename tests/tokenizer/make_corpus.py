@@ -46,6 +46,8 @@ def main():
     for k in keys:
         lines.extend(FRAGMENTS[k])
     seps = ["", " ", "  ", "\n", "\t", ", ", "\r\n", " \n"]
+    # Long runs: whitespace and letter runs in the thousands (regex backtracking, BPE on long words).
+    lines.extend([" " * 5000 + "x", "a" * 4000, "\n" * 3000 + "end", "ab " * 2000, "9" * 1000])
     while len(lines) < n:
         parts = []
         for _ in range(rng.randint(1, 12)):
