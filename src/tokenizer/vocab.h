@@ -27,6 +27,11 @@ class Vocab {
   int32_t eos() const { return eos_; }
   bool add_bos() const { return add_bos_; }
   const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+  // The id of a piece as stored in the vocabulary (special tokens are stored as their text); -1 if absent.
+  int32_t find(const std::string& piece) const {
+    auto it = index_.find(piece);
+    return it == index_.end() ? -1 : it->second;
+  }
   TokenType type(int32_t id) const { return types_[static_cast<size_t>(id)]; }
   bool is_eog(int32_t id) const { return id == eos_ || id == eot_; }
 

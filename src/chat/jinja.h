@@ -1,0 +1,37 @@
+// A Jinja subset interpreter for chat templates: what Hugging Face's `apply_chat_template` renders
+// (Jinja2 with trim_blocks, lstrip_blocks and loop controls, `raise_exception`, `strftime_now`,
+// a non-escaping `tojson`), written for templates found in real GGUF files.
+//
+// Supported: text, {{ }}, {% if/elif/else %}, {% for %} with loop.* (index, index0, revindex,
+// revindex0, first, last, length, previtem, nextitem, cycle), `else` and an `if` filter,
+// {% break/continue %}, {% set %} (names, namespace attributes, block set), {% macro %}, comments,
+// whitespace control; literals, lists, dicts, tuples; arithmetic, comparison, `in`, `~`,
+// `and/or/not`, conditional expressions, slices; the filters, tests and str/dict methods in
+// jinja_builtins.cpp. Not supported (a clear error): inheritance, includes, call blocks,
+// recursive loops, autoescape.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "chat/jinja_value.h"
+#include "core/status.h"
+
+namespace coda::jinja {
+
+struct Node;
+
+class Template {
+ public:
+  // Parses the source; a syntax error names the line.
+  static Expected<Template> parse(const std::string& source);
+  // Renders with the given variables. Errors: the template's raise_exception message, or a
+  // type/undefined error naming the line.
+  Expected<std::string> render(const Object& variables) const;
+
+ private:
+  std::shared_ptr<const std::string> source_;
+  std::shared_ptr<const std::vector<std::unique_ptr<Node>>> body_;
+};
+
+}  // namespace coda::jinja

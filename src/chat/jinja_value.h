@@ -1,0 +1,126 @@
+// Values of the Jinja subset interpreter, with Python's semantics where templates can see them:
+// truthiness, equality, str() and repr() output, insertion-ordered dicts, int/float distinction.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace coda::jinja {
+
+// A template error: syntax, a type error at render time, or the template's own raise_exception.
+// Thrown inside the interpreter only; the public API turns it into a coda::Error.
+struct TemplateError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// The template's own raise_exception(message): its text is the whole error.
+struct RaisedError : TemplateError {
+  using TemplateError::TemplateError;
+};
+
+class Value;
+using Array = std::vector<Value>;
+// Dicts keep insertion order, as Python's do (tojson and iteration depend on it).
+struct Object {
+  std::vector<std::pair<std::string, Value>> items;
+  const Value* find(const std::string& key) const;
+  void set(const std::string& key, Value v);
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> named;
+  const Value* get(size_t index, const char* name) const;
+};
+using Function = std::function<Value(const CallArgs&)>;
+
+class Value {
+ public:
+  enum class Kind { Undefined, None, Bool, Int, Float, String, Array, Object, Namespace, Function };
+
+  Value() = default;  // undefined
+  static Value undefined(std::string name = "") {
+    Value v;
+    v.str_ = std::move(name);
+    return v;
+  }
+  static Value none() { return Value(Kind::None); }
+  Value(bool b) : kind_(Kind::Bool), int_(b) {}                      // NOLINT: implicit conversions keep builtins short
+  Value(int64_t i) : kind_(Kind::Int), int_(i) {}                    // NOLINT
+  Value(int i) : kind_(Kind::Int), int_(i) {}                        // NOLINT
+  Value(double d) : kind_(Kind::Float), float_(d) {}                 // NOLINT
+  Value(std::string s) : kind_(Kind::String), str_(std::move(s)) {}  // NOLINT
+  Value(const char* s) : kind_(Kind::String), str_(s) {}             // NOLINT
+  Value(Array a) : kind_(Kind::Array), array_(std::make_shared<Array>(std::move(a))) {}      // NOLINT
+  Value(Object o) : kind_(Kind::Object), object_(std::make_shared<Object>(std::move(o))) {}  // NOLINT
+  // A Python tuple: an array that prints as (a, b).
+  static Value tuple(Array a) {
+    Value v(std::move(a));
+    v.tuple_ = true;
+    return v;
+  }
+  static Value namespace_(Object o) {
+    Value v(std::move(o));
+    v.kind_ = Kind::Namespace;
+    return v;
+  }
+  static Value function(Function f) {
+    Value v(Kind::Function);
+    v.fn_ = std::make_shared<Function>(std::move(f));
+    return v;
+  }
+  static Value from_json(const nlohmann::ordered_json& j);
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::Undefined; }
+  bool is_none() const { return kind_ == Kind::None; }
+  bool is_string() const { return kind_ == Kind::String; }
+  bool is_number() const { return kind_ == Kind::Int || kind_ == Kind::Float; }
+  bool is_array() const { return kind_ == Kind::Array; }
+  bool is_mapping() const { return kind_ == Kind::Object || kind_ == Kind::Namespace; }
+
+  bool as_bool() const { return int_ != 0; }
+  int64_t as_int() const { return int_; }
+  double as_double() const { return kind_ == Kind::Float ? float_ : static_cast<double>(int_); }
+  const std::string& as_string() const { return str_; }
+  // The name an undefined value was looked up by (for error messages).
+  const std::string& undefined_name() const { return str_; }
+  const Array& array() const { return *array_; }
+  Array& array_mut() { return *array_; }
+  const Object& object() const { return *object_; }
+  Object& object_mut() { return *object_; }  // namespaces are mutable through `set ns.x = ...`
+  const Function& fn() const { return *fn_; }
+
+  bool truthy() const;
+  // Python's str(): strings as is, containers as repr(), None/True/False capitalised.
+  std::string str() const;
+  std::string repr() const;
+  // json.dumps(x, ensure_ascii=False, indent=indent) as Hugging Face's tojson filter calls it.
+  std::string to_json(int indent = -1) const;
+  const char* type_name() const;
+
+  friend bool operator==(const Value& a, const Value& b);
+
+ private:
+  explicit Value(Kind k) : kind_(k) {}
+  void to_json_at(std::string& out, int indent, int depth) const;
+
+  Kind kind_ = Kind::Undefined;
+  bool tuple_ = false;
+  int64_t int_ = 0;
+  double float_ = 0;
+  std::string str_;
+  std::shared_ptr<Array> array_;
+  std::shared_ptr<Object> object_;
+  std::shared_ptr<Function> fn_;
+};
+
+// Python's repr() of a float: shortest round-trip digits, ".0" for integral values.
+std::string python_float(double d);
+
+}  // namespace coda::jinja
