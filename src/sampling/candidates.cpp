@@ -62,6 +62,14 @@ void Candidates::truncate(size_t n) {
   }
 }
 
+float* Candidates::logit_of(int32_t id) {
+  if (id < 0) return nullptr;
+  if (identity) return static_cast<size_t>(id) < logits.size() ? &logits[static_cast<size_t>(id)] : nullptr;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == id) return &logits[i];
+  return nullptr;
+}
+
 std::vector<float> Candidates::probs() const {
   std::vector<float> p(ids.size(), 0.0f);
   if (p.empty()) return p;

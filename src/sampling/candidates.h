@@ -25,6 +25,8 @@ struct Candidates {
   void keep_top(size_t n);
   // Replaces the candidates by those at positions `order`, in that (descending) order.
   void take(const std::vector<size_t>& order);
+  // The logit of token `id` if it is still a candidate, else null (O(1) while `identity`).
+  float* logit_of(int32_t id);
   // Softmax of the current logits in candidate order; -inf gets 0. All -inf: uniform.
   std::vector<float> probs() const;
 };
@@ -33,6 +35,8 @@ struct Candidates {
 struct TokenHistory {
   std::vector<int32_t> prompt;
   std::vector<int32_t> generated;
+  size_t size() const { return prompt.size() + generated.size(); }
+  int32_t at(size_t i) const { return i < prompt.size() ? prompt[i] : generated[i - prompt.size()]; }
 };
 
 }  // namespace coda

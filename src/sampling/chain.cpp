@@ -2,14 +2,22 @@
 
 #include <algorithm>
 
+#include "sampling/bad_words.h"
+#include "sampling/dry.h"
+#include "sampling/dynamic_temperature.h"
 #include "sampling/frequency_presence.h"
 #include "sampling/logit_bias.h"
 #include "sampling/min_p.h"
+#include "sampling/no_repeat_ngram.h"
 #include "sampling/repetition_penalty.h"
 #include "sampling/temperature.h"
+#include "sampling/token_masks.h"
 #include "sampling/top_k.h"
+#include "sampling/top_n_sigma.h"
 #include "sampling/top_p.h"
 #include "sampling/typical_p.h"
+#include "sampling/xtc.h"
+#include "tokenizer/vocab.h"
 
 namespace coda {
 
@@ -21,28 +29,74 @@ double SamplerRng::uniform() {
   return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-Expected<SamplerChain> SamplerChain::create(const SamplingParams& p, int32_t n_vocab) {
-  CODA_RETURN_IF_ERROR(p.validate(n_vocab));
+Expected<SamplerVocab> SamplerVocab::from(const Vocab& vocab, const SamplingParams& p,
+                                          const std::vector<int32_t>& stop_ids) {
+  SamplerVocab v;
+  v.n_vocab = vocab.size();
+  for (int32_t id : {vocab.eos(), vocab.eot()})
+    if (id >= 0) v.eog_ids.push_back(id);
+  for (int32_t id : stop_ids) {
+    if (id < 0 || id >= v.n_vocab)
+      return Error("stop_token_ids: " + std::to_string(id) + " is out of range; allowed 0.." +
+                   std::to_string(v.n_vocab - 1));
+    v.eog_ids.push_back(id);
+  }
+  for (const auto& word : p.bad_words) {
+    for (const std::string& text : {word, " " + word}) {
+      auto ids = vocab.encode(text, false);
+      if (!ids) return Error("bad_words: " + ids.message());
+      if (!ids->empty() && std::find(v.bad_word_ids.begin(), v.bad_word_ids.end(), *ids) == v.bad_word_ids.end())
+        v.bad_word_ids.push_back(*ids);
+    }
+  }
+  if (p.dry_multiplier > 0) {
+    for (int32_t id = 0; id < v.n_vocab; ++id) {
+      const std::string text = vocab.token_bytes(id);
+      for (const auto& b : p.dry_sequence_breakers) {
+        if (text.find(b) != std::string::npos) {
+          v.dry_breakers.insert(id);
+          break;
+        }
+      }
+    }
+  }
+  return v;
+}
+
+Expected<SamplerChain> SamplerChain::create(const SamplingParams& p, const SamplerVocab& v) {
+  CODA_RETURN_IF_ERROR(p.validate(v.n_vocab));
   SamplerChain c;
   c.greedy_ = p.temperature == 0.0f;
   auto add = [&](auto proc) { c.processors_.push_back(std::make_shared<decltype(proc)>(std::move(proc))); };
   if (!p.logit_bias.empty()) add(LogitBias(p.logit_bias));
+  if (p.ignore_eos && !v.eog_ids.empty()) add(IgnoreEos(v.eog_ids));
+  if (p.min_tokens > 0 && !p.ignore_eos && !v.eog_ids.empty()) add(MinTokens(p.min_tokens, v.eog_ids));
+  if (!v.bad_word_ids.empty()) add(BadWords(v.bad_word_ids));
+  if (p.no_repeat_ngram_size > 0) add(NoRepeatNgram(p.no_repeat_ngram_size));
   if (p.repetition_penalty != 1.0f) add(RepetitionPenalty(p.repetition_penalty, p.repetition_window));
   if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f)
     add(FrequencyPresencePenalty(p.frequency_penalty, p.presence_penalty));
-  if (c.greedy_) return c;  // truncations cannot change the argmax
-  if (p.temperature != 1.0f) add(Temperature(p.temperature));
+  if (p.dry_multiplier > 0.0f)
+    add(Dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_window, v.dry_breakers));
+  if (c.greedy_) return c;  // truncations and temperature cannot change the argmax
+  if (p.top_n_sigma > 0.0f) add(TopNSigma(p.top_n_sigma));
+  if (p.dynatemp_range > 0.0f) {
+    add(DynamicTemperature(p.temperature, p.dynatemp_range, p.dynatemp_exponent));
+  } else if (p.temperature != 1.0f) {
+    add(Temperature(p.temperature));
+  }
   if (p.top_k > 0) add(TopK(p.top_k));
   if (p.top_p < 1.0f) add(TopP(p.top_p));
   if (p.typical_p < 1.0f) add(TypicalP(p.typical_p));
   if (p.min_p > 0.0f) add(MinP(p.min_p));
+  if (p.xtc_probability > 0.0f) add(Xtc(p.xtc_probability, p.xtc_threshold));
   return c;
 }
 
-Candidates SamplerChain::shape(const float* logits, int32_t n_vocab, const TokenHistory& h) const {
+Candidates SamplerChain::shape(const float* logits, int32_t n_vocab, const TokenHistory& h, SamplerRng& rng) const {
   Candidates c;
   c.assign(logits, n_vocab);
-  for (const auto& proc : processors_) proc->apply(c, h);
+  for (const auto& proc : processors_) proc->apply(c, h, rng);
   return c;
 }
 
@@ -58,7 +112,7 @@ int32_t SamplerChain::sample(const float* logits, int32_t n_vocab, const TokenHi
     }
     return best;
   }
-  const Candidates c = shape(logits, n_vocab, h);
+  const Candidates c = shape(logits, n_vocab, h, rng);
   if (greedy_) {
     size_t best = 0;
     for (size_t i = 1; i < c.size(); ++i)

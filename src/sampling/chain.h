@@ -1,13 +1,15 @@
 // The sampler chain: processors applied in a fixed, documented order, then a seeded draw.
 //
-// Order (vLLM/HF): logit_bias -> repetition_penalty -> frequency/presence penalties ->
-// temperature -> top_k -> top_p -> typical_p -> min_p -> draw. Temperature comes before the
-// truncations, so top_p and min_p see the probabilities the draw will use. temperature = 0 is
-// greedy: the argmax after bias and penalties.
+// Order: logit_bias -> ignore_eos -> min_tokens -> bad_words -> no_repeat_ngram ->
+// repetition_penalty -> frequency/presence -> DRY -> [greedy stops here: argmax] -> top_n_sigma ->
+// temperature (or dynamic temperature) -> top_k -> top_p -> typical_p -> min_p -> XTC -> draw.
+// Masks and penalties come first, so greedy decoding honours them too; temperature comes before
+// the truncations (vLLM/HF), so top_p and min_p see the probabilities the draw will use.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -16,26 +18,39 @@
 
 namespace coda {
 
-// Seeded generator owned by one request, so a seed reproduces a request whatever else runs.
-class SamplerRng {
- public:
-  explicit SamplerRng(uint64_t seed) : state_(seed) {}
-  // Uniform in [0, 1) with 53 random bits (splitmix64: same sequence on every platform).
-  double uniform();
+class Vocab;
 
- private:
-  uint64_t state_;
+// What the chain needs to know about the vocabulary beyond its size.
+struct SamplerVocab {
+  int32_t n_vocab = 0;
+  std::vector<int32_t> eog_ids;                    // end-of-generation ids (EOS, EOT, stop ids)
+  std::vector<std::vector<int32_t>> bad_word_ids;  // token sequences of params.bad_words
+  std::unordered_set<int32_t> dry_breakers;        // tokens whose text holds a sequence breaker
+
+  // From a tokenizer: EOS/EOT plus `stop_ids`, bad words tokenized with and without a leading
+  // space, DRY breakers by scanning the pieces.
+  static Expected<SamplerVocab> from(const Vocab& vocab, const SamplingParams& p, const std::vector<int32_t>& stop_ids);
 };
 
 class SamplerChain {
  public:
-  static Expected<SamplerChain> create(const SamplingParams& p, int32_t n_vocab);
+  static Expected<SamplerChain> create(const SamplingParams& p, const SamplerVocab& v);
+  static Expected<SamplerChain> create(const SamplingParams& p, int32_t n_vocab) {
+    SamplerVocab v;
+    v.n_vocab = n_vocab;
+    return create(p, v);
+  }
 
   // Picks the next token from raw logits.
   int32_t sample(const float* logits, int32_t n_vocab, const TokenHistory& h, SamplerRng& rng) const;
   // The candidates after every processor (tests, logprobs).
-  Candidates shape(const float* logits, int32_t n_vocab, const TokenHistory& h) const;
+  Candidates shape(const float* logits, int32_t n_vocab, const TokenHistory& h, SamplerRng& rng) const;
+  Candidates shape(const float* logits, int32_t n_vocab, const TokenHistory& h) const {
+    SamplerRng rng(0);
+    return shape(logits, n_vocab, h, rng);
+  }
   const std::vector<std::shared_ptr<const Processor>>& processors() const { return processors_; }
+  bool greedy() const { return greedy_; }
 
  private:
   bool greedy_ = false;

@@ -12,7 +12,7 @@ class FrequencyPresencePenalty : public Processor {
  public:
   FrequencyPresencePenalty(float frequency, float presence) : frequency_(frequency), presence_(presence) {}
   const char* name() const override { return "frequency_presence"; }
-  void apply(Candidates& c, const TokenHistory& h) const override {
+  void apply(Candidates& c, const TokenHistory& h, SamplerRng&) const override {
     if (frequency_ == 0.0f && presence_ == 0.0f) return;
     std::unordered_map<int32_t, int> count;
     for (int32_t t : h.generated) ++count[t];

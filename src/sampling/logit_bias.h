@@ -11,7 +11,7 @@ class LogitBias : public Processor {
  public:
   explicit LogitBias(std::unordered_map<int32_t, float> bias) : bias_(std::move(bias)) {}
   const char* name() const override { return "logit_bias"; }
-  void apply(Candidates& c, const TokenHistory&) const override {
+  void apply(Candidates& c, const TokenHistory&, SamplerRng&) const override {
     if (bias_.empty()) return;
     if (c.identity) {
       for (const auto& [t, b] : bias_)

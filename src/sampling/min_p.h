@@ -9,7 +9,7 @@ class MinP : public Processor {
  public:
   explicit MinP(float p) : p_(p) {}
   const char* name() const override { return "min_p"; }
-  void apply(Candidates& c, const TokenHistory&) const override {
+  void apply(Candidates& c, const TokenHistory&, SamplerRng&) const override {
     if (p_ <= 0.0f || c.size() <= 1) return;
     c.sort();
     const std::vector<float> probs = c.probs();

@@ -34,6 +34,23 @@ Status SamplingParams::validate(int32_t n_vocab) const {
     return Error("repetition window: " + std::to_string(repetition_window) + " is out of range; allowed >= 0 (0: all)");
   CODA_RETURN_IF_ERROR(range("frequency_penalty", frequency_penalty, -2, 2));
   CODA_RETURN_IF_ERROR(range("presence_penalty", presence_penalty, -2, 2));
+  CODA_RETURN_IF_ERROR(range("top_n_sigma", top_n_sigma, -1, 100));
+  CODA_RETURN_IF_ERROR(range("dynatemp_range", dynatemp_range, 0, 5));
+  CODA_RETURN_IF_ERROR(range("dynatemp_exponent", dynatemp_exponent, 0, 10, true));
+  CODA_RETURN_IF_ERROR(range("dry_multiplier", dry_multiplier, 0, 10));
+  CODA_RETURN_IF_ERROR(range("dry_base", dry_base, 1, 10, true));
+  CODA_RETURN_IF_ERROR(range("dry_allowed_length", dry_allowed_length, 1, 1000));
+  if (dry_window < 0)
+    return Error("dry_penalty_last_n: " + std::to_string(dry_window) + " is out of range; allowed >= 0 (0: all)");
+  for (const auto& b : dry_sequence_breakers)
+    if (b.empty()) return Error("dry_sequence_breakers: \"\" is not allowed; each breaker must be non-empty");
+  CODA_RETURN_IF_ERROR(range("xtc_probability", xtc_probability, 0, 1));
+  CODA_RETURN_IF_ERROR(range("xtc_threshold", xtc_threshold, 0, 1));
+  if (no_repeat_ngram_size < 0)
+    return Error("no_repeat_ngram_size: " + std::to_string(no_repeat_ngram_size) + " is out of range; allowed >= 0");
+  if (min_tokens < 0) return Error("min_tokens: " + std::to_string(min_tokens) + " is out of range; allowed >= 0");
+  for (const auto& w : bad_words)
+    if (w.empty()) return Error("bad_words: \"\" is not allowed; each word must be non-empty");
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= n_vocab)
       return Error("logit_bias: token id " + std::to_string(id) + " is out of range; allowed 0.." +

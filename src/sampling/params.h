@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/status.h"
 
@@ -19,6 +21,20 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;                 // [-2, 2]
   float presence_penalty = 0.0f;                  // [-2, 2]
   std::unordered_map<int32_t, float> logit_bias;  // token -> [-100, 100]
+  float top_n_sigma = 0.0f;                       // [-1, 100]; <= 0: off
+  float dynatemp_range = 0.0f;                    // [0, 5]; 0: plain temperature
+  float dynatemp_exponent = 1.0f;                 // (0, 10]
+  float dry_multiplier = 0.0f;                    // [0, 10]; 0: off
+  float dry_base = 1.75f;                         // (1, 10]
+  int dry_allowed_length = 2;                     // [1, 1000]
+  int dry_window = 0;                             // last N tokens; 0 = all
+  std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+  float xtc_probability = 0.0f;  // [0, 1]; 0: off
+  float xtc_threshold = 0.1f;    // [0, 1]
+  int no_repeat_ngram_size = 0;  // >= 0; 0: off
+  int min_tokens = 0;            // >= 0
+  bool ignore_eos = false;
+  std::vector<std::string> bad_words;  // each non-empty
   uint64_t seed = 0;
 
   // Every value in range; errors name the parameter, the value and what is allowed.

@@ -12,7 +12,7 @@ class RepetitionPenalty : public Processor {
  public:
   RepetitionPenalty(float penalty, int window) : penalty_(penalty), window_(window) {}
   const char* name() const override { return "repetition_penalty"; }
-  void apply(Candidates& c, const TokenHistory& h) const override {
+  void apply(Candidates& c, const TokenHistory& h, SamplerRng&) const override {
     if (penalty_ == 1.0f) return;
     std::unordered_set<int32_t> seen;
     const size_t total = h.prompt.size() + h.generated.size();

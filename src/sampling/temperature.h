@@ -9,7 +9,7 @@ class Temperature : public Processor {
  public:
   explicit Temperature(float t) : t_(t) {}
   const char* name() const override { return "temperature"; }
-  void apply(Candidates& c, const TokenHistory&) const override {
+  void apply(Candidates& c, const TokenHistory&, SamplerRng&) const override {
     for (float& l : c.logits) l /= t_;
   }
 

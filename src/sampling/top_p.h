@@ -10,7 +10,7 @@ class TopP : public Processor {
  public:
   explicit TopP(float p) : p_(p) {}
   const char* name() const override { return "top_p"; }
-  void apply(Candidates& c, const TokenHistory&) const override {
+  void apply(Candidates& c, const TokenHistory&, SamplerRng&) const override {
     if (p_ >= 1.0f || c.size() <= 1) return;
     // Usually the nucleus is a few hundred tokens: select the top 1,024 (then 8,192) first and
     // sort only those when they already hold mass p; fall back to a full sort otherwise.

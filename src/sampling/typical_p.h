@@ -14,7 +14,7 @@ class TypicalP : public Processor {
  public:
   explicit TypicalP(float p) : p_(p) {}
   const char* name() const override { return "typical_p"; }
-  void apply(Candidates& c, const TokenHistory&) const override {
+  void apply(Candidates& c, const TokenHistory&, SamplerRng&) const override {
     if (p_ >= 1.0f || c.size() <= 1) return;
     const std::vector<float> probs = c.probs();
     double entropy = 0;

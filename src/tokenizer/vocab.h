@@ -25,6 +25,7 @@ class Vocab {
   int32_t size() const { return static_cast<int32_t>(pieces_.size()); }
   int32_t bos() const { return bos_; }
   int32_t eos() const { return eos_; }
+  int32_t eot() const { return eot_; }  // end of turn (chat models), -1 if none
   bool add_bos() const { return add_bos_; }
   const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
   // The id of a piece as stored in the vocabulary (special tokens are stored as their text); -1 if absent.
