@@ -1,13 +1,10 @@
-// `coda run`: generate a continuation of a prompt, streamed to stdout.
-#include <algorithm>
-#include <cmath>
+// `coda run`: continue a prompt with a model, streamed to stdout (or one JSON result with --json).
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "core/timer.h"
-#include "model/model.h"
-#include "sampling/chain.h"
-#include "tokenizer/vocab.h"
+#include "cli/sampling_flags.h"
+#include "engine/generator.h"
 
 namespace coda::cli {
 
@@ -15,108 +12,106 @@ namespace {
 
 struct RunFlags {
   std::string model;
-  std::string prompt = "In the beginning God";
   int n_predict = 128;
   int threads = 0;
-  int ctx = 0;
-  bool ignore_eos = false;
-  SamplingParams sampling;  // temperature defaults to 0 here: greedy unless asked
+  int64_t ctx = 0;
+  bool json = false;
+  GenerationRequest request;
 };
 
-int run(const RunFlags& f) {
+nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab) {
+  nlohmann::ordered_json j;
+  j["text"] = r.text;
+  j["tokens"] = r.tokens;
+  j["finish_reason"] = r.finish_reason;
+  if (!r.stop_reason.empty()) j["stop_reason"] = r.stop_reason;
+  j["usage"] = {{"prompt_tokens", r.prompt_tokens},
+                {"completion_tokens", r.completion_tokens},
+                {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+  const auto& t = r.timings;
+  j["timings"] = {{"prefill_ms", t.prefill_ms},
+                  {"ttft_ms", t.ttft_ms},
+                  {"decode_ms", t.decode_ms},
+                  {"sample_ms", t.sample_ms},
+                  {"ms_per_token", t.ms_per_token},
+                  {"tokens_per_s", t.tokens_per_s},
+                  {"prompt_tokens_per_s", t.prompt_tokens_per_s}};
+  if (!r.logprobs.empty()) {
+    auto& lps = j["logprobs"] = nlohmann::ordered_json::array();
+    for (const auto& lp : r.logprobs) {
+      nlohmann::ordered_json e{{"token", lp.token}, {"logprob", lp.logprob}};
+      auto& top = e["top_logprobs"] = nlohmann::ordered_json::array();
+      for (const auto& [id, l] : lp.top) top.push_back({{"token", id}, {"piece", vocab.piece(id)}, {"logprob", l}});
+      lps.push_back(std::move(e));
+    }
+  }
+  return j;
+}
+
+int run(RunFlags& f) {
   const std::string path = f.model.empty() ? default_model_path() : f.model;
   auto model = Model::load(path);
   if (!model) return fail(model.message());
-  const Model& m = **model;
-  auto vocab = Vocab::from_gguf(m.gguf());
+  auto vocab = Vocab::from_gguf((*model)->gguf());
   if (!vocab) return fail(path + ": " + vocab.message());
-  auto tokens = vocab->encode(f.prompt, vocab->add_bos());
-  if (!tokens) return fail(tokens.message());
-  if (tokens->empty()) return fail("the prompt is empty and the model adds no BOS token; give a prompt with -p");
-  const int64_t n_ctx = f.ctx > 0 ? f.ctx : m.config().n_ctx_train;
-  const int64_t needed = static_cast<int64_t>(tokens->size()) + f.n_predict;
-  if (needed > n_ctx)
-    return fail("the prompt (" + std::to_string(tokens->size()) + " tokens) plus -n " + std::to_string(f.n_predict) +
-                " exceeds the context of " + std::to_string(n_ctx) + " tokens; lower -n or raise -c");
+  GeneratorOptions opts;
+  opts.threads = f.threads;
+  opts.n_ctx = f.ctx;
+  auto gen = Generator::create(**model, *vocab, opts);
+  if (!gen) return fail(gen.message());
+  if (f.n_predict >= 0) f.request.max_tokens = f.n_predict;  // -1: the default cap
 
-  auto chain = SamplerChain::create(f.sampling, static_cast<int32_t>(m.config().n_vocab));
-  if (!chain) return fail(chain.message());
-  SamplerRng rng(f.sampling.seed);
-  TokenHistory history{*tokens, {}};
-  ThreadPool pool(f.threads > 0 ? f.threads : default_threads());
-  auto kv_or = KvCache::create(m.config(), needed);
-  if (!kv_or) return fail(kv_or.message());
-  KvCache& kv = *kv_or;
-  ForwardBuffers buf;
-  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
-
-  std::fputs(f.prompt.c_str(), stdout);
-  std::fflush(stdout);
-  Timer prefill_timer;
-  if (auto s = m.forward(tokens->data(), static_cast<int64_t>(tokens->size()), kv, pool, buf, logits.data(), false);
-      !s.ok())
-    return fail(s.message());
-  const double prefill_ms = prefill_timer.ms();
-
-  StreamDecoder out(*vocab);
-  Timer gen_timer;
-  int n_gen = 0;
-  for (; n_gen < f.n_predict; ++n_gen) {
-    const int32_t next = chain->sample(logits.data(), static_cast<int32_t>(logits.size()), history, rng);
-    history.generated.push_back(next);
-    if (!f.ignore_eos && vocab->is_eog(next)) break;
-    std::fputs(out.push(next).c_str(), stdout);
+  if (!f.json) {
+    std::fputs(f.request.prompt.c_str(), stdout);
     std::fflush(stdout);
-    if (n_gen + 1 == f.n_predict) {
-      ++n_gen;
-      break;
-    }
-    if (auto s = m.forward(&next, 1, kv, pool, buf, logits.data(), false); !s.ok()) return fail(s.message());
   }
-  std::fputs(out.flush().c_str(), stdout);
-  std::fputs("\n", stdout);
+  auto res = (*gen)->generate(f.request, [&](const StreamChunk& c) {
+    if (!f.json) {
+      std::fputs(c.text.c_str(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  if (!res) {
+    if (!f.json) std::fputs("\n", stdout);
+    return fail(res.message());
+  }
+  if (f.json) {
+    std::printf("%s\n", result_json(*res, *vocab).dump(2).c_str());
+  } else {
+    std::fputs("\n", stdout);
+  }
   std::fflush(stdout);
-  const double gen_ms = gen_timer.ms();
-  const double n_prompt = static_cast<double>(tokens->size());
-  std::fprintf(stderr,
-               "coda: prompt %d tokens in %.2f ms (%.2f tokens/s) | generation %d tokens in %.2f ms (%.2f tokens/s, "
-               "%.2f ms/token) | %d threads\n",
-               static_cast<int>(n_prompt), prefill_ms, n_prompt / (prefill_ms / 1000), n_gen, gen_ms,
-               n_gen > 0 ? n_gen / (gen_ms / 1000) : 0.0, n_gen > 0 ? gen_ms / n_gen : 0.0, pool.size());
+  const auto& t = res->timings;
+  std::fprintf(
+      stderr,
+      "coda: prompt %d tokens in %.2f ms (%.2f tokens/s) | generation %d tokens, %.2f ms/token (%.2f tokens/s), "
+      "sampling %.3f ms/token | finish: %s\n",
+      res->prompt_tokens, t.prefill_ms, t.prompt_tokens_per_s, res->completion_tokens, t.ms_per_token, t.tokens_per_s,
+      res->completion_tokens > 0 ? t.sample_ms / res->completion_tokens : 0.0, res->finish_reason.c_str());
   return 0;
 }
 
 }  // namespace
 
 void add_run(CLI::App& app, std::vector<Command>& out) {
-  auto flags = std::make_shared<RunFlags>();
-  CLI::App* sub = app.add_subcommand("run", "Continue a prompt with a model (greedy with --temp 0)");
-  sub->add_option("-m,--model", flags->model, "GGUF model file (default: the bundled model)");
-  sub->add_option("-p,--prompt", flags->prompt, "Prompt text")->capture_default_str();
-  sub->add_option("-n,--n-predict", flags->n_predict, "Tokens to generate")
+  auto f = std::make_shared<RunFlags>();
+  f->request.prompt = "In the beginning God";
+  f->request.sampling.temperature = 0.0f;  // greedy unless asked
+  CLI::App* sub = app.add_subcommand("run", "Continue a prompt with a model (greedy unless --temp is given)");
+  sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
+  sub->add_option("-p,--prompt", f->request.prompt, "Prompt text")->capture_default_str();
+  sub->add_option("-n,--n-predict", f->n_predict,
+                  "Tokens to generate (-1: the default cap of 4096, within the context)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 24));
-  sub->add_option("-t,--threads", flags->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size", flags->ctx, "Context size (default: the model's trained context)")
+      ->check(CLI::Range(-1, 1 << 24));
+  sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
-  SamplingParams& sp = flags->sampling;
-  sp.temperature = 0.0f;
-  // Ranges are checked by SamplingParams::validate, whose errors name the parameter and the range.
-  sub->add_option("--temp", sp.temperature, "Temperature [0, 2]; 0 is greedy")->capture_default_str();
-  sub->add_option("--top-k", sp.top_k, "Keep the k most probable tokens (-1/0: off)")->capture_default_str();
-  sub->add_option("--top-p", sp.top_p, "Nucleus sampling mass (0, 1]")->capture_default_str();
-  sub->add_option("--min-p", sp.min_p, "Drop tokens below min_p x the top probability [0, 1]")->capture_default_str();
-  sub->add_option("--typical", sp.typical_p, "Locally typical sampling mass (0, 1]")->capture_default_str();
-  sub->add_option("--repeat-penalty", sp.repetition_penalty, "Repetition penalty (0, 2]; 1 is off")
-      ->capture_default_str();
-  sub->add_option("--repeat-last-n", sp.repetition_window, "Tokens the repetition penalty looks back over (0: all)")
-      ->capture_default_str();
-  sub->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty [-2, 2]")
-      ->capture_default_str();
-  sub->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty [-2, 2]")->capture_default_str();
-  sub->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating after end-of-sequence tokens");
-  sub->add_option("-s,--seed", sp.seed, "Random seed for sampling")->capture_default_str();
-  out.push_back({sub, [flags] { return run(*flags); }});
+  sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");
+  sub->add_flag("--json", f->json, "Print one JSON result (text, tokens, finish_reason, usage, timings)");
+  add_sampling_flags(sub, f->request);
+  out.push_back({sub, [f] { return run(*f); }});
 }
 
 }  // namespace coda::cli

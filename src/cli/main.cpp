@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   coda::cli::add_bench_model(app, commands);
   coda::cli::add_inspect(app, commands);
   coda::cli::add_template(app, commands);
+  coda::cli::add_chat(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -122,7 +122,8 @@ Expected<Vocab> Vocab::from_gguf(const GgufFile& f) {
   return v;
 }
 
-Expected<std::vector<int32_t>> Vocab::encode(std::string_view text, bool add_bos, bool parse_special) const {
+Expected<std::vector<int32_t>> Vocab::encode(std::string_view text, bool add_bos, bool parse_special,
+                                             const std::vector<std::pair<size_t, size_t>>& text_only) const {
   std::vector<int32_t> out;
   if (add_bos && bos_ >= 0) out.push_back(bos_);
   if (!parse_special || specials_.empty()) {
@@ -131,7 +132,13 @@ Expected<std::vector<int32_t>> Vocab::encode(std::string_view text, bool add_bos
   }
   // Split at special-token text (longest match first); encode the stretches between as text.
   size_t plain_start = 0;
+  size_t next_range = 0;  // text_only is sorted: the first range that has not ended before i
   for (size_t i = 0; i < text.size();) {
+    while (next_range < text_only.size() && text_only[next_range].second <= i) ++next_range;
+    if (next_range < text_only.size() && text_only[next_range].first <= i) {
+      i = text_only[next_range].second;  // user text: special-token strings in it stay text
+      continue;
+    }
     int32_t hit = -1;
     for (int32_t id : specials_) {
       const std::string& p = pieces_[static_cast<size_t>(id)];

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -38,7 +39,12 @@ class Vocab {
 
   // Encodes text. Special-token text inside `text` ("<|eot_id|>", "</s>") is ordinary text unless
   // `parse_special` is set, which only templates that produced the text themselves should do.
-  Expected<std::vector<int32_t>> encode(std::string_view text, bool add_bos, bool parse_special = false) const;
+  // `text_only` (sorted, non-overlapping [begin, end) byte ranges) marks stretches that stay text
+  // even then: user content inside a rendered chat prompt.
+  Expected<std::vector<int32_t>> encode(std::string_view text, bool add_bos, bool parse_special = false,
+                                        const std::vector<std::pair<size_t, size_t>>& text_only = {}) const;
+  // Ids of the control and user-defined tokens that encode(parse_special) recognises.
+  const std::vector<int32_t>& special_ids() const { return specials_; }
   // Bytes a token contributes to the output (byte pieces as raw bytes, control tokens as nothing).
   std::string token_bytes(int32_t id) const;
   // Decodes a whole sequence to valid UTF-8 (invalid bytes become U+FFFD, as Hugging Face's

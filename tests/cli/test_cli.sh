@@ -44,7 +44,7 @@ expect_fail "top_p: 0 is out of range; allowed (0, 1]" run --top-p 0
 expect_fail "repetition_penalty" run --repeat-penalty 0
 expect_fail "-n" run -n -3
 expect_fail "The following argument was not expected" run --no-such-flag
-expect_fail "exceeds the context" run -n 100000
+expect_fail "maximum context length is" run -n 100000
 expect_fail "unknown shape 'gpt5'" synth --shape gpt5 -o "$work/x.gguf"
 expect_fail "unknown weight type 'Q3_XX'" synth --type Q3_XX -o "$work/x.gguf"
 head -c 3000 "$("$coda" info 2>/dev/null | head -1 | cut -d: -f1)" >"$work/truncated.gguf" 2>/dev/null

@@ -1,0 +1,52 @@
+#include "cli/sampling_flags.h"
+
+namespace coda::cli {
+
+void add_sampling_flags(CLI::App* sub, GenerationRequest& r) {
+  SamplingParams& sp = r.sampling;
+  sub->add_option("--temp", sp.temperature, "Temperature [0, 2]; 0 is greedy")->capture_default_str();
+  sub->add_option("--top-k", sp.top_k, "Keep the k most probable tokens (-1/0: off)")->capture_default_str();
+  sub->add_option("--top-p", sp.top_p, "Nucleus sampling mass (0, 1]")->capture_default_str();
+  sub->add_option("--min-p", sp.min_p, "Drop tokens below min_p x the top probability [0, 1]")->capture_default_str();
+  sub->add_option("--typical", sp.typical_p, "Locally typical sampling mass (0, 1]")->capture_default_str();
+  sub->add_option("--top-nsigma", sp.top_n_sigma, "Keep logits within n standard deviations of the max (<= 0: off)")
+      ->capture_default_str();
+  sub->add_option("--dynatemp-range", sp.dynatemp_range, "Dynamic temperature: T +/- range by entropy (0: off)")
+      ->capture_default_str();
+  sub->add_option("--dynatemp-exp", sp.dynatemp_exponent, "Dynamic temperature exponent")->capture_default_str();
+  sub->add_option("--repeat-penalty", sp.repetition_penalty, "Repetition penalty (0, 2]; 1 is off")
+      ->capture_default_str();
+  sub->add_option("--repeat-last-n", sp.repetition_window, "Tokens the repetition penalty looks back over (0: all)")
+      ->capture_default_str();
+  sub->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty [-2, 2]")
+      ->capture_default_str();
+  sub->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty [-2, 2]")->capture_default_str();
+  sub->add_option("--dry-multiplier", sp.dry_multiplier, "DRY penalty multiplier (0: off)")->capture_default_str();
+  sub->add_option("--dry-base", sp.dry_base, "DRY penalty base")->capture_default_str();
+  sub->add_option("--dry-allowed-length", sp.dry_allowed_length, "DRY: repeats up to this length are free")
+      ->capture_default_str();
+  sub->add_option("--dry-penalty-last-n", sp.dry_window, "DRY: tokens to look back over (0: all)")
+      ->capture_default_str();
+  sub->add_option("--dry-sequence-breaker", sp.dry_sequence_breakers,
+                  "DRY sequence breaker (repeatable; replaces the defaults \\n : \" *)")
+      ->each([&sp, first = std::make_shared<bool>(true)](const std::string& s) {
+        if (*first) sp.dry_sequence_breakers.clear();
+        *first = false;
+        sp.dry_sequence_breakers.push_back(s);
+      });
+  sub->add_option("--xtc-probability", sp.xtc_probability, "XTC: chance of removing the top choices [0, 1]")
+      ->capture_default_str();
+  sub->add_option("--xtc-threshold", sp.xtc_threshold, "XTC: probability a choice needs to count as top [0, 1]")
+      ->capture_default_str();
+  sub->add_option("--no-repeat-ngram-size", sp.no_repeat_ngram_size, "Ban repeating any n-gram of this size (0: off)")
+      ->capture_default_str();
+  sub->add_option("--min-tokens", sp.min_tokens, "Generate at least this many tokens before EOS or a stop id")
+      ->capture_default_str();
+  sub->add_option("--bad-word", sp.bad_words, "A word the output must not contain (repeatable)");
+  sub->add_flag("--ignore-eos", sp.ignore_eos, "Never end at end-of-sequence tokens (they are masked)");
+  sub->add_option("--stop", r.stop, "Stop string (repeatable); it is not printed");
+  sub->add_option("--stop-token-id", r.stop_token_ids, "Stop at this token id (repeatable)");
+  sub->add_option("-s,--seed", sp.seed, "Random seed for sampling")->capture_default_str();
+}
+
+}  // namespace coda::cli

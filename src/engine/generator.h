@@ -1,0 +1,61 @@
+// Generator: one sequence at a time on one model, the library API the CLI, the server and the lab
+// share. It turns a request into prompt tokens, checks the length budget, prefills, samples with
+// the request's own seeded chain, applies stop rules, streams text, and reports usage, timings and
+// optional logprobs. Safe defaults: a request without max_tokens gets a bounded default; a
+// request that cannot fit the context is refused with OpenAI's message, never truncated.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "chat/chat_template.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/prompt.h"
+#include "engine/request.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "tokenizer/vocab.h"
+
+namespace coda {
+
+struct GeneratorOptions {
+  int threads = 0;                // 0: all cores
+  int64_t n_ctx = 0;              // 0: the model's trained context
+  int default_max_tokens = 4096;  // the cap for requests that omit max_tokens
+  std::string chat_template;      // "" : the model's own (or a built-in); else a built-in name or Jinja source
+};
+
+class Generator {
+ public:
+  // `model` and `vocab` must outlive the generator.
+  static Expected<std::unique_ptr<Generator>> create(const Model& model, const Vocab& vocab, GeneratorOptions opts);
+
+  Expected<GenerationResult> generate(const GenerationRequest& request, const StreamCallback& on_chunk = {},
+                                      StepObserver* observer = nullptr);
+
+  // Prompt tokens and the checks on them, without generating (tests, `coda template`-like tools).
+  Expected<Prompt> prepare(const GenerationRequest& request) const;
+  // The max_tokens a request gets: its own (checked against the context) or the default cap.
+  Expected<int> resolve_max_tokens(const GenerationRequest& request, int prompt_tokens, bool chat) const;
+
+  int64_t n_ctx() const { return n_ctx_; }
+  const ChatTemplate* chat_template() const { return tmpl_ ? &*tmpl_ : nullptr; }
+  const Vocab& vocab() const { return vocab_; }
+
+ private:
+  Generator(const Model& m, const Vocab& v, GeneratorOptions o);
+  Status validate(const GenerationRequest& r) const;
+
+  const Model& model_;
+  const Vocab& vocab_;
+  GeneratorOptions opts_;
+  int64_t n_ctx_;
+  std::optional<ChatTemplate> tmpl_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::optional<KvCache> kv_;
+  ForwardBuffers buf_;
+  std::vector<float> logits_;
+};
+
+}  // namespace coda

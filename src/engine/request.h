@@ -1,0 +1,94 @@
+// What a generation request asks for and what it gets back: the types shared by the CLI, the
+// server and the lab. Field names follow the OpenAI/vLLM API where one exists.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "sampling/params.h"
+
+namespace coda {
+
+struct GenerationRequest {
+  // The prompt: chat `messages` (rendered with the model's template), else `prompt_tokens` if
+  // given, else the `prompt` text.
+  std::optional<nlohmann::ordered_json> messages;
+  ChatOptions chat;  // tools, add_generation_prompt, template kwargs (bos/eos come from the model)
+  std::string prompt;
+  std::vector<int32_t> prompt_tokens;
+
+  SamplingParams sampling;
+  std::optional<int> max_tokens;  // omitted: the generator's default cap (4,096), within the context
+  std::vector<std::string> stop;  // stop strings, matched across token boundaries, not in the text
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;  // vLLM
+  int logprobs = -1;                        // -1: off; 0..20: chosen token's logprob plus this many top ones
+};
+
+struct TokenLogprob {
+  int32_t token = -1;
+  std::string text;  // the token's bytes (may be a partial UTF-8 sequence)
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most probable first
+};
+
+struct GenerationTimings {
+  double tokenize_ms = 0;  // template rendering and tokenization
+  double prefill_ms = 0;
+  double ttft_ms = 0;       // request start to the first token sampled
+  double decode_ms = 0;     // every decode step after the first token, sampling included
+  double sample_ms = 0;     // of which the sampler chain
+  double ms_per_token = 0;  // decode_ms / decode steps
+  double tokens_per_s = 0;  // decode throughput
+  double prompt_tokens_per_s = 0;
+};
+
+struct GenerationResult {
+  std::string text;
+  std::vector<int32_t> tokens;  // every sampled token, the one that stopped generation included
+  // "stop" (EOS, end of turn, a stop string or stop id), "length" (max_tokens or the context),
+  // "abort" (the stream callback asked to stop), or an observer's reason (the guard's).
+  std::string finish_reason;
+  std::string stop_reason;  // the stop string, or the token id as text, that ended generation
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  GenerationTimings timings;
+  std::vector<TokenLogprob> logprobs;  // when requested, one per completion token
+};
+
+// One streamed piece: the text that became final with this token (may be empty while a partial
+// stop-string match or an incomplete UTF-8 sequence is held back).
+struct StreamChunk {
+  int32_t token;
+  std::string text;
+  const TokenLogprob* logprob;  // null unless requested
+};
+// Returns false to stop generation (finish_reason "abort"), e.g. when a client disconnected.
+using StreamCallback = std::function<bool(const StreamChunk&)>;
+
+// What an observer sees after each sampled token (the guard and the lab; off by default).
+struct StepView {
+  int64_t step;         // 0 for the first generated token
+  int32_t token;        // the token just sampled
+  const float* logits;  // the raw logits it was sampled from
+  int32_t n_vocab;
+  const std::vector<int32_t>& prompt;
+  const std::vector<int32_t>& generated;  // including `token`
+  const std::string& text;                // the completion text so far
+};
+struct StepVerdict {
+  bool stop = false;
+  std::string finish_reason;  // used when stop is set
+};
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual StepVerdict on_step(const StepView& step) = 0;
+};
+
+}  // namespace coda
