@@ -122,13 +122,17 @@ Expected<std::string> ChatTemplate::apply(const nlohmann::ordered_json& messages
   auto norm = normalize_messages(messages);
   if (!norm) return norm.error();
   jinja::Object vars;
-  vars.set("messages", jinja::Value::from_json(*norm));
-  vars.set("add_generation_prompt", jinja::Value(opts.add_generation_prompt));
-  vars.set("bos_token", jinja::Value(opts.bos_token));
-  vars.set("eos_token", jinja::Value(opts.eos_token));
-  if (!opts.tools.is_null()) vars.set("tools", jinja::Value::from_json(opts.tools));
-  if (opts.extra.is_object())
-    for (const auto& [k, v] : opts.extra.items()) vars.set(k, jinja::Value::from_json(v));
+  try {
+    vars.set("messages", jinja::Value::from_json(*norm));
+    vars.set("add_generation_prompt", jinja::Value(opts.add_generation_prompt));
+    vars.set("bos_token", jinja::Value(opts.bos_token));
+    vars.set("eos_token", jinja::Value(opts.eos_token));
+    if (!opts.tools.is_null()) vars.set("tools", jinja::Value::from_json(opts.tools));
+    if (opts.extra.is_object())
+      for (const auto& [k, v] : opts.extra.items()) vars.set(k, jinja::Value::from_json(v));
+  } catch (const jinja::TemplateError& e) {
+    return Error(std::string("messages: ") + e.what());
+  }
   return tmpl_.render(vars);
 }
 

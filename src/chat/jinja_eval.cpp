@@ -97,6 +97,7 @@ class Interpreter {
           Value ns = lookup(n.targets[0]);
           if (ns.kind() != Value::Kind::Namespace)
             fail_at(n.pos, "cannot set attribute '" + n.attr + "' on '" + n.targets[0] + "': not a namespace");
+          if (v.reaches(&ns.object())) fail_at(n.pos, "cannot store namespace '" + n.targets[0] + "' inside itself");
           ns.object_mut().set(n.attr, std::move(v));
         }
         return Flow::Normal;
@@ -182,7 +183,9 @@ class Interpreter {
 
   Value make_macro(const Node& n) {
     const Node* node = &n;
-    Frames scope(frames_.begin(), frames_.begin() + 3);  // globals, variables, top level
+    // Globals, variables, top level. Weak: the macro is stored in one of these frames, and a strong
+    // reference back would be a cycle that outlives the render.
+    std::vector<std::weak_ptr<Object>> scope(frames_.begin(), frames_.begin() + 3);
     return Value::function([this, node, scope](const CallArgs& args) -> Value {
       if (depth_ >= kMaxDepth) throw TemplateError("macro recursion deeper than " + std::to_string(kMaxDepth));
       auto frame = std::make_shared<Object>();
@@ -201,7 +204,8 @@ class Interpreter {
         }
       }
       Frames saved = std::move(frames_);
-      frames_ = scope;
+      frames_.clear();
+      for (const auto& w : scope) frames_.push_back(w.lock());
       frames_.push_back(frame);
       std::string saved_out;
       saved_out.swap(out_);

@@ -323,6 +323,7 @@ class Parser {
   }
 
   NodePtr parse_statement(const std::string& name, size_t pos) {
+    DepthGuard guard(*this);
     auto n = std::make_unique<Node>();
     n->pos = pos;
     std::string end;
@@ -435,7 +436,18 @@ class Parser {
     return t;
   }
 
+  // Nesting limit: a hostile template of 100,000 '(' must be an error, not a stack overflow.
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting) throw p.error(p.peek().pos, "nesting deeper than " + std::to_string(kMaxNesting));
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+  static constexpr int kMaxNesting = 128;
+
   ExprPtr parse_expr() {
+    DepthGuard guard(*this);
     const size_t pos = peek().pos;
     ExprPtr e = parse_or();
     while (is_name("if")) {
@@ -538,6 +550,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& t = next();
@@ -751,6 +764,7 @@ class Parser {
   const std::string& src_;
   std::vector<Token> toks_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

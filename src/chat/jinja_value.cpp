@@ -28,7 +28,8 @@ const Value* CallArgs::get(size_t index, const char* name) const {
   return index < positional.size() ? &positional[index] : nullptr;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > 64) throw TemplateError("JSON nested deeper than 64 levels");
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return none();
@@ -44,17 +45,28 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       return Value(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       Array a;
-      for (const auto& e : j) a.push_back(from_json(e));
+      for (const auto& e : j) a.push_back(from_json(e, depth + 1));
       return Value(std::move(a));
     }
     case nlohmann::json::value_t::object: {
       Object o;
-      for (const auto& [k, v] : j.items()) o.items.emplace_back(k, from_json(v));
+      for (const auto& [k, v] : j.items()) o.items.emplace_back(k, from_json(v, depth + 1));
       return Value(std::move(o));
     }
     default:
       return none();
   }
+}
+
+bool Value::reaches(const Object* o) const {
+  if ((kind_ == Kind::Object || kind_ == Kind::Namespace) && object_.get() == o) return true;
+  if (kind_ == Kind::Array)
+    for (const auto& v : *array_)
+      if (v.reaches(o)) return true;
+  if (kind_ == Kind::Object || kind_ == Kind::Namespace)
+    for (const auto& kv : object_->items)
+      if (kv.second.reaches(o)) return true;
+  return false;
 }
 
 bool Value::truthy() const {

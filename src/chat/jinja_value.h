@@ -74,7 +74,8 @@ class Value {
     v.fn_ = std::make_shared<Function>(std::move(f));
     return v;
   }
-  static Value from_json(const nlohmann::ordered_json& j);
+  // Throws TemplateError past 64 levels of nesting (hostile input; real messages are shallow).
+  static Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::Undefined; }
@@ -95,6 +96,8 @@ class Value {
   const Object& object() const { return *object_; }
   Object& object_mut() { return *object_; }  // namespaces are mutable through `set ns.x = ...`
   const Function& fn() const { return *fn_; }
+  // Whether `o` is this value's object or is reachable from it (cycle checks for namespaces).
+  bool reaches(const Object* o) const;
 
   bool truthy() const;
   // Python's str(): strings as is, containers as repr(), None/True/False capitalised.

@@ -125,14 +125,12 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
   auto max_tokens = resolve_max_tokens(r, n_prompt, prompt->chat);
   if (!max_tokens) return max_tokens.error();
 
-  std::vector<int32_t> stop_ids = r.stop_token_ids;
-  if (prompt->chat)
-    for (int32_t id : end_of_turn_ids(vocab_)) stop_ids.push_back(id);
-  auto sv = SamplerVocab::from(vocab_, r.sampling, stop_ids);
+  auto sv = SamplerVocab::from(vocab_, r.sampling, r.stop_token_ids,
+                               prompt->chat ? end_of_turn_ids(vocab_) : std::vector<int32_t>{});
   if (!sv) return sv.error();
   auto chain = SamplerChain::create(r.sampling, *sv);
   if (!chain) return chain.error();
-  const std::vector<int32_t>& eog = sv->eog_ids;  // EOS, EOT, end-of-turn and stop ids
+  auto contains = [](const std::vector<int32_t>& v, int32_t t) { return std::find(v.begin(), v.end(), t) != v.end(); };
   SamplerRng rng(r.sampling.seed);
 
   GenerationResult res;
@@ -181,7 +179,8 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
       lp = &res.logprobs.back();
     }
 
-    const bool is_stop_token = std::find(eog.begin(), eog.end(), token) != eog.end() && !r.sampling.ignore_eos;
+    const bool is_stop_token =
+        contains(sv->stop_ids, token) || (!r.sampling.ignore_eos && contains(sv->eos_ids, token));
     if (!is_stop_token) stops.push(decoder.push(token));
     if (observer) {
       const StepView view{static_cast<int64_t>(res.tokens.size()) - 1,

@@ -3,6 +3,7 @@
 // AVX2 instructions; they run only after a CPU check (dispatch.cpp).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.h"

@@ -1,4 +1,5 @@
 // Scalar reference dot products and the scalar kernel table.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -80,6 +81,28 @@ void axpy_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+float exp_sum_scalar(const float* x, float* y, int64_t n, float shift) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = x[i] - shift;
+    y[i] = d < -87.0f ? 0.0f : std::exp(d);
+    sum += y[i];
+  }
+  return static_cast<float>(sum);
+}
+
+float sum_scalar(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return static_cast<float>(s);
+}
+
+float max_scalar(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
 uint64_t stream_read_scalar(const uint8_t* p, int64_t n) {
   uint64_t acc = 0;
   int64_t i = 0;
@@ -114,6 +137,9 @@ KernelTable make_scalar() {
   t.dot_f32 = ref::dot_f32;
   t.axpy_f32 = axpy_scalar;
   t.stream_read = stream_read_scalar;
+  t.exp_sum = exp_sum_scalar;
+  t.sum_f32 = sum_scalar;
+  t.max_f32 = max_scalar;
   t.prepare_act = prepare_act;
   return t;
 }

@@ -66,6 +66,13 @@ struct KernelTable {
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
   // prepare_act() with this table's instructions; byte-identical to the reference.
   void (*prepare_act)(DType t, const float* x, void* out, int64_t n);
+  // y[i] = exp(x[i] - shift), returns the sum of y (softmax numerators; x may equal y). Inputs
+  // more than 87 below `shift` (and -inf) give exactly 0. SIMD versions are within 2e-7
+  // relative of the scalar reference, which uses std::exp.
+  float (*exp_sum)(const float* x, float* y, int64_t n, float shift);
+  // Sum and maximum of n floats (n >= 1 for max; NaN-free input). The scalar sum accumulates in double.
+  float (*sum_f32)(const float* x, int64_t n);
+  float (*max_f32)(const float* x, int64_t n);
   // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).
   uint64_t (*stream_read)(const uint8_t* p, int64_t n);
 };

@@ -5,6 +5,8 @@
 #include <limits>
 #include <numeric>
 
+#include "kernels/kernels.h"
+
 namespace coda {
 
 void Candidates::assign(const float* logits_in, int32_t n_vocab) {
@@ -43,6 +45,45 @@ void Candidates::keep_top(size_t n) {
     truncate(n);
     return;
   }
+  if (n * 16 <= ids.size()) {
+    // A small k (top-k 40 of 128K): one pass with a heap whose top is the worst kept candidate;
+    // almost every logit is rejected by a single comparison with it.
+    using Entry = std::pair<float, int32_t>;
+    auto better = [](const Entry& a, const Entry& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    std::vector<Entry> heap;
+    heap.reserve(n);
+    const KernelTable& k = kernels();
+    constexpr size_t kBlock = 64;
+    for (size_t b = 0; b < ids.size(); b += kBlock) {
+      const size_t e_end = std::min(ids.size(), b + kBlock);
+      // Once the heap is full, a block whose maximum is below the worst kept logit has nothing to add.
+      if (heap.size() == n && k.max_f32(logits.data() + b, static_cast<int64_t>(e_end - b)) < heap.front().first)
+        continue;
+      for (size_t i = b; i < e_end; ++i) {
+        const Entry e{logits[i], ids[i]};
+        if (heap.size() < n) {
+          heap.push_back(e);
+          std::push_heap(heap.begin(), heap.end(), better);
+        } else if (better(e, heap.front())) {
+          std::pop_heap(heap.begin(), heap.end(), better);
+          heap.back() = e;
+          std::push_heap(heap.begin(), heap.end(), better);
+        }
+      }
+    }
+    std::sort(heap.begin(), heap.end(), better);
+    ids.resize(n);
+    logits.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      logits[i] = heap[i].first;
+      ids[i] = heap[i].second;
+    }
+    sorted = true;
+    identity = false;
+    return;
+  }
   std::vector<size_t> order(ids.size());
   std::iota(order.begin(), order.end(), size_t{0});
   auto before = [&](size_t a, size_t b) {
@@ -73,14 +114,14 @@ float* Candidates::logit_of(int32_t id) {
 std::vector<float> Candidates::probs() const {
   std::vector<float> p(ids.size(), 0.0f);
   if (p.empty()) return p;
-  const float max = *std::max_element(logits.begin(), logits.end());
+  const float max = sorted ? logits.front() : *std::max_element(logits.begin(), logits.end());
   if (std::isinf(max) && max < 0) {
     std::fill(p.begin(), p.end(), 1.0f / static_cast<float>(p.size()));
     return p;
   }
-  double sum = 0;
-  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(logits[i] - max);
-  for (float& x : p) x = static_cast<float>(x / sum);
+  const float sum = kernels().exp_sum(logits.data(), p.data(), static_cast<int64_t>(p.size()), max);
+  const float inv = 1.0f / sum;
+  for (float& x : p) x *= inv;
   return p;
 }
 

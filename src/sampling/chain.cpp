@@ -1,7 +1,9 @@
 #include "sampling/chain.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "kernels/kernels.h"
 #include "sampling/bad_words.h"
 #include "sampling/dry.h"
 #include "sampling/dynamic_temperature.h"
@@ -30,16 +32,19 @@ double SamplerRng::uniform() {
 }
 
 Expected<SamplerVocab> SamplerVocab::from(const Vocab& vocab, const SamplingParams& p,
-                                          const std::vector<int32_t>& stop_ids) {
+                                          const std::vector<int32_t>& stop_ids, const std::vector<int32_t>& more_eos) {
   SamplerVocab v;
   v.n_vocab = vocab.size();
   for (int32_t id : {vocab.eos(), vocab.eot()})
-    if (id >= 0) v.eog_ids.push_back(id);
+    if (id >= 0) v.eos_ids.push_back(id);
+  for (int32_t id : more_eos)
+    if (id >= 0 && id < v.n_vocab && std::find(v.eos_ids.begin(), v.eos_ids.end(), id) == v.eos_ids.end())
+      v.eos_ids.push_back(id);
   for (int32_t id : stop_ids) {
     if (id < 0 || id >= v.n_vocab)
       return Error("stop_token_ids: " + std::to_string(id) + " is out of range; allowed 0.." +
                    std::to_string(v.n_vocab - 1));
-    v.eog_ids.push_back(id);
+    v.stop_ids.push_back(id);
   }
   for (const auto& word : p.bad_words) {
     for (const std::string& text : {word, " " + word}) {
@@ -69,8 +74,12 @@ Expected<SamplerChain> SamplerChain::create(const SamplingParams& p, const Sampl
   c.greedy_ = p.temperature == 0.0f;
   auto add = [&](auto proc) { c.processors_.push_back(std::make_shared<decltype(proc)>(std::move(proc))); };
   if (!p.logit_bias.empty()) add(LogitBias(p.logit_bias));
-  if (p.ignore_eos && !v.eog_ids.empty()) add(IgnoreEos(v.eog_ids));
-  if (p.min_tokens > 0 && !p.ignore_eos && !v.eog_ids.empty()) add(MinTokens(p.min_tokens, v.eog_ids));
+  if (p.ignore_eos && !v.eos_ids.empty()) add(IgnoreEos(v.eos_ids));
+  if (p.min_tokens > 0) {
+    std::vector<int32_t> ends = v.stop_ids;
+    if (!p.ignore_eos) ends.insert(ends.end(), v.eos_ids.begin(), v.eos_ids.end());
+    if (!ends.empty()) add(MinTokens(p.min_tokens, ends));
+  }
   if (!v.bad_word_ids.empty()) add(BadWords(v.bad_word_ids));
   if (p.no_repeat_ngram_size > 0) add(NoRepeatNgram(p.no_repeat_ngram_size));
   if (p.repetition_penalty != 1.0f) add(RepetitionPenalty(p.repetition_penalty, p.repetition_window));
@@ -101,33 +110,48 @@ Candidates SamplerChain::shape(const float* logits, int32_t n_vocab, const Token
 }
 
 int32_t SamplerChain::sample(const float* logits, int32_t n_vocab, const TokenHistory& h, SamplerRng& rng) const {
+  const KernelTable& k = kernels();
   if (greedy_ && processors_.empty()) {  // plain argmax: no copy of the vocabulary
+    const float max = k.max_f32(logits, n_vocab);
     int32_t best = 0;
-    float best_logit = logits[0];
-    for (int32_t i = 1; i < n_vocab; ++i) {
-      if (logits[i] > best_logit) {
-        best_logit = logits[i];
-        best = i;
-      }
-    }
+    while (best + 1 < n_vocab && logits[best] != max) ++best;  // the first (lowest id) maximum
     return best;
   }
-  const Candidates c = shape(logits, n_vocab, h, rng);
+  // Scratch reused across steps: a vocabulary-sized allocation per token would cost page faults.
+  thread_local Candidates c;
+  thread_local std::vector<float> weights;
+  c.assign(logits, n_vocab);
+  for (const auto& proc : processors_) proc->apply(c, h, rng);
   if (greedy_) {
     size_t best = 0;
     for (size_t i = 1; i < c.size(); ++i)
       if (c.logits[i] > c.logits[best] || (c.logits[i] == c.logits[best] && c.ids[i] < c.ids[best])) best = i;
     return c.ids[best];
   }
-  const std::vector<float> probs = c.probs();
-  double u = rng.uniform();
-  for (size_t i = 0; i < probs.size(); ++i) {
-    u -= probs[i];
+  const size_t n = c.size();
+  const float max = c.sorted ? c.logits.front() : k.max_f32(c.logits.data(), static_cast<int64_t>(n));
+  if (std::isinf(max) && max < 0) {  // everything masked: uniform over what is left
+    return c.ids[std::min(n - 1, static_cast<size_t>(rng.uniform() * static_cast<double>(n)))];
+  }
+  weights.resize(n);
+  const float sum = k.exp_sum(c.logits.data(), weights.data(), static_cast<int64_t>(n), max);
+  // The draw against unnormalised weights (u * sum), skipping whole blocks by their sums so a
+  // 128K vocabulary is not one long chain of dependent subtractions.
+  double u = rng.uniform() * static_cast<double>(sum);
+  constexpr size_t kBlock = 512;
+  size_t i = 0;
+  for (; i + kBlock < n; i += kBlock) {
+    const float block = k.sum_f32(weights.data() + i, kBlock);
+    if (u < block) break;
+    u -= block;
+  }
+  for (; i < n; ++i) {
+    u -= weights[i];
     if (u < 0) return c.ids[i];
   }
-  // Rounding left a sliver: the last candidate with non-zero probability.
-  for (size_t i = probs.size(); i-- > 0;)
-    if (probs[i] > 0) return c.ids[i];
+  // Rounding left a sliver: the last candidate with non-zero weight.
+  for (size_t i = n; i-- > 0;)
+    if (weights[i] > 0) return c.ids[i];
   return c.ids.front();
 }
 

@@ -23,13 +23,16 @@ class Vocab;
 // What the chain needs to know about the vocabulary beyond its size.
 struct SamplerVocab {
   int32_t n_vocab = 0;
-  std::vector<int32_t> eog_ids;                    // end-of-generation ids (EOS, EOT, stop ids)
+  std::vector<int32_t> eos_ids;                    // end of generation: EOS, EOT, end-of-turn tokens
+  std::vector<int32_t> stop_ids;                   // the request's stop_token_ids
   std::vector<std::vector<int32_t>> bad_word_ids;  // token sequences of params.bad_words
   std::unordered_set<int32_t> dry_breakers;        // tokens whose text holds a sequence breaker
 
-  // From a tokenizer: EOS/EOT plus `stop_ids`, bad words tokenized with and without a leading
-  // space, DRY breakers by scanning the pieces.
-  static Expected<SamplerVocab> from(const Vocab& vocab, const SamplingParams& p, const std::vector<int32_t>& stop_ids);
+  // From a tokenizer: EOS/EOT plus `more_eos` (a chat template's end-of-turn tokens), the
+  // request's `stop_ids` (checked), bad words tokenized with and without a leading space, DRY
+  // breakers by scanning the pieces.
+  static Expected<SamplerVocab> from(const Vocab& vocab, const SamplingParams& p, const std::vector<int32_t>& stop_ids,
+                                     const std::vector<int32_t>& more_eos = {});
 };
 
 class SamplerChain {

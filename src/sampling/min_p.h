@@ -1,6 +1,9 @@
 // Min-p (llama.cpp/vLLM): drop tokens whose probability is below min_p times the top token's.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+
 #include "sampling/processor.h"
 
 namespace coda {
@@ -11,12 +14,17 @@ class MinP : public Processor {
   const char* name() const override { return "min_p"; }
   void apply(Candidates& c, const TokenHistory&, SamplerRng&) const override {
     if (p_ <= 0.0f || c.size() <= 1) return;
-    c.sort();
-    const std::vector<float> probs = c.probs();
-    const float threshold = probs[0] * p_;
-    size_t keep = 1;
-    while (keep < probs.size() && probs[keep] >= threshold) ++keep;
-    c.truncate(keep);
+    // p_i >= min_p * p_max  <=>  logit_i >= logit_max + ln(min_p): no softmax, no full sort.
+    const float max = c.sorted ? c.logits.front() : *std::max_element(c.logits.begin(), c.logits.end());
+    if (std::isinf(max)) return;
+    const float threshold = max + std::log(p_);
+    std::vector<size_t> keep;
+    for (size_t i = 0; i < c.size(); ++i)
+      if (c.logits[i] >= threshold) keep.push_back(i);
+    if (keep.size() == c.size()) return;
+    const bool was_sorted = c.sorted;
+    c.take(keep);
+    c.sorted = was_sorted;
   }
 
  private:

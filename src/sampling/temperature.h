@@ -10,7 +10,9 @@ class Temperature : public Processor {
   explicit Temperature(float t) : t_(t) {}
   const char* name() const override { return "temperature"; }
   void apply(Candidates& c, const TokenHistory&, SamplerRng&) const override {
-    for (float& l : c.logits) l /= t_;
+    // Multiplying by 1/T (within an ulp of dividing) lets the compiler vectorize the loop.
+    const float inv = 1.0f / t_;
+    for (float& l : c.logits) l *= inv;
   }
 
  private:

@@ -44,6 +44,15 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
   EXPECT_NE(render("{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}").find("output exceeds"),
             std::string::npos);
   EXPECT_NE(render("{{ 1 // 0 }}").find("division by zero"), std::string::npos);
+  EXPECT_NE(render("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").find("nesting deeper"),
+            std::string::npos);
+  std::string deep_ifs;
+  for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
+  EXPECT_NE(render(deep_ifs).find("nesting deeper"), std::string::npos);
+  EXPECT_NE(render("{{ " + std::string(100000, '-') + "1 }}").find("nesting deeper"), std::string::npos);
+  EXPECT_NE(
+      render("{% set ns = namespace(a=1) %}{% set ns.me = [1, {'x': ns}] %}{{ ns | tojson }}").find("inside itself"),
+      std::string::npos);
   EXPECT_NE(render("{{ [1][::0] }}").find("step cannot be zero"), std::string::npos);
   EXPECT_NE(render(std::string(1, '\0') + "{{ }}").find("expected an expression"), std::string::npos);
 }
@@ -108,6 +117,16 @@ TEST(ChatMessages, SchemaErrorsSayWhatToFix) {
       ordered_json::parse(R"([{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}])"));
   ASSERT_TRUE(ok);
   EXPECT_EQ((*ok)[0]["content"], "a\nb");
+}
+
+TEST(ChatTemplate, DeeplyNestedToolsAreRefused) {
+  auto t = ChatTemplate::builtin("chatml");
+  ASSERT_TRUE(t);
+  ChatOptions o;
+  o.tools = ordered_json::parse(std::string(1000, '[') + std::string(1000, ']'));
+  auto r = t->apply(ordered_json::parse(R"([{"role":"user","content":"x"}])"), o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.message(), "messages: JSON nested deeper than 64 levels");
 }
 
 TEST(ChatTemplate, BuiltinsFollowTheFamilyFormats) {

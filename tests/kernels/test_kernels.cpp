@@ -251,3 +251,58 @@ TEST(Ops, RopeRotatesPairs) {
 
 }  // namespace
 }  // namespace coda
+
+namespace coda {
+namespace {
+
+TEST(Kernels, SumAndMaxMatchTheReference) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-50.0f, 50.0f);
+  for (int64_t n : {1, 5, 8, 31, 32, 33, 100, 128256}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = u(rng);
+    x[static_cast<size_t>(n / 2)] = 60.0f;  // the max somewhere in the middle
+    double ref = 0;
+    for (float v : x) ref += v;
+    for (const KernelTable* t : available_kernels()) {
+      EXPECT_EQ(t->max_f32(x.data(), n), 60.0f) << t->name << " n=" << n;
+      EXPECT_NEAR(t->sum_f32(x.data(), n), ref, 1e-5 * (std::fabs(ref) + 50.0 * static_cast<double>(n))) << t->name;
+    }
+  }
+  const float inf_case[3] = {-INFINITY, -INFINITY, -INFINITY};
+  for (const KernelTable* t : available_kernels()) EXPECT_EQ(t->max_f32(inf_case, 3), -INFINITY);
+}
+
+TEST(Kernels, ExpSumMatchesStdExp) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-100.0f, 0.0f);
+  for (int64_t n : {1, 7, 8, 15, 16, 33, 1000, 128256}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = u(rng);
+    x[0] = -INFINITY;  // masked tokens get exactly zero
+    if (n > 3) x[3] = 0.0f;
+    for (const KernelTable* t : available_kernels()) {
+      std::vector<float> y(static_cast<size_t>(n));
+      const float sum = t->exp_sum(x.data(), y.data(), n, 0.0f);
+      double ref_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want =
+            x[static_cast<size_t>(i)] < -87.0f ? 0.0 : std::exp(static_cast<double>(x[static_cast<size_t>(i)]));
+        ref_sum += want;
+        if (want == 0) {
+          EXPECT_EQ(y[static_cast<size_t>(i)], 0.0f) << t->name;
+        } else {
+          EXPECT_NEAR(y[static_cast<size_t>(i)] / want, 1.0, 3e-7) << t->name << " x=" << x[static_cast<size_t>(i)];
+        }
+      }
+      if (ref_sum > 0) {
+        EXPECT_NEAR(sum / ref_sum, 1.0, 1e-5) << t->name << " n=" << n;
+      } else {
+        EXPECT_EQ(sum, 0.0f) << t->name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace coda

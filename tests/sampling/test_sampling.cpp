@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 #include "gguf/gguf.h"
 #include "sampling/bad_words.h"
@@ -169,6 +170,32 @@ Candidates from_logits(std::vector<float> logits) {
   return c;
 }
 
+TEST(Processors, FastPathsEqualTheDefinitions) {
+  // Top-k by heap selection and min-p in logit space against a full sort, on a large vocabulary
+  // with many ties (ties break by id).
+  std::mt19937 rng(11);
+  std::vector<float> logits(50000);
+  for (auto& l : logits) l = static_cast<float>(static_cast<int>(rng() % 2000)) / 100.0f;
+  Candidates full;
+  full.assign(logits.data(), 50000);
+  full.sort();
+  for (size_t k : {1u, 40u, 1000u}) {
+    Candidates c;
+    c.assign(logits.data(), 50000);
+    TopK(static_cast<int>(k)).apply(c, kNone, g_rng);
+    ASSERT_EQ(c.size(), k);
+    for (size_t i = 0; i < k; ++i) EXPECT_EQ(c.ids[i], full.ids[i]) << "k=" << k << " i=" << i;
+  }
+  Candidates c;
+  c.assign(logits.data(), 50000);
+  MinP(0.3f).apply(c, kNone, g_rng);
+  const std::vector<float> p = full.probs();
+  std::set<int32_t> want;
+  for (size_t i = 0; i < full.size(); ++i)
+    if (p[i] >= 0.3f * p[0] * (1 - 1e-6f)) want.insert(full.ids[i]);
+  EXPECT_EQ(std::set<int32_t>(c.ids.begin(), c.ids.end()), want);
+}
+
 TEST(Processors, TopNSigmaKeepsLogitsWithinNDeviationsOfTheMax) {
   // logits 0..3: mean 1.5, sigma sqrt(1.25) = 1.118; n = 1 keeps logits >= 1.882, n = 2 >= 0.764.
   Candidates c = from_logits({0, 1, 2, 3});
@@ -281,7 +308,7 @@ TEST(Processors, MasksBadWordsMinTokensIgnoreEos) {
 TEST(Chain, GreedyHonoursMasks) {
   SamplerVocab v;
   v.n_vocab = 4;
-  v.eog_ids = {2};
+  v.eos_ids = {2};
   SamplingParams p;
   p.temperature = 0;
   p.ignore_eos = true;
@@ -306,7 +333,8 @@ TEST(Chain, SamplerVocabFromATokenizer) {
   p.dry_multiplier = 0.8f;
   auto v = SamplerVocab::from(*vocab, p, {13});
   ASSERT_TRUE(v);
-  EXPECT_EQ(v->eog_ids, (std::vector<int32_t>{2, 13}));  // </s> and the stop id
+  EXPECT_EQ(v->eos_ids, (std::vector<int32_t>{2}));  // </s>
+  EXPECT_EQ(v->stop_ids, (std::vector<int32_t>{13}));
   ASSERT_FALSE(v->bad_word_ids.empty());
   for (const auto& seq : v->bad_word_ids) EXPECT_EQ(vocab->decode(seq).find("hello") != std::string::npos, true);
   EXPECT_TRUE(v->dry_breakers.count(vocab->find("<0x0A>")));  // the newline byte token
