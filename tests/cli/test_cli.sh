@@ -66,5 +66,41 @@ fi
 "$coda" synth --shape tiny-qwen2 --type Q4_K --layers 1 -o "$work/q.gguf" >/dev/null || { echo "FAIL: synth"; failures=$((failures + 1)); }
 "$coda" run -m "$work/q.gguf" -p "hello" -n 8 --ignore-eos >/dev/null 2>&1 || { echo "FAIL: run on synth model"; failures=$((failures + 1)); }
 
+# Stop strings: cut before the stop string, across token boundaries.
+e=$("$coda" run -n 24 --stop "LORD" --stop "never" 2>/dev/null)
+if [ "$e" != "In the beginning God of Israel, and the " ]; then
+  echo "FAIL: --stop: '$e'"; failures=$((failures + 1))
+fi
+"$coda" run -n 5 --json --logprobs 2 >"$work/run.json" 2>/dev/null &&
+  /usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r['finish_reason'] == 'length' and r['usage']['completion_tokens'] == 5, r
+assert len(r['logprobs']) == 5 and len(r['logprobs'][0]['top_logprobs']) == 2, r
+" "$work/run.json" || { echo "FAIL: run --json"; failures=$((failures + 1)); }
+expect_fail "stop[0]: an empty stop string is not allowed" run --stop ""
+expect_fail "dry_multiplier: -1 is out of range" run --dry-multiplier -1
+expect_fail "min_tokens: 9 is greater than max_tokens (4)" run -n 4 --min-tokens 9
+
+# coda template: the rendered prompt, byte for byte, and nothing else.
+printf '[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]' >"$work/msgs.json"
+"$coda" template --builtin chatml --messages "$work/msgs.json" --add-generation-prompt >"$work/prompt.txt" 2>"$work/err"
+printf '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n' >"$work/want.txt"
+cmp -s "$work/prompt.txt" "$work/want.txt" || { echo "FAIL: coda template output differs"; failures=$((failures + 1)); }
+[ -s "$work/err" ] && { echo "FAIL: coda template wrote to stderr"; failures=$((failures + 1)); }
+expect_fail "System role not supported" template --template "$(dirname "$0")/../data/templates/google-gemma-2-2b-it.jinja" --messages "$work/msgs.json"
+expect_fail "give exactly one of" template --messages "$work/msgs.json"
+printf '{not json' >"$work/bad.json"
+expect_fail "not valid JSON" template --builtin chatml --messages "$work/bad.json"
+printf '{{ x' >"$work/bad.jinja"
+expect_fail "template syntax error at line 1" template --template "$work/bad.jinja" --messages "$work/msgs.json"
+printf '[]' >"$work/empty.json"
+expect_fail "the conversation is empty" template --builtin chatml --messages "$work/empty.json"
+
+# coda chat reads one message per line and answers each through the template.
+printf 'Hello there\n/reset\nAgain\n/exit\n' | "$coda" chat -n 4 --temp 0 >"$work/chat.out" 2>"$work/chat.err" ||
+  { echo "FAIL: coda chat"; failures=$((failures + 1)); }
+grep -q "conversation cleared" "$work/chat.out" || { echo "FAIL: coda chat /reset"; failures=$((failures + 1)); }
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
