@@ -27,17 +27,13 @@ struct ChatFlags {
 
 int chat(ChatFlags& f) {
   const std::string path = f.model.empty() ? default_model_path() : f.model;
-  auto model = Model::load(path);
-  if (!model) return fail(model.message());
-  auto vocab = Vocab::from_gguf((*model)->gguf());
-  if (!vocab) return fail(path + ": " + vocab.message());
   GeneratorOptions opts;
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
   opts.chat_template = f.chat_template;
-  auto gen_or = Generator::create(**model, *vocab, opts);
-  if (!gen_or) return fail(gen_or.message());
-  Generator& gen = **gen_or;
+  auto loaded = load_generator(path, opts);
+  if (!loaded) return fail(loaded.message());
+  Generator& gen = *loaded->generator;
   if (f.n_predict > 0) f.request.max_tokens = f.n_predict;
 
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();

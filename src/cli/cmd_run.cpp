@@ -49,23 +49,20 @@ nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab
 }
 
 int run(RunFlags& f) {
-  const std::string path = f.model.empty() ? default_model_path() : f.model;
-  auto model = Model::load(path);
-  if (!model) return fail(model.message());
-  auto vocab = Vocab::from_gguf((*model)->gguf());
-  if (!vocab) return fail(path + ": " + vocab.message());
   GeneratorOptions opts;
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
-  auto gen = Generator::create(**model, *vocab, opts);
-  if (!gen) return fail(gen.message());
+  auto loaded = load_generator(f.model.empty() ? default_model_path() : f.model, opts);
+  if (!loaded) return fail(loaded.message());
+  Generator& gen = *loaded->generator;
+  const Vocab& vocab = *loaded->vocab;
   if (f.n_predict >= 0) f.request.max_tokens = f.n_predict;  // -1: the default cap
 
   if (!f.json) {
     std::fputs(f.request.prompt.c_str(), stdout);
     std::fflush(stdout);
   }
-  auto res = (*gen)->generate(f.request, [&](const StreamChunk& c) {
+  auto res = gen.generate(f.request, [&](const StreamChunk& c) {
     if (!f.json) {
       std::fputs(c.text.c_str(), stdout);
       std::fflush(stdout);
@@ -77,7 +74,7 @@ int run(RunFlags& f) {
     return fail(res.message());
   }
   if (f.json) {
-    std::printf("%s\n", result_json(*res, *vocab).dump(2).c_str());
+    std::printf("%s\n", result_json(*res, vocab).dump(2).c_str());
   } else {
     std::fputs("\n", stdout);
   }

@@ -68,6 +68,20 @@ Expected<std::unique_ptr<Generator>> Generator::create(const Model& model, const
   return g;
 }
 
+Expected<LoadedGenerator> load_generator(const std::string& path, const GeneratorOptions& opts) {
+  LoadedGenerator out;
+  auto model = Model::load(path);
+  if (!model) return model.error();
+  out.model = std::move(*model);
+  auto vocab = Vocab::from_gguf(out.model->gguf());
+  if (!vocab) return Error(path + ": " + vocab.message());
+  out.vocab = std::make_unique<Vocab>(std::move(*vocab));
+  auto gen = Generator::create(*out.model, *out.vocab, opts);
+  if (!gen) return gen.error();
+  out.generator = std::move(*gen);
+  return out;
+}
+
 Status Generator::validate(const GenerationRequest& r) const {
   if (r.max_tokens && *r.max_tokens < 1)
     return Error("max_tokens: " + std::to_string(*r.max_tokens) + " is out of range; allowed >= 1");

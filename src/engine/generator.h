@@ -58,4 +58,13 @@ class Generator {
   std::vector<float> logits_;
 };
 
+// A model file opened for generation: the model, its vocabulary and a generator over them (the
+// generator is declared last, so it goes first).
+struct LoadedGenerator {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Vocab> vocab;
+  std::unique_ptr<Generator> generator;
+};
+Expected<LoadedGenerator> load_generator(const std::string& path, const GeneratorOptions& opts);
+
 }  // namespace coda

@@ -95,6 +95,16 @@ void Candidates::keep_top(size_t n) {
   take(order);
 }
 
+void Candidates::keep_at_least(float threshold) {
+  std::vector<size_t> keep;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] >= threshold) keep.push_back(i);
+  if (keep.size() == logits.size()) return;
+  const bool was_sorted = sorted;
+  take(keep);
+  sorted = was_sorted;
+}
+
 void Candidates::truncate(size_t n) {
   if (n < ids.size()) {
     identity = false;

@@ -23,6 +23,8 @@ struct Candidates {
   void truncate(size_t n);
   // Keeps the n highest, sorted: a partial selection, O(V + n log n) instead of a full sort.
   void keep_top(size_t n);
+  // Keeps the candidates whose logit is >= threshold, in their current order.
+  void keep_at_least(float threshold);
   // Replaces the candidates by those at positions `order`, in that (descending) order.
   void take(const std::vector<size_t>& order);
   // The logit of token `id` if it is still a candidate, else null (O(1) while `identity`).

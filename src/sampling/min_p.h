@@ -17,14 +17,7 @@ class MinP : public Processor {
     // p_i >= min_p * p_max  <=>  logit_i >= logit_max + ln(min_p): no softmax, no full sort.
     const float max = c.sorted ? c.logits.front() : *std::max_element(c.logits.begin(), c.logits.end());
     if (std::isinf(max)) return;
-    const float threshold = max + std::log(p_);
-    std::vector<size_t> keep;
-    for (size_t i = 0; i < c.size(); ++i)
-      if (c.logits[i] >= threshold) keep.push_back(i);
-    if (keep.size() == c.size()) return;
-    const bool was_sorted = c.sorted;
-    c.take(keep);
-    c.sorted = was_sorted;
+    c.keep_at_least(max + std::log(p_));
   }
 
  private:

@@ -27,14 +27,7 @@ class TopNSigma : public Processor {
     if (finite == 0) return;
     const double mean = sum / static_cast<double>(finite);
     const double sigma = std::sqrt(std::max(0.0, sq / static_cast<double>(finite) - mean * mean));
-    const float threshold = static_cast<float>(max - n_ * sigma);
-    std::vector<size_t> keep;
-    for (size_t i = 0; i < c.size(); ++i)
-      if (c.logits[i] >= threshold) keep.push_back(i);
-    if (keep.size() == c.size()) return;
-    const bool was_sorted = c.sorted;
-    c.take(keep);
-    c.sorted = was_sorted;
+    c.keep_at_least(static_cast<float>(max - n_ * sigma));
   }
 
  private:
