@@ -3,6 +3,7 @@
 // AVX2 instructions; they run only after a CPU check (dispatch.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 

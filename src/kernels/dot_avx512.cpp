@@ -2,6 +2,7 @@
 // Chosen at run time only on CPUs that report all four (dispatch.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 

@@ -103,6 +103,25 @@ float max_scalar(const float* x, int64_t n) {
   return m;
 }
 
+SoftmaxMoments softmax_moments_scalar(const float* x, int64_t n, float shift) {
+  SoftmaxMoments m;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - shift;
+    if (d < -87.0) continue;
+    const double w = std::exp(d);
+    m.z += w;
+    m.s1 += w * d;
+    m.s2 += w * d * d;
+  }
+  return m;
+}
+
+int64_t count_above_scalar(const float* x, int64_t n, float t) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i) c += x[i] > t;
+  return c;
+}
+
 uint64_t stream_read_scalar(const uint8_t* p, int64_t n) {
   uint64_t acc = 0;
   int64_t i = 0;
@@ -140,6 +159,8 @@ KernelTable make_scalar() {
   t.exp_sum = exp_sum_scalar;
   t.sum_f32 = sum_scalar;
   t.max_f32 = max_scalar;
+  t.softmax_moments = softmax_moments_scalar;
+  t.count_above = count_above_scalar;
   t.prepare_act = prepare_act;
   return t;
 }

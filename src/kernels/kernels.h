@@ -57,6 +57,12 @@ float dot(DType t, const void* w, const void* act, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 }  // namespace ref
 
+// Moments of a softmax numerator: with d_i = x_i - shift and w_i = exp(d_i) (0 below -87),
+// z = sum w, s1 = sum w d, s2 = sum w d^2. Entropy is ln z - s1 / z and varentropy s2 / z - (s1 / z)^2.
+struct SoftmaxMoments {
+  double z = 0, s1 = 0, s2 = 0;
+};
+
 struct KernelTable {
   const char* name;  // "avx2" or "scalar"
   DotFn dot[40];     // indexed by DType id; nullptr where unsupported
@@ -73,6 +79,9 @@ struct KernelTable {
   // Sum and maximum of n floats (n >= 1 for max; NaN-free input). The scalar sum accumulates in double.
   float (*sum_f32)(const float* x, int64_t n);
   float (*max_f32)(const float* x, int64_t n);
+  SoftmaxMoments (*softmax_moments)(const float* x, int64_t n, float shift);
+  // How many of the n values are > t.
+  int64_t (*count_above)(const float* x, int64_t n, float t);
   // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).
   uint64_t (*stream_read)(const uint8_t* p, int64_t n);
 };

@@ -273,6 +273,38 @@ TEST(Kernels, SumAndMaxMatchTheReference) {
   for (const KernelTable* t : available_kernels()) EXPECT_EQ(t->max_f32(inf_case, 3), -INFINITY);
 }
 
+TEST(Kernels, SoftmaxMomentsAndCountAboveMatchTheReference) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  for (int64_t n : {1, 9, 64, 1000, 128256}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = g(rng);
+    x[0] = -INFINITY;
+    const float max = scalar_kernels().max_f32(x.data(), n);
+    // Independent reference in long double.
+    long double z = 0, s1 = 0, s2 = 0;
+    int64_t above = 0;
+    for (float v : x) {
+      above += v > 1.5f;
+      const long double d = static_cast<long double>(v) - max;
+      if (d < -87) continue;
+      const long double w = std::exp(d);
+      z += w;
+      s1 += w * d;
+      s2 += w * d * d;
+    }
+    for (const KernelTable* t : available_kernels()) {
+      const SoftmaxMoments m = t->softmax_moments(x.data(), n, max);
+      if (z > 0) {
+        EXPECT_NEAR(m.z / static_cast<double>(z), 1.0, 2e-6) << t->name << " n=" << n;
+        EXPECT_NEAR(m.s1, static_cast<double>(s1), 2e-6 * (std::fabs(static_cast<double>(s1)) + 1)) << t->name;
+        EXPECT_NEAR(m.s2, static_cast<double>(s2), 2e-6 * (std::fabs(static_cast<double>(s2)) + 1)) << t->name;
+      }
+      EXPECT_EQ(t->count_above(x.data(), n, 1.5f), above) << t->name;
+    }
+  }
+}
+
 TEST(Kernels, ExpSumMatchesStdExp) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-100.0f, 0.0f);
