@@ -166,22 +166,67 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
   res.timings.prefill_ms = prefill_timer.ms();
 
   TokenHistory history{std::move(prompt->tokens), {}};
-  StreamDecoder decoder(vocab_);
+  std::optional<StreamDecoder> decoder(std::in_place, vocab_);
   StopMatcher stops(r.stop, r.include_stop_str_in_output);
+  std::vector<size_t> text_after;  // completion text length after each generated token
   const int32_t n_vocab = static_cast<int32_t>(logits_.size());
   Timer decode_timer;
   int decode_steps = 0;
+  if (observer) observer->on_start(history.prompt, prompt->text);
 
   auto emit = [&](int32_t token, std::string text, const TokenLogprob* lp) {
     if (!on_chunk) return true;
     return on_chunk(StreamChunk{token, std::move(text), lp});
   };
+  auto forward_one = [&](int32_t token) -> Status {
+    ++decode_steps;
+    return model_.forward(&token, 1, *kv_, *pool_, buf_, logits_.data(), false);
+  };
+  // Back to the first `keep` generated tokens: tokens, text, KV cache and the logits that follow.
+  auto rollback = [&](int64_t keep) -> Status {
+    const size_t emitted = static_cast<size_t>(
+        std::upper_bound(text_after.begin(), text_after.end(), stops.streamed()) - text_after.begin());
+    const size_t k = std::max(static_cast<size_t>(std::max<int64_t>(keep, 0)), emitted);
+    if (k >= res.tokens.size()) return Status::Ok();
+    const size_t streamed = stops.streamed();
+    res.tokens.resize(k);
+    history.generated.resize(k);
+    if (res.logprobs.size() > k) res.logprobs.resize(k);
+    decoder.emplace(vocab_);
+    stops = StopMatcher(r.stop, r.include_stop_str_in_output);
+    text_after.clear();
+    for (int32_t t : res.tokens) {
+      stops.push(decoder->push(t));
+      text_after.push_back(stops.text().size());
+    }
+    stops.mark_streamed(streamed);
+    const int64_t pos = n_prompt + static_cast<int64_t>(k);
+    CODA_RETURN_IF_ERROR(kv_->truncate(pos - 1));
+    if (observer) observer->on_rollback(static_cast<int64_t>(k));
+    return forward_one(k > 0 ? res.tokens.back() : history.prompt.back());
+  };
 
+  std::optional<RepairAction> boost;  // an active temperature boost after a repair
+  float boost_factor = 1.0f;
+  const int64_t max_steps = 4 * static_cast<int64_t>(*max_tokens) + 64;  // repairs cannot loop forever
   while (true) {
     Timer sample_timer;
-    const int32_t token = chain->sample(logits_.data(), n_vocab, history, rng);
+    int32_t token;
+    if (boost) {
+      SamplingParams hot = r.sampling;
+      hot.temperature = std::min(2.0f, std::max(r.sampling.temperature, boost->min_temperature) * boost_factor);
+      hot.repetition_penalty = std::min(2.0f, std::max(r.sampling.repetition_penalty, boost->penalty));
+      auto hot_chain = SamplerChain::create(hot, *sv);
+      if (!hot_chain) return hot_chain.error();
+      token = hot_chain->sample(logits_.data(), n_vocab, history, rng);
+      boost_factor -= boost->decay;
+      if (boost_factor <= 1.0f) boost.reset();
+    } else {
+      token = chain->sample(logits_.data(), n_vocab, history, rng);
+    }
     res.timings.sample_ms += sample_timer.ms();
-    if (res.tokens.empty()) {
+    ++res.tokens_sampled;
+    if (res.tokens.empty() && res.tokens_sampled == 1) {
       res.timings.ttft_ms = request_timer.ms();
       decode_timer.reset();
     }
@@ -195,7 +240,8 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
 
     const bool is_stop_token =
         contains(sv->stop_ids, token) || (!r.sampling.ignore_eos && contains(sv->eos_ids, token));
-    if (!is_stop_token) stops.push(decoder.push(token));
+    if (!is_stop_token) stops.push(decoder->push(token));
+    text_after.push_back(stops.text().size());
     if (observer) {
       const StepView view{static_cast<int64_t>(res.tokens.size()) - 1,
                           token,
@@ -209,6 +255,14 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
         res.finish_reason = v.finish_reason.empty() ? "stop" : v.finish_reason;
         break;
       }
+      if (v.repair && res.tokens_sampled < max_steps) {
+        ++res.repairs;
+        CODA_RETURN_IF_ERROR(rollback(v.repair->keep));
+        boost = v.repair;
+        boost_factor = v.repair->factor;
+        if (boost_factor <= 1.0f && v.repair->penalty <= 1.0f) boost.reset();
+        continue;
+      }
     }
     if (is_stop_token) {
       res.finish_reason = "stop";
@@ -220,21 +274,25 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
       res.stop_reason = stops.matched();
       break;
     }
-    if (!emit(token, stops.take_ready(), lp)) {
+    // With a stream delay, only the text of tokens old enough is released.
+    const size_t n = text_after.size();
+    const size_t limit = r.stream_delay_tokens <= 0 ? std::string::npos
+                         : n > static_cast<size_t>(r.stream_delay_tokens)
+                             ? text_after[n - 1 - static_cast<size_t>(r.stream_delay_tokens)]
+                             : 0;
+    if (!emit(token, stops.take_ready(limit), lp)) {
       res.finish_reason = "abort";
       break;
     }
-    if (static_cast<int>(res.tokens.size()) >= *max_tokens) {
+    if (static_cast<int>(res.tokens.size()) >= *max_tokens || res.tokens_sampled >= max_steps) {
       res.finish_reason = "length";
       break;
     }
-    Status s = model_.forward(&token, 1, *kv_, *pool_, buf_, logits_.data(), false);
-    if (!s.ok()) return s.error();
-    ++decode_steps;
+    CODA_RETURN_IF_ERROR(forward_one(token));
   }
   // The rest: held-back text (a partial stop match that never completed, an incomplete UTF-8
-  // sequence) belongs to the completion unless a stop string ended it.
-  if (stops.matched().empty()) stops.push(decoder.flush());
+  // sequence, delayed tokens) belongs to the completion unless a stop string ended it.
+  if (stops.matched().empty()) stops.push(decoder->flush());
   std::string rest = stops.take_rest();
   if (!rest.empty() && res.finish_reason != "abort") emit(-1, std::move(rest), nullptr);
   res.text = stops.text();

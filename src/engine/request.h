@@ -28,6 +28,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;  // vLLM
   int logprobs = -1;                        // -1: off; 0..20: chosen token's logprob plus this many top ones
+  // Stream only the text of tokens at least this many tokens old, so an observer can still roll
+  // back recent tokens that nobody has seen (the guard's repair policy sets it).
+  int stream_delay_tokens = 0;
 };
 
 struct TokenLogprob {
@@ -59,6 +62,8 @@ struct GenerationResult {
   int completion_tokens = 0;
   GenerationTimings timings;
   std::vector<TokenLogprob> logprobs;  // when requested, one per completion token
+  int repairs = 0;                     // rollbacks an observer asked for
+  int64_t tokens_sampled = 0;          // every sampling step, rolled-back ones included
 };
 
 // One streamed piece: the text that became final with this token (may be empty while a partial
@@ -81,14 +86,29 @@ struct StepView {
   const std::vector<int32_t>& generated;  // including `token`
   const std::string& text;                // the completion text so far
 };
+// Roll generation back and resample: keep the first `keep` generated tokens (never fewer than
+// what was already streamed), then sample with the temperature raised to
+// max(T, min_temperature) * factor, the factor falling by `decay` per token back to 1, and the
+// repetition penalty at least `penalty` while it does.
+struct RepairAction {
+  int64_t keep = 0;
+  float factor = 2.0f;
+  float decay = 0.1f;
+  float min_temperature = 0.7f;
+  float penalty = 1.0f;
+};
 struct StepVerdict {
   bool stop = false;
-  std::string finish_reason;  // used when stop is set
+  std::string finish_reason;           // used when stop is set
+  std::optional<RepairAction> repair;  // used when set (and stop is not)
 };
 class StepObserver {
  public:
   virtual ~StepObserver() = default;
+  virtual void on_start(const std::vector<int32_t>& /*prompt*/, const std::string& /*prompt_text*/) {}
   virtual StepVerdict on_step(const StepView& step) = 0;
+  // Generation went back to the first `keep` generated tokens (after a repair).
+  virtual void on_rollback(int64_t /*keep*/) {}
 };
 
 }  // namespace coda

@@ -48,8 +48,8 @@ size_t StopMatcher::held_back() const {
   return hold;
 }
 
-std::string StopMatcher::take_ready() {
-  const size_t ready = text_.size() - held_back();
+std::string StopMatcher::take_ready(size_t limit) {
+  const size_t ready = std::min(text_.size() - held_back(), limit);
   if (ready <= streamed_) return "";
   std::string out = text_.substr(streamed_, ready - streamed_);
   streamed_ = ready;

@@ -4,6 +4,7 @@
 // text is safe to stream: everything except a tail that could still grow into a stop string.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,12 @@ class StopMatcher {
   // Appends text; returns true when a stop string has completed (the text then ends before it,
   // or after it when kept).
   bool push(const std::string& piece);
-  // Text that can be streamed now, from where the previous call left off.
-  std::string take_ready();
+  // Text that can be streamed now, from where the previous call left off, at most up to byte
+  // `limit` of the text.
+  std::string take_ready(size_t limit = std::string::npos);
+  // After a rebuild: the first n bytes were streamed already.
+  void mark_streamed(size_t n) { streamed_ = std::min(n, text_.size()); }
+  size_t streamed() const { return streamed_; }
   // Everything not yet streamed (at the end of generation).
   std::string take_rest();
 

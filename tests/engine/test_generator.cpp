@@ -208,13 +208,79 @@ TEST(Generator, CallbackAbortAndObserverStop) {
       ++seen;
       EXPECT_EQ(v.generated.back(), v.token);
       EXPECT_EQ(v.n_vocab, bundled().vocab->size());
-      return {v.step == 3, "repetition"};
+      StepVerdict verdict;
+      verdict.stop = v.step == 3;
+      verdict.finish_reason = "repetition";
+      return verdict;
     }
   } obs;
   res = bundled().gen->generate(text_request("Hello", 20), {}, &obs);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->finish_reason, "repetition");
   EXPECT_EQ(obs.seen, 4);
+}
+
+// Asks once, at step `at`, to roll back to `keep` tokens and resample hotter.
+struct RepairOnce : StepObserver {
+  int64_t at, keep;
+  int rollbacks = 0;
+  int64_t last_keep = -1;
+  bool done = false;
+  RepairOnce(int64_t a, int64_t k) : at(a), keep(k) {}
+  StepVerdict on_step(const StepView& v) override {
+    StepVerdict verdict;
+    if (!done && v.step == at) {
+      done = true;
+      verdict.repair = RepairAction{keep, 2.0f, 0.1f, 0.7f, 1.2f};
+    }
+    return verdict;
+  }
+  void on_rollback(int64_t k) override {
+    ++rollbacks;
+    last_keep = k;
+  }
+};
+
+TEST(Generator, RepairRollsBackResamplesAndIsReproducible) {
+  GenerationRequest r = text_request("In the beginning God", 30);
+  auto plain = bundled().gen->generate(r);
+  ASSERT_TRUE(plain);
+  RepairOnce a(12, 5), b(12, 5);
+  r.stream_delay_tokens = 16;  // nothing of what is rolled back has been streamed
+  std::string streamed;
+  auto ra = bundled().gen->generate(
+      r,
+      [&](const StreamChunk& c) {
+        streamed += c.text;
+        return true;
+      },
+      &a);
+  auto rb = bundled().gen->generate(r, {}, &b);
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(ra->repairs, 1);
+  EXPECT_EQ(a.rollbacks, 1);
+  EXPECT_EQ(a.last_keep, 5);
+  EXPECT_EQ(ra->completion_tokens, 30);
+  EXPECT_EQ(ra->tokens_sampled, 30 + 13 - 5);
+  EXPECT_EQ(std::vector<int32_t>(ra->tokens.begin(), ra->tokens.begin() + 5),
+            std::vector<int32_t>(plain->tokens.begin(), plain->tokens.begin() + 5));
+  EXPECT_NE(ra->tokens, plain->tokens);  // resampled hotter with a penalty: the greedy loop is left
+  EXPECT_EQ(ra->tokens, rb->tokens);     // same seed: the same repair
+  EXPECT_EQ(streamed, ra->text);         // the stream never showed rolled-back text
+  // Without a delay, a rollback never goes behind what was streamed.
+  RepairOnce c(12, 5);
+  r.stream_delay_tokens = 0;
+  streamed.clear();
+  auto rc = bundled().gen->generate(
+      r,
+      [&](const StreamChunk& ch) {
+        streamed += ch.text;
+        return true;
+      },
+      &c);
+  ASSERT_TRUE(rc);
+  EXPECT_EQ(c.last_keep, 12);  // the 12 tokens before the current one were streamed
+  EXPECT_EQ(streamed, rc->text);
 }
 
 TEST(Generator, SpecialTokensInUserContentStayText) {
