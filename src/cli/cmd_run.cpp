@@ -1,10 +1,12 @@
 // `coda run`: continue a prompt with a model, streamed to stdout (or one JSON result with --json).
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/sampling_flags.h"
 #include "engine/generator.h"
+#include "guard/guard.h"
 
 namespace coda::cli {
 
@@ -17,6 +19,9 @@ struct RunFlags {
   int64_t ctx = 0;
   bool json = false;
   GenerationRequest request;
+  std::string guard;  // "", observe, stop, repair
+  std::string report_file, trace_file;
+  GuardConfig guard_config;
 };
 
 nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab) {
@@ -62,22 +67,62 @@ int run(RunFlags& f) {
     std::fputs(f.request.prompt.c_str(), stdout);
     std::fflush(stdout);
   }
-  auto res = gen.generate(f.request, [&](const StreamChunk& c) {
+  auto on_chunk = [&](const StreamChunk& c) {
     if (!f.json) {
       std::fputs(c.text.c_str(), stdout);
       std::fflush(stdout);
     }
     return true;
-  });
+  };
+  // The guard runs when asked for, or when its report or trace is.
+  const bool guarded = !f.guard.empty() || !f.report_file.empty() || !f.trace_file.empty();
+  std::optional<GuardedResult> guarded_res;
+  Expected<GenerationResult> res = Error("");
+  if (guarded) {
+    auto policy = parse_guard_policy(f.guard.empty() ? "observe" : f.guard);
+    if (!policy) return fail(policy.message());
+    f.guard_config.policy = *policy;
+    f.guard_config.trace = !f.trace_file.empty();
+    auto g = generate_guarded(gen, f.request, f.guard_config, on_chunk);
+    if (g) {
+      res = g->result;
+      guarded_res = std::move(*g);
+    } else {
+      res = g.error();
+    }
+  } else {
+    res = gen.generate(f.request, on_chunk);
+  }
   if (!res) {
     if (!f.json) std::fputs("\n", stdout);
     return fail(res.message());
   }
+  nlohmann::ordered_json out = result_json(*res, vocab);
+  if (guarded_res) {
+    out["repairs"] = res->repairs;
+    out["tokens_sampled"] = res->tokens_sampled;
+    out["coda"] = guarded_res->report.to_json();
+  }
   if (f.json) {
-    std::printf("%s\n", result_json(*res, vocab).dump(2).c_str());
+    std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::fputs("\n", stdout);
   }
+  if (!f.report_file.empty()) {
+    std::ofstream rep(f.report_file);
+    rep << out.dump(2) << "\n";
+    if (!rep) return fail(f.report_file + ": cannot write the report");
+  }
+  if (!f.trace_file.empty() && guarded_res) {
+    std::ofstream tr(f.trace_file);
+    for (const auto& line : guarded_res->trace) tr << line.dump() << "\n";
+    if (!tr) return fail(f.trace_file + ": cannot write the trace");
+  }
+  if (guarded_res)
+    for (const auto& e : guarded_res->report.events)
+      std::fprintf(stderr, "coda: guard: %s at token %lld (onset %lld, confidence %.2f) -> %s\n", e.type.c_str(),
+                   static_cast<long long>(e.detected_at), static_cast<long long>(e.onset), e.confidence,
+                   e.action.c_str());
   std::fflush(stdout);
   const auto& t = res->timings;
   std::fprintf(
@@ -108,6 +153,16 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");
   sub->add_flag("--json", f->json, "Print one JSON result (text, tokens, finish_reason, usage, timings)");
   add_sampling_flags(sub, f->request);
+  sub->add_option("--guard", f->guard, "Degeneration guard policy: observe, stop or repair (docs/guard.md)");
+  sub->add_option("--report", f->report_file, "Write the result with the guard's quality report (JSON)");
+  sub->add_option("--trace", f->trace_file, "Write the guard's per-token signals (JSON Lines)");
+  sub->add_option("--guard-max-repairs", f->guard_config.max_repairs, "Repairs before the guard stops")
+      ->capture_default_str();
+  sub->add_option("--guard-runaway", f->guard_config.runaway_tokens, "Runaway length in tokens (0: off)")
+      ->capture_default_str();
+  sub->add_option("--perpetual-min-tokens", f->guard_config.perpetual_min_tokens,
+                  "Step back from an EOS sampled before this many tokens and resample (0: off)")
+      ->capture_default_str();
   out.push_back({sub, [f] { return run(*f); }});
 }
 

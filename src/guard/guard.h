@@ -1,0 +1,128 @@
+// The degeneration guard: an observer on every generation step that turns per-step signals into
+// events (loop, near_loop, flooding, entropy_collapse, gibberish, language_drift, runaway,
+// eos_starvation) and applies a policy: observe (report only), stop (finish_reason "repetition"
+// for loops, "degenerate" otherwise), or repair (roll back before the episode and resample hotter,
+// a bounded number of times, then stop). Defaults and their measurements: docs/guard.md.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/request.h"
+#include "guard/language.h"
+#include "guard/repetition.h"
+#include "guard/signals.h"
+
+namespace coda {
+
+enum class GuardPolicy { Observe, Stop, Repair };
+Expected<GuardPolicy> parse_guard_policy(const std::string& s);
+const char* guard_policy_name(GuardPolicy p);
+
+struct GuardConfig {
+  GuardPolicy policy = GuardPolicy::Observe;
+  // Exact loops (a period of 2..max_period tokens repeated back to back).
+  int max_period = 200;
+  double loop_min_repeats = 3.0;
+  int64_t loop_min_span = 32;
+  // Flooding: one token repeated (period 1).
+  int64_t flood_min_run = 16;
+  // Near loops: a period whose positions repeat with share >= near_min_match (a changing number).
+  double near_min_match = 0.75;
+  double near_min_repeats = 4.0;
+  int64_t near_min_span = 48;
+  int near_every = 4;  // checked every this many tokens
+  // Entropy collapse: mean entropy over the window below the bound while the window is repetitive.
+  int collapse_window = 64;
+  double collapse_entropy = 0.15;
+  double collapse_distinct = 0.5;  // distinct 3-grams share
+  // Gibberish: sustained high surprisal and entropy.
+  int gibberish_window = 32;
+  double gibberish_surprisal = 6.0;
+  double gibberish_entropy = 5.0;
+  // Language drift: the recent text's language or script differs from the prompt's.
+  size_t drift_window_chars = 400;
+  int64_t drift_min_words = 8;
+  // Runaway length and EOS starvation (0 turns them off).
+  int64_t runaway_tokens = 2048;
+  int64_t eos_starvation_after = 512;
+  int64_t eos_starvation_window = 256;
+  double eos_starvation_prob = 1e-4;
+  // Repair.
+  int max_repairs = 3;
+  RepairAction repair{0, 2.0f, 0.1f, 0.7f, 1.2f};
+  int stream_delay_tokens = 256;  // what the generator holds back under the repair policy
+  // "Perpetual" generation: an EOS before this many tokens is stepped back from (0: off).
+  int64_t perpetual_min_tokens = 0;
+  int64_t eos_backstep = 8;
+  bool trace = false;  // keep a per-token trace
+};
+
+struct GuardEvent {
+  std::string type;
+  int64_t onset = 0;        // generated-token index where the episode began
+  int64_t detected_at = 0;  // index of the token that revealed it
+  double confidence = 0;
+  nlohmann::ordered_json evidence;
+  std::string action;  // observe, stop, repair
+};
+
+struct GuardRepair {
+  int64_t at = 0;    // token index when it was decided
+  int64_t keep = 0;  // tokens kept
+  std::string reason;
+};
+
+struct GuardReport {
+  std::string policy;
+  std::vector<GuardEvent> events;
+  std::vector<GuardRepair> repairs;
+  int64_t tokens = 0;
+  double mean_entropy = 0, mean_varentropy = 0, mean_surprisal = 0, mean_eos_prob = 0, max_eos_prob = 0;
+  double distinct2 = 1;
+  nlohmann::ordered_json to_json() const;
+};
+
+class Guard : public StepObserver {
+ public:
+  Guard(GuardConfig config, std::vector<int32_t> eos_ids);
+
+  void on_start(const std::vector<int32_t>& prompt, const std::string& prompt_text) override;
+  StepVerdict on_step(const StepView& step) override;
+  void on_rollback(int64_t keep) override;
+
+  GuardReport report() const;
+  // One JSON object per step (when config.trace), rollbacks included as {"rollback_to": k}.
+  const std::vector<nlohmann::ordered_json>& trace() const { return trace_; }
+
+ private:
+  std::optional<GuardEvent> detect(const StepView& v);
+  bool cooling_down(const std::string& type, int64_t index) const;
+  bool same_episode(const std::string& type, int64_t onset) const;
+
+  GuardConfig cfg_;
+  std::vector<int32_t> eos_ids_;
+  std::string prompt_language_, prompt_script_;
+  PeriodTracker periods_;
+  std::vector<StepSignals> signals_;
+  std::vector<GuardEvent> events_;
+  std::vector<GuardRepair> repairs_;
+  std::vector<std::pair<std::string, int64_t>> fired_;  // (type, index until which it stays quiet)
+  std::vector<nlohmann::ordered_json> trace_;
+};
+
+// Generation under the guard: sets the stream delay the policy needs, runs, and returns the
+// result with the guard's report.
+struct GuardedResult {
+  GenerationResult result;
+  GuardReport report;
+  std::vector<nlohmann::ordered_json> trace;
+};
+class Generator;
+Expected<GuardedResult> generate_guarded(Generator& gen, GenerationRequest request, const GuardConfig& config,
+                                         const StreamCallback& on_chunk = {});
+
+}  // namespace coda

@@ -1,0 +1,84 @@
+#include "guard/repetition.h"
+
+#include <algorithm>
+#include <set>
+
+namespace coda {
+
+PeriodTracker::PeriodTracker(int max_period) : max_period_(max_period), run_(static_cast<size_t>(max_period) + 1, 0) {}
+
+void PeriodTracker::push(int32_t token) {
+  toks_.push_back(token);
+  const size_t n = toks_.size();
+  for (int p = 1; p <= max_period_; ++p) {
+    const size_t pp = static_cast<size_t>(p);
+    run_[pp] = (n > pp && toks_[n - 1 - pp] == token) ? run_[pp] + 1 : 0;
+  }
+}
+
+void PeriodTracker::truncate(size_t n) {
+  if (n >= toks_.size()) return;
+  std::vector<int32_t> keep(toks_.begin(), toks_.begin() + static_cast<std::ptrdiff_t>(n));
+  toks_.clear();
+  std::fill(run_.begin(), run_.end(), 0);
+  for (int32_t t : keep) push(t);
+}
+
+Loop PeriodTracker::exact(double min_repeats, int64_t min_span, int min_period) const {
+  Loop best;
+  const int64_t n = static_cast<int64_t>(toks_.size());
+  for (int p = std::max(1, min_period); p <= max_period_; ++p) {
+    const int64_t run = run_[static_cast<size_t>(p)];
+    if (run == 0) continue;
+    const int64_t span = run + p;
+    const double repeats = static_cast<double>(span) / p;
+    if (repeats < min_repeats || span < min_span) continue;
+    if (span > best.span) {
+      best.period = p;
+      best.span = span;
+      best.onset = n - span;
+      best.repeats = repeats;
+    }
+  }
+  return best;
+}
+
+Loop near_loop(const std::vector<int32_t>& t, int min_period, int max_period, double min_match, double min_repeats,
+               int64_t min_span) {
+  Loop out;
+  const int64_t n = static_cast<int64_t>(t.size());
+  for (int p = std::max(1, min_period); p <= max_period; ++p) {
+    const int64_t w = std::max<int64_t>(min_span, static_cast<int64_t>(min_repeats * p + 0.5)) - p;
+    if (w <= 0 || w + p > n) continue;
+    auto share = [&](int64_t from, int64_t to) {  // positions [from, to) compared with p back
+      int64_t hits = 0;
+      for (int64_t i = from; i < to; ++i) hits += t[static_cast<size_t>(i)] == t[static_cast<size_t>(i - p)];
+      return static_cast<double>(hits) / static_cast<double>(to - from);
+    };
+    const double m = share(n - w, n);
+    if (m < min_match) continue;
+    int64_t start = n - w;  // extend backwards one period at a time while it keeps repeating
+    while (start - p >= p && share(start - p, start) >= min_match) start -= p;
+    out.period = p;
+    out.onset = start - p;
+    out.span = n - out.onset;
+    out.repeats = static_cast<double>(out.span) / p;
+    out.match = share(start, n);
+    return out;
+  }
+  return out;
+}
+
+double distinct_ngrams(const std::vector<int32_t>& t, int n, size_t window) {
+  const size_t len = std::min(window, t.size());
+  if (len < static_cast<size_t>(n) + 1) return 1.0;
+  std::set<std::vector<int32_t>> seen;
+  const size_t start = t.size() - len;
+  size_t total = 0;
+  for (size_t i = start; i + static_cast<size_t>(n) <= t.size(); ++i, ++total)
+    seen.insert(std::vector<int32_t>(t.begin() + static_cast<std::ptrdiff_t>(i),
+                                     t.begin() + static_cast<std::ptrdiff_t>(i) + n));
+  return static_cast<double>(seen.size()) / static_cast<double>(total);
+}
+
+}  // namespace coda

@@ -1,0 +1,291 @@
+// The degeneration guard's detectors on constructed token streams and distributions: what each
+// must catch and what it must leave alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/generator.h"
+#include "gguf/gguf.h"
+#include "guard/guard.h"
+#include "tokenizer/vocab.h"
+
+namespace coda {
+namespace {
+
+constexpr int32_t kVocab = 4096;
+constexpr int32_t kEos = 2;
+
+// Feeds tokens to a guard with logits that make each token moderately likely (entropy ~2 nats,
+// no collapse, no gibberish) unless `logits_for` says otherwise; returns the events.
+struct Feeder {
+  GuardConfig cfg;
+  std::string prompt_text = "In the beginning God created the heaven and the earth.";
+  std::function<void(std::vector<float>&, int32_t token, size_t i)> logits_for;
+  std::vector<GuardEvent> run(const std::vector<int32_t>& tokens, const std::vector<std::string>* texts = nullptr) {
+    Guard g(cfg, {kEos});
+    std::vector<int32_t> prompt{1, 5, 6};
+    g.on_start(prompt, prompt_text);
+    std::vector<int32_t> generated;
+    std::string text;
+    std::vector<float> logits(kVocab);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      generated.push_back(tokens[i]);
+      if (texts) text += (*texts)[i];
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      for (int k = 0; k < 8; ++k) logits[static_cast<size_t>((tokens[i] + 97 * k) % kVocab)] = 6.0f;
+      if (logits_for) logits_for(logits, tokens[i], i);
+      const StepView v{static_cast<int64_t>(i), tokens[i], logits.data(), kVocab, prompt, generated, text};
+      g.on_step(v);
+    }
+    return g.report().events;
+  }
+};
+
+std::vector<int32_t> random_tokens(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(10 + rng() % 4000);
+  return t;
+}
+
+bool has(const std::vector<GuardEvent>& e, const std::string& type) {
+  for (const auto& x : e)
+    if (x.type == type) return true;
+  return false;
+}
+
+TEST(GuardDetectors, ExactLoopsOfPeriod1To200) {
+  for (int p : {1, 2, 3, 5, 7, 10, 25, 50, 100, 150, 200}) {
+    std::vector<int32_t> t = random_tokens(60, 1);
+    const std::vector<int32_t> unit = random_tokens(static_cast<size_t>(p), 100 + p);
+    const size_t onset = t.size();
+    while (t.size() - onset < static_cast<size_t>(std::max(4 * p, 40))) t.insert(t.end(), unit.begin(), unit.end());
+    Feeder f;
+    const auto events = f.run(t);
+    ASSERT_FALSE(events.empty()) << "period " << p;
+    EXPECT_EQ(events[0].type, p == 1 ? "flooding" : "loop") << "period " << p;
+    EXPECT_EQ(events[0].onset, static_cast<int64_t>(onset)) << "period " << p;
+    if (p > 1) {
+      EXPECT_EQ(events[0].evidence["period"], p);
+      // Detected as soon as 3 copies (and 32 tokens) are there.
+      EXPECT_EQ(events[0].detected_at, static_cast<int64_t>(onset) + std::max<int64_t>(3 * p, 32) - 1) << p;
+    }
+  }
+}
+
+TEST(GuardDetectors, LoopWithAChangingNumber) {
+  // "the count is now N ." with N a different token each time: not exact, but periodic.
+  std::vector<int32_t> t = random_tokens(40, 2);
+  const size_t onset = t.size();
+  for (int n = 0; n < 14; ++n) {
+    for (int32_t w : {500, 501, 502, 503}) t.push_back(w);
+    t.push_back(1000 + n);
+    t.push_back(504);
+  }
+  Feeder f;
+  const auto events = f.run(t);
+  ASSERT_TRUE(has(events, "near_loop"));
+  EXPECT_FALSE(has(events, "loop"));
+  for (const auto& e : events) {
+    if (e.type == "near_loop") {
+      EXPECT_EQ(e.evidence["period"], 6);
+      EXPECT_LE(std::llabs(e.onset - static_cast<int64_t>(onset)), 6);
+    }
+  }
+}
+
+TEST(GuardDetectors, Flooding) {
+  std::vector<int32_t> t = random_tokens(30, 3);
+  t.insert(t.end(), 40, 777);
+  Feeder f;
+  const auto events = f.run(t);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, "flooding");
+  EXPECT_EQ(events[0].onset, 30);
+  EXPECT_EQ(events[0].detected_at, 30 + 16 - 1);
+}
+
+// Real text through the bundled model's tokenizer.
+std::vector<int32_t> tokenize(const std::string& text) {
+  static auto file = GgufFile::open(CODA_MODEL_PATH);
+  static auto vocab = Vocab::from_gguf(*file);
+  auto ids = vocab->encode(text, false);
+  return *ids;
+}
+
+TEST(GuardDetectors, LegitimateRepetitionIsNotFlagged) {
+  const std::vector<std::string> texts = {
+      // A genealogy (Matthew 1, King James).
+      "Abraham begat Isaac; and Isaac begat Jacob; and Jacob begat Judas and his brethren; And Judas begat Phares "
+      "and Zara of Thamar; and Phares begat Esrom; and Esrom begat Aram; And Aram begat Aminadab; and Aminadab begat "
+      "Naasson; and Naasson begat Salmon; And Salmon begat Booz of Rachab; and Booz begat Obed of Ruth; and Obed "
+      "begat Jesse; And Jesse begat David the king; and David the king begat Solomon of her that had been the wife "
+      "of Urias;",
+      // A list.
+      "Shopping list:\n1. two apples\n2. a loaf of bread\n3. milk and eggs\n4. three lemons\n5. olive oil\n6. a bag "
+      "of rice\n7. tomatoes\n8. fresh basil\n9. coffee beans\n10. dark chocolate\n",
+      // A refrain sung twice.
+      "We shall overcome, we shall overcome, we shall overcome some day. Oh, deep in my heart I do believe. We shall "
+      "overcome, we shall overcome, we shall overcome some day. The end of the song comes here at last.",
+      // Code with repeated, similar lines.
+      "def setup(cfg):\n    a = load(cfg, \"alpha\")\n    b = load(cfg, \"beta\")\n    c = load(cfg, \"gamma\")\n    "
+      "d = load(cfg, \"delta\")\n    e = load(cfg, \"epsilon\")\n    return combine(a, b, c, d, e)\n\n"
+      "for item in items:\n    if item.ready:\n        process(item)\n    else:\n        defer(item)\n",
+      // Psalm 136: a refrain after every line, the lines differ.
+      "O give thanks unto the LORD; for he is good: for his mercy endureth for ever. O give thanks unto the God of "
+      "gods: for his mercy endureth for ever. O give thanks to the Lord of lords: for his mercy endureth for ever. "
+      "To him who alone doeth great wonders: for his mercy endureth for ever.",
+  };
+  for (const auto& text : texts) {
+    Feeder f;
+    const auto events = f.run(tokenize(text));
+    for (const auto& e : events) ADD_FAILURE() << e.type << " flagged in: " << text.substr(0, 60) << " " << e.evidence;
+  }
+}
+
+TEST(GuardDetectors, LanguageDriftFromItalianToEnglish) {
+  const std::string italian =
+      "La vita è bella quando il sole splende e gli amici sono con noi. Non sempre si può avere tutto, ma "
+      "con un po' di pazienza e di fortuna si arriva lontano. ";
+  const std::string english =
+      "And the LORD spake unto Moses, saying, Speak unto the children of Israel, that they bring me an offering: "
+      "of every man that giveth it willingly with his heart ye shall take my offering. And this is the offering "
+      "which ye shall take of them; gold, and silver, and brass, and the people of the land were with them all. ";
+  // Word by word, so the text grows with the tokens.
+  std::vector<std::string> pieces;
+  std::string all = italian + italian + english + english;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find(' ', start + 1);
+    if (end == std::string::npos) end = all.size();
+    pieces.push_back(all.substr(start, end - start));
+    start = end;
+  }
+  std::vector<int32_t> tokens = random_tokens(pieces.size(), 4);
+  Feeder f;
+  f.prompt_text = "Il mattino ha l'oro in bocca, e chi dorme non piglia pesci: questo è il proverbio della nonna.";
+  const auto events = f.run(tokens, &pieces);
+  ASSERT_TRUE(has(events, "language_drift"));
+  const size_t italian_words = (italian + italian).size() / 6;  // no event while the text is still Italian
+  for (const auto& e : events) {
+    if (e.type == "language_drift") {
+      EXPECT_GT(static_cast<size_t>(e.detected_at), italian_words / 2);
+    }
+  }
+  // English text after an English prompt is no drift.
+  std::vector<std::string> english_pieces(pieces.begin() + static_cast<std::ptrdiff_t>(pieces.size() / 2),
+                                          pieces.end());
+  Feeder same;
+  same.prompt_text = "And God said, Let there be light: and there was light. And God saw the light, that it was good.";
+  EXPECT_FALSE(has(same.run(random_tokens(english_pieces.size(), 5), &english_pieces), "language_drift"));
+}
+
+TEST(GuardDetectors, GibberishCollapseStarvationRunaway) {
+  // Flat distributions with the chosen token drawn at random: gibberish.
+  Feeder flat;
+  flat.logits_for = [](std::vector<float>& l, int32_t, size_t) { std::fill(l.begin(), l.end(), 0.0f); };
+  EXPECT_TRUE(has(flat.run(random_tokens(64, 5)), "gibberish"));
+  // Near-certain steps over a repetitive stretch (a loop the exact detector is told not to see).
+  Feeder peaked;
+  peaked.cfg.loop_min_span = 100000;
+  peaked.cfg.near_every = 0;
+  peaked.logits_for = [](std::vector<float>& l, int32_t t, size_t) {
+    std::fill(l.begin(), l.end(), 0.0f);
+    l[static_cast<size_t>(t)] = 30.0f;
+  };
+  std::vector<int32_t> rep;
+  for (int i = 0; i < 30; ++i)
+    for (int32_t w : {11, 12, 13}) rep.push_back(w);
+  EXPECT_TRUE(has(peaked.run(rep), "entropy_collapse"));
+  // ... but a confident, varied text is not a collapse.
+  EXPECT_FALSE(has(peaked.run(random_tokens(90, 6)), "entropy_collapse"));
+  // EOS never considered for 600 tokens: starvation; then runaway at a low limit.
+  Feeder starving;
+  starving.cfg.runaway_tokens = 700;
+  starving.logits_for = [](std::vector<float>& l, int32_t, size_t) { l[kEos] = -40.0f; };
+  const auto events = starving.run(random_tokens(720, 7));
+  EXPECT_TRUE(has(events, "eos_starvation"));
+  EXPECT_TRUE(has(events, "runaway"));
+  Feeder fed;
+  fed.logits_for = [](std::vector<float>& l, int32_t, size_t) { l[kEos] = 3.0f; };
+  EXPECT_FALSE(has(fed.run(random_tokens(600, 8)), "eos_starvation"));
+}
+
+TEST(GuardPolicies, StopAndRepairVerdicts) {
+  std::vector<int32_t> t = random_tokens(20, 9);
+  const std::vector<int32_t> unit = {40, 41, 42, 43, 44};
+  for (int r = 0; r < 10; ++r) t.insert(t.end(), unit.begin(), unit.end());
+  for (GuardPolicy policy : {GuardPolicy::Stop, GuardPolicy::Repair}) {
+    GuardConfig cfg;
+    cfg.policy = policy;
+    Guard g(cfg, {kEos});
+    std::vector<int32_t> prompt{1}, generated;
+    std::vector<float> logits(kVocab, 0.0f);
+    std::string text;
+    StepVerdict v;
+    size_t i = 0;
+    for (; i < t.size(); ++i) {
+      generated.push_back(t[i]);
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      logits[static_cast<size_t>(t[i])] = 12.0f;  // a confident model
+      v = g.on_step(StepView{static_cast<int64_t>(i), t[i], logits.data(), kVocab, prompt, generated, text});
+      if (v.stop || v.repair) break;
+    }
+    if (policy == GuardPolicy::Stop) {
+      EXPECT_TRUE(v.stop);
+      EXPECT_EQ(v.finish_reason, "repetition");
+    } else {
+      ASSERT_TRUE(v.repair);
+      EXPECT_EQ(v.repair->keep, 20 + 5);  // the first copy stays
+      EXPECT_FLOAT_EQ(v.repair->factor, 2.0f);
+    }
+    EXPECT_EQ(i, 20u + 32u - 1u);
+  }
+}
+
+TEST(GuardOnTheBundledModel, RepairsEndTheGreedyLoopAndAreReproducible) {
+  auto loaded = load_generator(CODA_MODEL_PATH, GeneratorOptions{1, 0, 4096, ""});
+  ASSERT_TRUE(loaded) << loaded.message();
+  GenerationRequest r;
+  r.prompt = "In the beginning God";
+  r.max_tokens = 300;
+  r.sampling.temperature = 0;
+  r.sampling.seed = 42;
+  GuardConfig observe;
+  auto seen = generate_guarded(*loaded->generator, r, observe);
+  ASSERT_TRUE(seen);
+  ASSERT_FALSE(seen->report.events.empty());  // greedy loops from the first token
+  EXPECT_EQ(seen->report.events[0].type, "loop");
+  EXPECT_EQ(seen->result.finish_reason, "length");
+  GuardConfig stop;
+  stop.policy = GuardPolicy::Stop;
+  auto stopped = generate_guarded(*loaded->generator, r, stop);
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(stopped->result.finish_reason, "repetition");
+  EXPECT_EQ(stopped->result.completion_tokens, seen->report.events[0].detected_at + 1);
+  GuardConfig repair;
+  repair.policy = GuardPolicy::Repair;
+  repair.trace = true;
+  std::string streamed;
+  auto a = generate_guarded(*loaded->generator, r, repair, [&](const StreamChunk& c) {
+    streamed += c.text;
+    return true;
+  });
+  auto b = generate_guarded(*loaded->generator, r, repair);
+  ASSERT_TRUE(a && b);
+  EXPECT_GE(a->result.repairs, 1);
+  EXPECT_EQ(a->result.tokens, b->result.tokens);  // seeded: the repair is reproducible
+  EXPECT_EQ(a->report.to_json(), b->report.to_json());
+  EXPECT_EQ(streamed, a->result.text);  // nothing rolled back was ever streamed
+  EXPECT_EQ(a->report.repairs.size(), static_cast<size_t>(a->result.repairs));
+  bool rollback_in_trace = false;
+  for (const auto& line : a->trace) rollback_in_trace = rollback_in_trace || line.contains("rollback_to");
+  EXPECT_TRUE(rollback_in_trace);
+  // The repaired text is not the greedy loop.
+  EXPECT_EQ(a->result.text.find("of Israel, and the LORD God of Israel, and the LORD God of Israel, and the LORD"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace coda
