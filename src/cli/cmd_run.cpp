@@ -37,7 +37,7 @@ nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab
   j["timings"] = {{"prefill_ms", t.prefill_ms},
                   {"ttft_ms", t.ttft_ms},
                   {"decode_ms", t.decode_ms},
-                  {"sample_ms", t.sample_ms},
+                  {"sample_ms", t.sample_ms}, {"observer_ms", t.observer_ms},
                   {"ms_per_token", t.ms_per_token},
                   {"tokens_per_s", t.tokens_per_s},
                   {"prompt_tokens_per_s", t.prompt_tokens_per_s}};

@@ -250,7 +250,9 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
                           history.prompt,
                           history.generated,
                           stops.text()};
+      Timer observer_timer;
       const StepVerdict v = observer->on_step(view);
+      res.timings.observer_ms += observer_timer.ms();
       if (v.stop) {
         res.finish_reason = v.finish_reason.empty() ? "stop" : v.finish_reason;
         break;

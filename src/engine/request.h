@@ -46,6 +46,7 @@ struct GenerationTimings {
   double ttft_ms = 0;       // request start to the first token sampled
   double decode_ms = 0;     // every decode step after the first token, sampling included
   double sample_ms = 0;     // of which the sampler chain
+  double observer_ms = 0;   // and the observers (the guard)
   double ms_per_token = 0;  // decode_ms / decode steps
   double tokens_per_s = 0;  // decode throughput
   double prompt_tokens_per_s = 0;

@@ -52,8 +52,8 @@ struct GuardConfig {
   int64_t eos_starvation_window = 256;
   double eos_starvation_prob = 1e-4;
   // Repair.
-  int max_repairs = 3;
-  RepairAction repair{0, 2.0f, 0.1f, 0.7f, 1.2f};
+  int max_repairs = 8;
+  RepairAction repair{0, 2.0f, 0.02f, 0.7f, 1.3f};
   int stream_delay_tokens = 256;  // what the generator holds back under the repair policy
   // "Perpetual" generation: an EOS before this many tokens is stepped back from (0: off).
   int64_t perpetual_min_tokens = 0;

@@ -102,5 +102,21 @@ printf 'Hello there\n/reset\nAgain\n/exit\n' | "$coda" chat -n 4 --temp 0 >"$wor
   { echo "FAIL: coda chat"; failures=$((failures + 1)); }
 grep -q "conversation cleared" "$work/chat.out" || { echo "FAIL: coda chat /reset"; failures=$((failures + 1)); }
 
+# The guard: a greedy loop is stopped with finish_reason "repetition"; report, trace and analyze.
+"$coda" run -n 300 --guard stop --report "$work/report.json" --trace "$work/trace.jsonl" >/dev/null 2>&1 &&
+  /usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r['finish_reason'] == 'repetition', r['finish_reason']
+assert r['coda']['events'][0]['type'] == 'loop', r['coda']
+lines = [json.loads(l) for l in open(sys.argv[2])]
+assert len(lines) == r['usage']['completion_tokens'], (len(lines), r['usage'])
+" "$work/report.json" "$work/trace.jsonl" || { echo "FAIL: --guard stop report/trace"; failures=$((failures + 1)); }
+"$coda" analyze --trace "$work/trace.jsonl" --block 8 -o "$work/analysis" >/dev/null 2>&1 &&
+  [ -s "$work/analysis/report.html" ] && [ -s "$work/analysis/blocks.csv" ] ||
+  { echo "FAIL: coda analyze"; failures=$((failures + 1)); }
+expect_fail "guard policy: 'fix' is not one of observe, stop, repair" run --guard fix
+expect_fail "give prompts to generate from" analyze -o "$work/analysis"
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

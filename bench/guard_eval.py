@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""The degeneration guard on the bundled model: how often generations loop, how well the guard
+sees it, how early, and what repair changes.
+
+200 prompts (100 English, 100 Italian) x 3 sampling settings (greedy, temperature 0.7, 1.0; no
+penalties, no truncation), max_tokens 1,024, each run twice through `coda run --json`: with the
+guard observing (its events against the reference below) and with the guard repairing.
+
+Reference definition of a loop (independent of the guard's detectors, computed here with NumPy):
+a generation loops if it contains a stretch of at least max(4p, 64) tokens in which at least 90%
+of positions repeat the token p positions earlier, for some period 1 <= p <= 200. The onset is the
+first token of the earliest such stretch. The guard "flags" a generation when it reports a loop,
+near_loop or flooding event; its delay is the event's detected_at minus the reference onset.
+
+Usage: /usr/bin/python3 bench/guard_eval.py build/coda OUT_DIR [--prompts N] [--jobs J]
+Writes OUT_DIR/guard-eval.json and OUT_DIR/guard-eval.md.
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+MAX_TOKENS = 1024
+SETTINGS = [("greedy", ["--temp", "0"]), ("temp 0.7", ["--temp", "0.7"]), ("temp 1.0", ["--temp", "1.0"])]
+LOOP_TYPES = {"loop", "near_loop", "flooding"}
+
+
+def prompts(n):
+    en_subjects = ["And the LORD", "And Moses", "The king", "And the people", "Then Jesus", "And David", "The wise man",
+                   "A fool", "My son", "The children of Israel"]
+    en_verbs = ["said unto", "went up to", "spake unto", "came to", "looked upon", "gave unto", "took", "heard",
+                "sent", "remembered"]
+    it_subjects = ["La vita", "Il tempo", "L'amore", "Chi dorme", "Un amico", "La fortuna", "Il lavoro", "La donna",
+                   "Il saggio", "Ogni giorno"]
+    it_verbs = ["è come", "non aspetta", "vale più di", "porta sempre", "insegna che", "ci dice che", "sa bene che",
+                "diventa", "cambia", "somiglia a"]
+    en = [f"{s} {v}" for s in en_subjects for v in en_verbs]
+    it = [f"{s} {v}" for s in it_subjects for v in it_verbs]
+    half = n // 2
+    return [("en", p) for p in en[:half]] + [("it", p) for p in it[: n - half]]
+
+
+def reference_loop(tokens):
+    """Earliest onset of a stretch >= max(4p, 64) tokens repeating at period p with >= 90% matches."""
+    t = np.asarray(tokens, dtype=np.int64)
+    n = len(t)
+    best = None
+    for p in range(1, 201):
+        w = max(4 * p, 64)
+        if w > n:
+            break
+        m = (t[p:] == t[:-p]).astype(np.int32)  # m[k]: position k + p repeats
+        # A stretch of w tokens starting at s covers positions s..s+w-1; positions s+p..s+w-1 are compared.
+        need = w - p
+        if len(m) < need:
+            continue
+        c = np.concatenate([[0], np.cumsum(m)])
+        sums = c[need:] - c[:-need]  # sums[k] = matches over m[k : k + need], i.e. stretch start s = k
+        ok = np.nonzero(sums >= 0.9 * need)[0]
+        if len(ok):
+            onset = int(ok[0])
+            if best is None or onset < best[0]:
+                best = (onset, p)
+    return best
+
+
+def run_one(coda, prompt, setting_args, seed, policy):
+    cmd = [coda, "run", "-t", "1", "-n", str(MAX_TOKENS), "-p", prompt, "--json", "--guard", policy, "-s", str(seed),
+           "--guard-runaway", "0"] + setting_args
+    r = subprocess.run(cmd, capture_output=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd}: {r.stderr.decode()}")
+    return json.loads(r.stdout)
+
+
+def evaluate(coda, items, jobs):
+    runs = []
+    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+        futures = {}
+        for si, (name, args) in enumerate(SETTINGS):
+            for pi, (lang, prompt) in enumerate(items):
+                for policy in ("observe", "repair"):
+                    f = ex.submit(run_one, coda, prompt, args, 1000 * si + pi, policy)
+                    futures[f] = (name, lang, prompt, policy)
+        for f in cf.as_completed(futures):
+            name, lang, prompt, policy = futures[f]
+            r = f.result()
+            runs.append({"setting": name, "lang": lang, "prompt": prompt, "policy": policy, "result": r})
+    return runs
+
+
+def summarize(runs):
+    table = []
+    for name, _ in SETTINGS:
+        obs = [x for x in runs if x["setting"] == name and x["policy"] == "observe"]
+        rep = {x["prompt"]: x for x in runs if x["setting"] == name and x["policy"] == "repair"}
+        n = len(obs)
+        hit_max = sum(1 for x in obs if x["result"]["finish_reason"] == "length")
+        loops, flagged, tp, fp, delays, saved = 0, 0, 0, 0, [], 0
+        events_by_type = {}
+        for x in obs:
+            r = x["result"]
+            ref = reference_loop(r["tokens"])
+            evs = [e for e in r["coda"]["events"] if e["type"] in LOOP_TYPES]
+            for e in r["coda"]["events"]:
+                events_by_type[e["type"]] = events_by_type.get(e["type"], 0) + 1
+            is_flagged = bool(evs)
+            loops += ref is not None
+            flagged += is_flagged
+            if ref is not None and is_flagged:
+                tp += 1
+                delays.append(evs[0]["detected_at"] - ref[0])
+            if ref is None and is_flagged:
+                fp += 1
+            if is_flagged:  # what the stop policy would have saved
+                saved += r["usage"]["completion_tokens"] - (evs[0]["detected_at"] + 1)
+        negatives = n - loops
+        # Repair: how the same prompts end when the guard repairs.
+        normal_obs = sum(1 for x in obs if x["result"]["finish_reason"] == "stop")
+        # Failed: ran to max_tokens or contains a loop (reference); with the guard also: stopped by it.
+        failed_obs = sum(1 for x in obs if x["result"]["finish_reason"] != "stop"
+                         or reference_loop(x["result"]["tokens"]) is not None)
+        failed_rep = 0
+        normal_rep = loop_rep = 0
+        sig_obs, sig_rep = [], []
+        for x in obs:
+            if x["prompt"] not in rep:
+                continue
+            rr = rep[x["prompt"]]["result"]
+            normal_rep += rr["finish_reason"] == "stop"
+            loop_rep += reference_loop(rr["tokens"]) is not None
+            failed_rep += rr["finish_reason"] != "stop" or reference_loop(rr["tokens"]) is not None
+            if reference_loop(x["result"]["tokens"]) is not None:
+                sig_obs.append(x["result"]["coda"]["signals"])
+                sig_rep.append(rr["coda"]["signals"])
+        total_tokens = sum(x["result"]["usage"]["completion_tokens"] for x in obs)
+
+        def mean(rows, key):
+            return float(np.mean([s[key] for s in rows])) if rows else float("nan")
+
+        table.append({
+            "setting": name,
+            "generations": n,
+            "hit_max_tokens": hit_max,
+            "loop_reference": loops,
+            "flagged": flagged,
+            "recall": tp / loops if loops else float("nan"),
+            "false_positive_rate": fp / negatives if negatives else float("nan"),
+            "false_positives": fp,
+            "delay_median": float(np.median(delays)) if delays else float("nan"),
+            "delay_p90": float(np.percentile(delays, 90)) if delays else float("nan"),
+            "events_by_type": events_by_type,
+            "tokens_generated": total_tokens,
+            "tokens_saved_by_stop": saved,
+            "ended_normally_observe": normal_obs,
+            "failed_observe": failed_obs,
+            "failed_repair": failed_rep,
+            "ended_normally_repair": normal_rep,
+            "loop_reference_after_repair": loop_rep,
+            "repairs": sum(rep[p]["result"].get("repairs", 0) for p in rep),
+            "looping_mean_distinct2_before": mean(sig_obs, "distinct2"),
+            "looping_mean_distinct2_after": mean(sig_rep, "distinct2"),
+            "looping_mean_surprisal_before": mean(sig_obs, "mean_surprisal"),
+            "looping_mean_surprisal_after": mean(sig_rep, "mean_surprisal"),
+            "looping_mean_entropy_before": mean(sig_obs, "mean_entropy"),
+            "looping_mean_entropy_after": mean(sig_rep, "mean_entropy"),
+        })
+    return table
+
+
+def markdown(table, n_prompts):
+    rows = [
+        ("generations", "generations", "{}"),
+        ("hit max_tokens (1,024)", "hit_max_tokens", "{}"),
+        ("loop (reference)", "loop_reference", "{}"),
+        ("flagged by the guard (loop/near_loop/flooding)", "flagged", "{}"),
+        ("recall", "recall", "{:.3f}"),
+        ("false positive rate", "false_positive_rate", "{:.3f}"),
+        ("detection delay after onset, median (tokens)", "delay_median", "{:.0f}"),
+        ("detection delay, 90th percentile", "delay_p90", "{:.0f}"),
+        ("tokens generated (observe)", "tokens_generated", "{}"),
+        ("tokens saved by `--guard stop`", "tokens_saved_by_stop", "{}"),
+        ("ended with EOS, observe", "ended_normally_observe", "{}"),
+        ("ended with EOS, repair", "ended_normally_repair", "{}"),
+        ("loop (reference) after repair", "loop_reference_after_repair", "{}"),
+        ("failed (max_tokens, loop, or stopped by the guard): observe -> repair", ("failed_observe", "failed_repair"),
+         "{}"),
+        ("repairs made", "repairs", "{}"),
+        ("looping generations: distinct-2 before -> after repair", ("looping_mean_distinct2_before",
+                                                                      "looping_mean_distinct2_after"), "{:.3f}"),
+        ("looping generations: mean surprisal (nats)", ("looping_mean_surprisal_before",
+                                                         "looping_mean_surprisal_after"), "{:.2f}"),
+        ("looping generations: mean entropy (nats)", ("looping_mean_entropy_before",
+                                                      "looping_mean_entropy_after"), "{:.2f}"),
+    ]
+    out = [f"| {n_prompts} prompts | " + " | ".join(t["setting"] for t in table) + " |",
+           "|---|" + "---|" * len(table)]
+    for label, key, fmt in rows:
+        cells = []
+        for t in table:
+            if isinstance(key, tuple):
+                cells.append(fmt.format(t[key[0]]) + " -> " + fmt.format(t[key[1]]))
+            else:
+                cells.append(fmt.format(t[key]))
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("coda")
+    ap.add_argument("out")
+    ap.add_argument("--prompts", type=int, default=200)
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    items = prompts(a.prompts)
+    runs = evaluate(a.coda, items, a.jobs)
+    table = summarize(runs)
+    with open(os.path.join(a.out, "guard-eval.json"), "w") as f:
+        json.dump({"summary": table, "runs": [{k: v for k, v in r.items() if k != "result"} | {
+            "finish_reason": r["result"]["finish_reason"], "completion_tokens": r["result"]["usage"]["completion_tokens"],
+            "events": r["result"]["coda"]["events"], "repairs": r["result"].get("repairs", 0)} for r in runs]}, f)
+    md = markdown(table, len(items))
+    with open(os.path.join(a.out, "guard-eval.md"), "w") as f:
+        f.write(md + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
