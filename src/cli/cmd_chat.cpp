@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/sampling_flags.h"
 #include "engine/generator.h"
+#include "guard/guard.h"
 
 namespace coda::cli {
 
@@ -22,6 +23,7 @@ struct ChatFlags {
   int64_t ctx = 0;
   int n_predict = -1;
   bool show_prompt = false;
+  std::string guard = "observe";
   GenerationRequest request;
 };
 
@@ -66,7 +68,11 @@ int chat(ChatFlags& f) {
       auto p = gen.prepare(r);
       if (p) std::fprintf(stderr, "[prompt: %zu tokens]\n%s\n", p->tokens.size(), p->text.c_str());
     }
-    auto res = gen.generate(r, [](const StreamChunk& c) {
+    auto policy = parse_guard_policy(f.guard);
+    if (!policy) return fail(policy.message());
+    GuardConfig cfg;
+    cfg.policy = *policy;
+    auto res = generate_guarded(gen, r, cfg, [](const StreamChunk& c) {
       std::fputs(c.text.c_str(), stdout);
       std::fflush(stdout);
       return true;
@@ -77,9 +83,13 @@ int chat(ChatFlags& f) {
       std::fprintf(stderr, "coda: error: %s\n", res.message().c_str());
       continue;
     }
-    messages.push_back({{"role", "assistant"}, {"content", res->text}});
-    if (res->finish_reason != "stop")
-      std::fprintf(stderr, "[finish: %s after %d tokens]\n", res->finish_reason.c_str(), res->completion_tokens);
+    messages.push_back({{"role", "assistant"}, {"content", res->result.text}});
+    for (const auto& e : res->report.events)
+      std::fprintf(stderr, "[guard: %s at token %lld -> %s]\n", e.type.c_str(), static_cast<long long>(e.detected_at),
+                   e.action.c_str());
+    if (res->result.finish_reason != "stop")
+      std::fprintf(stderr, "[finish: %s after %d tokens]\n", res->result.finish_reason.c_str(),
+                   res->result.completion_tokens);
   }
   return 0;
 }
@@ -100,6 +110,7 @@ void add_chat(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_flag("--show-prompt", f->show_prompt, "Print each rendered prompt to stderr");
+  sub->add_option("--guard", f->guard, "Degeneration guard: observe, stop or repair")->capture_default_str();
   add_sampling_flags(sub, f->request);
   out.push_back({sub, [f] { return chat(*f); }});
 }

@@ -19,7 +19,7 @@ struct RunFlags {
   int64_t ctx = 0;
   bool json = false;
   GenerationRequest request;
-  std::string guard;  // "", observe, stop, repair
+  std::string guard = "observe";  // off, observe, stop, repair
   std::string report_file, trace_file;
   GuardConfig guard_config;
 };
@@ -34,13 +34,10 @@ nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab
                 {"completion_tokens", r.completion_tokens},
                 {"total_tokens", r.prompt_tokens + r.completion_tokens}};
   const auto& t = r.timings;
-  j["timings"] = {{"prefill_ms", t.prefill_ms},
-                  {"ttft_ms", t.ttft_ms},
-                  {"decode_ms", t.decode_ms},
-                  {"sample_ms", t.sample_ms}, {"observer_ms", t.observer_ms},
-                  {"ms_per_token", t.ms_per_token},
-                  {"tokens_per_s", t.tokens_per_s},
-                  {"prompt_tokens_per_s", t.prompt_tokens_per_s}};
+  j["timings"] = {{"prefill_ms", t.prefill_ms},     {"ttft_ms", t.ttft_ms},
+                  {"decode_ms", t.decode_ms},       {"sample_ms", t.sample_ms},
+                  {"observer_ms", t.observer_ms},   {"ms_per_token", t.ms_per_token},
+                  {"tokens_per_s", t.tokens_per_s}, {"prompt_tokens_per_s", t.prompt_tokens_per_s}};
   if (!r.logprobs.empty()) {
     auto& lps = j["logprobs"] = nlohmann::ordered_json::array();
     for (const auto& lp : r.logprobs) {
@@ -75,11 +72,13 @@ int run(RunFlags& f) {
     return true;
   };
   // The guard runs when asked for, or when its report or trace is.
-  const bool guarded = !f.guard.empty() || !f.report_file.empty() || !f.trace_file.empty();
+  if (f.guard == "off" && (!f.report_file.empty() || !f.trace_file.empty()))
+    return fail("--report and --trace come from the guard; drop --guard off");
+  const bool guarded = f.guard != "off";
   std::optional<GuardedResult> guarded_res;
   Expected<GenerationResult> res = Error("");
   if (guarded) {
-    auto policy = parse_guard_policy(f.guard.empty() ? "observe" : f.guard);
+    auto policy = parse_guard_policy(f.guard);
     if (!policy) return fail(policy.message());
     f.guard_config.policy = *policy;
     f.guard_config.trace = !f.trace_file.empty();
@@ -153,7 +152,8 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");
   sub->add_flag("--json", f->json, "Print one JSON result (text, tokens, finish_reason, usage, timings)");
   add_sampling_flags(sub, f->request);
-  sub->add_option("--guard", f->guard, "Degeneration guard policy: observe, stop or repair (docs/guard.md)");
+  sub->add_option("--guard", f->guard, "Degeneration guard: observe, stop, repair or off (docs/guard.md)")
+      ->capture_default_str();
   sub->add_option("--report", f->report_file, "Write the result with the guard's quality report (JSON)");
   sub->add_option("--trace", f->trace_file, "Write the guard's per-token signals (JSON Lines)");
   sub->add_option("--guard-max-repairs", f->guard_config.max_repairs, "Repairs before the guard stops")

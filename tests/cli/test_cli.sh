@@ -116,6 +116,7 @@ assert len(lines) == r['usage']['completion_tokens'], (len(lines), r['usage'])
   [ -s "$work/analysis/report.html" ] && [ -s "$work/analysis/blocks.csv" ] ||
   { echo "FAIL: coda analyze"; failures=$((failures + 1)); }
 expect_fail "guard policy: 'fix' is not one of observe, stop, repair" run --guard fix
+expect_fail "drop --guard off" run --guard off --report "$work/r.json"
 expect_fail "give prompts to generate from" analyze -o "$work/analysis"
 
 echo "$failures failure(s)"

@@ -287,5 +287,32 @@ TEST(GuardOnTheBundledModel, RepairsEndTheGreedyLoopAndAreReproducible) {
             std::string::npos);
 }
 
+TEST(GuardOnTheBundledModel, EarlyEosIsSteppedBackFromForPerpetualGeneration) {
+  auto loaded = load_generator(CODA_MODEL_PATH, GeneratorOptions{1, 0, 4096, ""});
+  ASSERT_TRUE(loaded);
+  GenerationRequest r;
+  r.prompt = "And Moses said unto";
+  r.max_tokens = 200;
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 5;
+  r.sampling.logit_bias[loaded->vocab->eos()] = 6.0f;  // make this model want to stop early
+  GuardConfig plain;
+  auto early = generate_guarded(*loaded->generator, r, plain);
+  ASSERT_TRUE(early);
+  ASSERT_EQ(early->result.finish_reason, "stop");
+  ASSERT_LT(early->result.completion_tokens, 40);
+  GuardConfig perpetual;
+  perpetual.perpetual_min_tokens = 40;
+  auto longer = generate_guarded(*loaded->generator, r, perpetual);
+  ASSERT_TRUE(longer);
+  ASSERT_FALSE(longer->report.repairs.empty());
+  EXPECT_EQ(longer->report.repairs[0].reason, "early_eos");
+  EXPECT_EQ(longer->report.repairs[0].keep, std::max<int64_t>(0, longer->report.repairs[0].at - 8));
+  // Either it got past the minimum, or it used up the repair budget trying.
+  EXPECT_TRUE(longer->result.completion_tokens >= 40 ||
+              static_cast<int>(longer->report.repairs.size()) == perpetual.max_repairs);
+  EXPECT_GT(longer->result.completion_tokens, early->result.completion_tokens);
+}
+
 }  // namespace
 }  // namespace coda
