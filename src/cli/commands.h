@@ -20,7 +20,8 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out);
 void add_inspect(CLI::App& app, std::vector<Command>& out);
 void add_template(CLI::App& app, std::vector<Command>& out);
 void add_chat(CLI::App& app, std::vector<Command>& out);
-void add_analyze(CLI::App& app, std::vector<Command>& out);  // info, tokenize, logits, dump-tensor
+void add_analyze(CLI::App& app, std::vector<Command>& out);
+void add_serve(CLI::App& app, std::vector<Command>& out);  // info, tokenize, logits, dump-tensor
 
 // The bundled model: $CODA_MODEL, else models/ next to the executable's parent, else the source tree.
 std::string default_model_path();

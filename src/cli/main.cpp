@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   coda::cli::add_template(app, commands);
   coda::cli::add_chat(app, commands);
   coda::cli::add_analyze(app, commands);
+  coda::cli::add_serve(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

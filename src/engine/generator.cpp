@@ -103,6 +103,19 @@ Status Generator::validate(const GenerationRequest& r) const {
   return r.sampling.validate(vocab_.size());
 }
 
+Status Generator::check(const GenerationRequest& r) const {
+  CODA_RETURN_IF_ERROR(validate(r));
+  auto prompt = prepare(r);
+  if (!prompt) return prompt.error();
+  auto max_tokens = resolve_max_tokens(r, static_cast<int>(prompt->tokens.size()), prompt->chat);
+  if (!max_tokens) return max_tokens.error();
+  for (int32_t id : r.stop_token_ids)
+    if (id < 0 || id >= vocab_.size())
+      return Error("stop_token_ids: " + std::to_string(id) + " is out of range; allowed 0.." +
+                   std::to_string(vocab_.size() - 1));
+  return Status::Ok();
+}
+
 Expected<Prompt> Generator::prepare(const GenerationRequest& request) const {
   return prepare_prompt(request, vocab_, chat_template());
 }

@@ -36,6 +36,9 @@ class Generator {
 
   // Prompt tokens and the checks on them, without generating (tests, `coda template`-like tools).
   Expected<Prompt> prepare(const GenerationRequest& request) const;
+  // Everything generate() checks before it starts (parameters, prompt, length budget), so a server
+  // can refuse a request before it queues it. Thread-safe with a running generate().
+  Status check(const GenerationRequest& request) const;
   // The max_tokens a request gets: its own (checked against the context) or the default cap.
   Expected<int> resolve_max_tokens(const GenerationRequest& request, int prompt_tokens, bool chat) const;
 

@@ -1,0 +1,103 @@
+// `coda serve`: the OpenAI-compatible server on a model (loopback by default).
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "engine/generator.h"
+#include "server/server.h"
+
+namespace coda::cli {
+
+namespace {
+
+struct ServeFlags {
+  std::string model;
+  int threads = 0;
+  int64_t ctx = 0;
+  int default_max_tokens = 4096;
+  double kv_budget_gib = 0;
+  std::string guard = "observe";
+  ServerOptions server;
+};
+
+coda::Server* g_server = nullptr;
+
+int serve(ServeFlags& f) {
+  const std::string path = f.model.empty() ? default_model_path() : f.model;
+  GeneratorOptions opts;
+  opts.threads = f.threads;
+  opts.n_ctx = f.ctx;
+  opts.default_max_tokens = f.default_max_tokens;
+  auto policy = parse_guard_policy(f.guard);
+  if (!policy) return fail(policy.message());
+  f.server.defaults.guard = *policy;
+  // The KV budget: the context must fit at least one sequence.
+  auto probe = Model::load(path);
+  if (!probe) return fail(probe.message());
+  const ModelConfig cfg = (*probe)->config();
+  probe->reset();
+  const int64_t n_ctx = f.ctx > 0 ? f.ctx : cfg.n_ctx_train;
+  const double per_token = KvCache::bytes_needed(cfg, 1);
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double budget = f.kv_budget_gib > 0 ? f.kv_budget_gib * (1 << 30) : physical / 2;
+  const auto capacity = static_cast<int64_t>(budget / per_token);
+  if (capacity < n_ctx)
+    return fail("a context of " + std::to_string(n_ctx) + " tokens needs " +
+                std::to_string(per_token * static_cast<double>(n_ctx) / (1 << 30)).substr(0, 6) +
+                " GiB of KV cache, more than the budget of " + std::to_string(budget / (1 << 30)).substr(0, 6) +
+                " GiB; the largest context that fits is " + std::to_string(capacity) + " tokens: start with -c " +
+                std::to_string(capacity) + " or raise --kv-budget");
+  auto loaded = load_generator(path, opts);
+  if (!loaded) return fail(loaded.message());
+  if (f.server.defaults.model_id.empty()) f.server.defaults.model_id = "coda";
+  coda::Server server(*loaded->generator, f.server);
+  auto port = server.bind();
+  if (!port) return fail(port.message());
+  std::fprintf(stderr,
+               "coda serve: %s, context %lld tokens; KV cache budget %.2f GiB = %lld tokens, maximum concurrency at "
+               "full context %.2fx (sequences run one at a time); guard %s\n",
+               path.c_str(), static_cast<long long>(n_ctx), budget / (1 << 30), static_cast<long long>(capacity),
+               static_cast<double>(capacity) / static_cast<double>(n_ctx), f.guard.c_str());
+  std::printf("coda serve: listening on http://%s:%d\n", f.server.host.c_str(), *port);
+  std::fflush(stdout);
+  g_server = &server;
+  std::signal(SIGINT, [](int) {
+    if (g_server) g_server->stop();
+  });
+  std::signal(SIGTERM, [](int) {
+    if (g_server) g_server->stop();
+  });
+  server.serve();
+  g_server = nullptr;
+  return 0;
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app, std::vector<Command>& out) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible server (loopback by default)");
+  sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
+  sub->add_option("--host", f->server.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", f->server.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
+  sub->add_option("--api-key", f->server.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  sub->add_option("--served-model-name", f->server.defaults.model_id, "The model id clients use")
+      ->capture_default_str();
+  sub->add_option("--max-queue", f->server.max_queue, "Waiting requests before 429")->capture_default_str();
+  sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 beyond)")
+      ->capture_default_str();
+  sub->add_option("--timeout", f->server.read_timeout_s, "Read timeout in seconds")->capture_default_str();
+  sub->add_option("-t,--threads", f->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--default-max-tokens", f->default_max_tokens, "max_tokens for requests that omit it")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--kv-budget", f->kv_budget_gib, "KV cache budget in GiB (default: half the memory)");
+  sub->add_option("--guard", f->guard, "Default guard policy: observe, stop or repair")->capture_default_str();
+  out.push_back({sub, [f] { return serve(*f); }});
+}
+
+}  // namespace coda::cli

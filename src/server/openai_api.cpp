@@ -1,0 +1,318 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <random>
+
+#include "tokenizer/utf8.h"
+#include "tokenizer/vocab.h"
+
+namespace coda {
+
+nlohmann::ordered_json ApiError::body() const {
+  nlohmann::ordered_json e{{"message", message}, {"type", type}};
+  e["param"] = param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param);
+  e["code"] = code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(code);
+  return {{"error", e}};
+}
+
+std::string dump_json(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+namespace {
+
+ApiError bad(const std::string& param, const std::string& message) {
+  ApiError e;
+  e.param = param;
+  e.message = message;
+  return e;
+}
+
+// Typed field readers: a wrong type is an error naming the field; null counts as absent.
+struct Reader {
+  const nlohmann::ordered_json& j;
+  std::optional<ApiError> error;
+
+  const nlohmann::ordered_json* get(const char* k) {
+    auto it = j.find(k);
+    if (it == j.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  template <typename T>
+  void number(const char* k, T& out) {
+    const auto* v = get(k);
+    if (!v || error) return;
+    if (!v->is_number()) {
+      error = bad(k, std::string(k) + ": expected a number");
+      return;
+    }
+    if constexpr (std::is_integral_v<T>) {
+      if (!v->is_number_integer()) {
+        error = bad(k, std::string(k) + ": expected an integer");
+        return;
+      }
+      const auto x = v->get<int64_t>();
+      if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) {
+        error = bad(k, std::string(k) + ": " + std::to_string(x) + " is out of range");
+        return;
+      }
+      out = static_cast<T>(x);
+    } else {
+      out = v->get<T>();
+    }
+  }
+  void boolean(const char* k, bool& out) {
+    const auto* v = get(k);
+    if (!v || error) return;
+    if (!v->is_boolean()) {
+      error = bad(k, std::string(k) + ": expected true or false");
+      return;
+    }
+    out = v->get<bool>();
+  }
+};
+
+}  // namespace
+
+std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d) {
+  auto j = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (j.is_discarded()) return bad("", "The request body is not valid JSON.");
+  if (!j.is_object()) return bad("", "The request body must be a JSON object.");
+  ApiRequest r;
+  r.chat = chat;
+  r.guard.policy = d.guard;
+  Reader rd{j, std::nullopt};
+  GenerationRequest& g = r.gen;
+  SamplingParams& s = g.sampling;
+
+  if (const auto* m = rd.get("model")) {
+    if (!m->is_string()) return bad("model", "model: expected a string");
+    r.model = m->get<std::string>();
+    if (r.model != d.model_id) {
+      ApiError e = bad("model", "The model `" + r.model + "` does not exist. This server serves `" + d.model_id + "`.");
+      e.status = 404;
+      e.code = "model_not_found";
+      return e;
+    }
+  }
+  if (chat) {
+    const auto* m = rd.get("messages");
+    if (!m) return bad("messages", "messages: required");
+    g.messages = *m;
+  } else {
+    const auto* p = rd.get("prompt");
+    if (!p) return bad("prompt", "prompt: required");
+    if (p->is_string()) {
+      g.prompt = p->get<std::string>();
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+      g.prompt = (*p)[0].get<std::string>();
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+      for (const auto& t : *p) {
+        if (!t.is_number_integer()) return bad("prompt", "prompt: a token array must hold only integers");
+        const auto id = t.get<int64_t>();
+        g.prompt_tokens.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+      }
+    } else if (p->is_array() && p->size() > 1) {
+      return bad("prompt", "prompt: only one prompt per request is supported (n = 1)");
+    } else {
+      return bad("prompt", "prompt: expected a string, an array of one string, or an array of token ids");
+    }
+  }
+  int n = 1;
+  rd.number("n", n);
+  if (!rd.error && n != 1) return bad("n", "n: " + std::to_string(n) + " is not supported; only n = 1");
+  int max_tokens = -1;
+  rd.number("max_tokens", max_tokens);
+  rd.number("max_completion_tokens", max_tokens);
+  if (rd.error) return *rd.error;
+  if (rd.get("max_tokens") || rd.get("max_completion_tokens")) g.max_tokens = max_tokens;
+  rd.number("temperature", s.temperature);
+  rd.number("top_p", s.top_p);
+  rd.number("top_k", s.top_k);
+  rd.number("min_p", s.min_p);
+  rd.number("typical_p", s.typical_p);
+  rd.number("frequency_penalty", s.frequency_penalty);
+  rd.number("presence_penalty", s.presence_penalty);
+  rd.number("repetition_penalty", s.repetition_penalty);
+  rd.number("min_tokens", s.min_tokens);
+  rd.boolean("ignore_eos", s.ignore_eos);
+  rd.boolean("include_stop_str_in_output", g.include_stop_str_in_output);
+  rd.boolean("stream", r.stream);
+  // Without a seed every request gets a fresh one (as OpenAI and vLLM behave); with one, it reproduces.
+  int64_t seed = 0;
+  rd.number("seed", seed);
+  if (rd.error) return *rd.error;
+  s.seed = rd.get("seed") ? static_cast<uint64_t>(seed)
+                          : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (const auto* so = rd.get("stream_options")) {
+    if (!so->is_object()) return bad("stream_options", "stream_options: expected an object");
+    if (so->contains("include_usage")) {
+      if (!(*so)["include_usage"].is_boolean())
+        return bad("stream_options.include_usage", "stream_options.include_usage: expected true or false");
+      r.include_usage = (*so)["include_usage"].get<bool>();
+    }
+  }
+  if (const auto* st = rd.get("stop")) {
+    if (st->is_string()) {
+      g.stop.push_back(st->get<std::string>());
+    } else if (st->is_array()) {
+      for (const auto& x : *st) {
+        if (!x.is_string()) return bad("stop", "stop: expected a string or an array of strings");
+        g.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return bad("stop", "stop: expected a string or an array of strings");
+    }
+  }
+  if (const auto* ids = rd.get("stop_token_ids")) {
+    if (!ids->is_array()) return bad("stop_token_ids", "stop_token_ids: expected an array of integers");
+    for (const auto& x : *ids) {
+      if (!x.is_number_integer()) return bad("stop_token_ids", "stop_token_ids: expected an array of integers");
+      const auto id = x.get<int64_t>();
+      g.stop_token_ids.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+    }
+  }
+  if (const auto* lb = rd.get("logit_bias")) {
+    if (!lb->is_object()) return bad("logit_bias", "logit_bias: expected an object of token id -> bias");
+    for (const auto& [k, v] : lb->items()) {
+      char* end = nullptr;
+      const long long id = std::strtoll(k.c_str(), &end, 10);
+      if (k.empty() || *end != '\0' || id < INT32_MIN || id > INT32_MAX)
+        return bad("logit_bias", "logit_bias: key '" + k + "' is not a token id");
+      if (!v.is_number()) return bad("logit_bias", "logit_bias: the bias for token " + k + " must be a number");
+      s.logit_bias[static_cast<int32_t>(id)] = v.get<float>();
+    }
+  }
+  if (chat) {
+    rd.boolean("logprobs", r.logprobs);
+    rd.number("top_logprobs", r.top_logprobs);
+    if (rd.error) return *rd.error;
+    if (r.top_logprobs < 0 || r.top_logprobs > 20)
+      return bad("top_logprobs", "top_logprobs: " + std::to_string(r.top_logprobs) + " is out of range; allowed 0..20");
+    if (rd.get("top_logprobs") && !r.logprobs) return bad("top_logprobs", "top_logprobs: requires logprobs to be true");
+    if (r.logprobs) g.logprobs = r.top_logprobs;
+    if (const auto* tools = rd.get("tools")) g.chat.tools = *tools;
+    if (const auto* kw = rd.get("chat_template_kwargs")) {
+      if (!kw->is_object()) return bad("chat_template_kwargs", "chat_template_kwargs: expected an object");
+      g.chat.extra = *kw;
+    }
+  } else {
+    int lp = -1;
+    rd.number("logprobs", lp);
+    if (rd.error) return *rd.error;
+    if (rd.get("logprobs")) {
+      if (lp < 0 || lp > 20)
+        return bad("logprobs", "logprobs: " + std::to_string(lp) + " is out of range; allowed 0..20");
+      r.logprobs = true;
+      r.top_logprobs = lp;
+      g.logprobs = lp;
+    }
+  }
+  if (rd.error) return *rd.error;
+  if (const auto* c = rd.get("coda")) {
+    if (!c->is_object()) return bad("coda", "coda: expected an object");
+    if (c->contains("guard")) {
+      if (!(*c)["guard"].is_string()) return bad("coda.guard", "coda.guard: expected observe, stop or repair");
+      auto p = parse_guard_policy((*c)["guard"].get<std::string>());
+      if (!p) return bad("coda.guard", p.message());
+      r.guard.policy = *p;
+    }
+  }
+  return r;
+}
+
+nlohmann::ordered_json usage_json(const GenerationResult& g) {
+  return {{"prompt_tokens", g.prompt_tokens},
+          {"completion_tokens", g.completion_tokens},
+          {"total_tokens", g.prompt_tokens + g.completion_tokens}};
+}
+
+namespace {
+
+std::string utf8_sanitize(const std::string& s) {
+  std::string out;
+  coda::utf8_sanitize(s, true, &out);
+  return out;
+}
+
+nlohmann::ordered_json bytes_of(const std::string& s) {
+  auto a = nlohmann::ordered_json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+}  // namespace
+
+nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& id,
+                                       int64_t created, const Vocab& vocab) {
+  const GenerationResult& res = g.result;
+  nlohmann::ordered_json choice{{"index", 0}};
+  nlohmann::ordered_json logprobs = nullptr;
+  if (r.logprobs) {
+    if (r.chat) {
+      auto content = nlohmann::ordered_json::array();
+      for (const auto& lp : res.logprobs) {
+        const std::string text = utf8_sanitize(lp.text);
+        nlohmann::ordered_json e{{"token", text}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.text)}};
+        auto& top = e["top_logprobs"] = nlohmann::ordered_json::array();
+        for (const auto& [tid, l] : lp.top) {
+          const std::string b = vocab.token_bytes(tid);
+          top.push_back({{"token", utf8_sanitize(b)}, {"logprob", l}, {"bytes", bytes_of(b)}});
+        }
+        content.push_back(std::move(e));
+      }
+      logprobs = {{"content", content}};
+    } else {
+      auto tokens = nlohmann::ordered_json::array(), token_lps = nlohmann::ordered_json::array(),
+           tops = nlohmann::ordered_json::array(), offsets = nlohmann::ordered_json::array();
+      size_t offset = 0;
+      for (const auto& lp : res.logprobs) {
+        tokens.push_back(utf8_sanitize(lp.text));
+        token_lps.push_back(lp.logprob);
+        nlohmann::ordered_json top = nlohmann::ordered_json::object();
+        for (const auto& [tid, l] : lp.top) top[utf8_sanitize(vocab.token_bytes(tid))] = l;
+        tops.push_back(std::move(top));
+        offsets.push_back(offset);
+        offset += lp.text.size();
+      }
+      logprobs = {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+    }
+  }
+  if (r.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", res.text}};
+  } else {
+    choice["text"] = res.text;
+  }
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = res.finish_reason;
+  nlohmann::ordered_json body{{"id", id},
+                              {"object", r.chat ? "chat.completion" : "text_completion"},
+                              {"created", created},
+                              {"model", r.model.empty() ? "coda" : r.model},
+                              {"choices", nlohmann::ordered_json::array({choice})},
+                              {"usage", usage_json(res)}};
+  body["coda"] = g.report.to_json();
+  return body;
+}
+
+nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
+                                    const std::string& text, const char* finish_reason, bool first) {
+  nlohmann::ordered_json choice{{"index", 0}};
+  if (r.chat) {
+    nlohmann::ordered_json delta = nlohmann::ordered_json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason ? nlohmann::ordered_json(finish_reason) : nlohmann::ordered_json(nullptr);
+  return {{"id", id},
+          {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", r.model.empty() ? "coda" : r.model},
+          {"choices", nlohmann::ordered_json::array({choice})}};
+}
+
+}  // namespace coda

@@ -1,0 +1,53 @@
+// The OpenAI wire format: request parsing with OpenAI's and vLLM's field names and ranges, errors
+// in OpenAI's shape, and the response and stream-chunk bodies.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+
+#include "engine/request.h"
+#include "guard/guard.h"
+
+namespace coda {
+
+// {"error": {"message", "type", "param", "code"}} with its HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;
+  std::string code;
+  nlohmann::ordered_json body() const;
+};
+
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;  // chat: logprobs=true; completions: logprobs >= 0
+  int top_logprobs = 0;
+  std::string model;
+  GenerationRequest gen;
+  GuardConfig guard;
+};
+
+struct ServerDefaults {
+  std::string model_id = "coda";
+  GuardPolicy guard = GuardPolicy::Observe;
+};
+
+// Parses a /v1/completions (chat = false) or /v1/chat/completions body. Unknown fields are ignored.
+std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d);
+
+// Response bodies.
+nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& id,
+                                       int64_t created, const class Vocab& vocab);
+nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
+                                    const std::string& text, const char* finish_reason, bool first);
+nlohmann::ordered_json usage_json(const GenerationResult& g);
+
+// JSON text that is always valid UTF-8 (invalid bytes become U+FFFD).
+std::string dump_json(const nlohmann::ordered_json& j);
+
+}  // namespace coda

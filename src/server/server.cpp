@@ -1,0 +1,203 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <ctime>
+
+namespace coda {
+
+namespace {
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump_json(e.body()), "application/json");
+}
+
+ApiError error_for(int status, const std::string& message, const std::string& type, const std::string& code = "") {
+  ApiError e;
+  e.status = status;
+  e.message = message;
+  e.type = type;
+  e.code = code;
+  return e;
+}
+
+// A generation-layer error as the API reports it.
+ApiError generation_error(const std::string& message) {
+  ApiError e;
+  e.message = message;
+  if (message.rfind("This model's maximum context length", 0) == 0) {
+    e.code = "context_length_exceeded";
+    e.param = message.find("in the messages") != std::string::npos ? "messages" : "prompt";
+  } else {
+    const size_t colon = message.find(':');
+    if (colon != std::string::npos && colon < 40 && message.find(' ') > colon) e.param = message.substr(0, colon);
+  }
+  return e;
+}
+
+}  // namespace
+
+Server::Server(Generator& gen, ServerOptions opts)
+    : gen_(gen),
+      opts_(std::move(opts)),
+      scheduler_(std::make_unique<Scheduler>(gen, metrics_, SchedulerOptions{opts_.max_queue})) {
+  started_ = static_cast<int64_t>(std::time(nullptr));
+  const int threads = opts_.http_threads > 0 ? opts_.http_threads : static_cast<int>(opts_.max_queue) + 8;
+  http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_.set_payload_max_length(opts_.max_body_bytes);
+  http_.set_read_timeout(opts_.read_timeout_s, 0);
+  http_.set_write_timeout(opts_.write_timeout_s, 0);
+  routes();
+}
+
+Server::~Server() {
+  stop();
+}
+
+Expected<int> Server::bind() {
+  int port = opts_.port;
+  if (port == 0) {
+    port = http_.bind_to_any_port(opts_.host);
+    if (port < 0) return Error("cannot bind to " + opts_.host);
+  } else if (!http_.bind_to_port(opts_.host, port)) {
+    return Error("cannot listen on " + opts_.host + ":" + std::to_string(port) + " (in use? give another --port)");
+  }
+  return port;
+}
+
+void Server::serve() {
+  http_.listen_after_bind();
+}
+
+void Server::stop() {
+  http_.stop();
+  scheduler_.reset();
+}
+
+void Server::routes() {
+  // API key on /v1/*; /health and /metrics stay open.
+  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opts_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    metrics_.add("coda:request_rejected_total", 1, "status", "401");
+    send_error(res, error_for(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.",
+                              "invalid_request_error", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Whatever httplib answers on its own (413, 404, 400 on a malformed request) gets the API shape.
+  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(res.status));
+    if (res.status == 404) {
+      send_error(res, error_for(404,
+                                "Unknown route " + req.method + " " + req.path +
+                                    "; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics",
+                                "invalid_request_error", "not_found"));
+    } else if (res.status == 413) {
+      send_error(res,
+                 error_for(413, "The request body is larger than " + std::to_string(opts_.max_body_bytes) + " bytes.",
+                           "invalid_request_error", "request_too_large"));
+    } else {
+      send_error(res,
+                 error_for(res.status, "The request could not be processed (HTTP " + std::to_string(res.status) + ").",
+                           "invalid_request_error"));
+    }
+  });
+  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, error_for(500, "Internal error.", "server_error"));
+  });
+  http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
+  });
+  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::ordered_json m{{"id", opts_.defaults.model_id},
+                             {"object", "model"},
+                             {"created", started_},
+                             {"owned_by", "coda"},
+                             {"max_model_len", gen_.n_ctx()}};
+    res.set_content(dump_json({{"object", "list"}, {"data", nlohmann::ordered_json::array({m})}}), "application/json");
+  });
+  http_.Post("/v1/completions",
+             [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
+  http_.Post("/v1/chat/completions",
+             [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, true); });
+}
+
+void Server::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  auto parsed = parse_api_request(req.body, chat, opts_.defaults);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e->status));
+    return send_error(res, *e);
+  }
+  ApiRequest r = std::move(std::get<ApiRequest>(parsed));
+  if (Status s = gen_.check(r.gen); !s.ok()) {
+    metrics_.add("coda:request_rejected_total", 1, "status", "400");
+    return send_error(res, generation_error(s.message()));
+  }
+  auto ticket = scheduler_->submit(r);
+  if (!ticket) {
+    metrics_.add("coda:request_rejected_total", 1, "status", "429");
+    res.set_header("Retry-After", "1");
+    return send_error(res, error_for(429,
+                                     "The server is at capacity (" + std::to_string(opts_.max_queue) +
+                                         " requests waiting); retry shortly.",
+                                     "rate_limit_exceeded", "rate_limit_exceeded"));
+  }
+  const std::string id =
+      (chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(next_id_.fetch_add(1));
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+
+  if (!r.stream) {
+    const Expected<GuardedResult>& out = ticket->result();
+    if (!out) return send_error(res, generation_error(out.message()));
+    res.set_content(dump_json(completion_body(r, *out, id, created, gen_.vocab())), "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  auto first = std::make_shared<bool>(true);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, ticket, r, id, created, first](size_t, httplib::DataSink& sink) {
+        auto send = [&](const nlohmann::ordered_json& j) {
+          const std::string line = "data: " + dump_json(j) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        std::string text;
+        bool done = false;
+        ticket->wait(text, done, std::chrono::milliseconds(200));
+        if (*first && (!text.empty() || done)) {
+          *first = false;
+          if (r.chat && !send(stream_chunk(r, id, created, "", nullptr, true))) return false;
+        }
+        if (!text.empty() && !send(stream_chunk(r, id, created, text, nullptr, false))) return false;
+        if (!done) return sink.is_writable();
+        const Expected<GuardedResult>& out = ticket->result();
+        if (!out) {
+          send(generation_error(out.message()).body());
+        } else {
+          auto last = stream_chunk(r, id, created, "", out->result.finish_reason.c_str(), false);
+          if (r.chat) last["choices"][0]["delta"] = nlohmann::ordered_json::object();
+          last["coda"] = out->report.to_json();
+          send(last);
+          if (r.include_usage) {
+            auto u = stream_chunk(r, id, created, "", nullptr, false);
+            u["choices"] = nlohmann::ordered_json::array();
+            u["usage"] = usage_json(out->result);
+            send(u);
+          }
+        }
+        const std::string end = "data: [DONE]\n\n";
+        sink.write(end.data(), end.size());
+        sink.done();
+        return true;
+      },
+      [ticket](bool success) {
+        if (!success) ticket->cancelled = true;  // the client went away: stop generating for it
+      });
+}
+
+}  // namespace coda

@@ -1,0 +1,58 @@
+// `coda serve`: the OpenAI-compatible HTTP server (cpp-httplib) on top of the scheduler.
+//
+// Routes: GET /health, GET /metrics (Prometheus text), GET /v1/models, POST /v1/completions,
+// POST /v1/chat/completions (JSON or SSE with `data: [DONE]`). Every error is OpenAI's
+// {"error": {...}} with the matching status: 400 invalid parameters and context_length_exceeded,
+// 401 bad or missing API key, 404 unknown model or route, 413 oversized body, 429 queue full.
+#pragma once
+
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "engine/generator.h"
+#include "server/metrics.h"
+#include "server/openai_api.h"
+#include "server/scheduler.h"
+
+namespace coda {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port
+  std::string api_key;
+  size_t max_body_bytes = size_t{8} << 20;
+  int read_timeout_s = 30;
+  int write_timeout_s = 30;
+  size_t max_queue = 64;
+  int http_threads = 0;  // 0: max_queue + 8
+  ServerDefaults defaults;
+};
+
+class Server {
+ public:
+  Server(Generator& gen, ServerOptions opts);
+  ~Server();
+  // Binds; returns the port (useful with port 0).
+  Expected<int> bind();
+  // Serves until stop(). Call after bind().
+  void serve();
+  void stop();
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  void routes();
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+
+  Generator& gen_;
+  ServerOptions opts_;
+  Metrics metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+  httplib::Server http_;
+  int64_t started_ = 0;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace coda

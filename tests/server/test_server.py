@@ -1,0 +1,294 @@
+#!/usr/bin/python3
+"""coda serve over real HTTP on loopback: the API, its errors, streaming, and a bounded fault and
+load test (concurrent streams on the bundled model and on a random-weight synthetic model, random
+disconnects, oversized and malformed bodies, invalid parameters, a flood beyond the queue bound).
+Afterwards every accepted request must have a complete, well-formed answer or a proper error, the
+KV usage gauge must be back to zero and /health must be ok.
+
+Usage: /usr/bin/python3 tests/server/test_server.py build/coda WORK_DIR
+"""
+import http.client
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+class Server:
+    def __init__(self, coda, *args):
+        self.proc = subprocess.Popen([coda, "serve", "--port", "0", "-t", "1", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError("server did not start: " + line + self.proc.stderr.read())
+        self.port = int(line.strip().rsplit(":", 1)[1])
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        c.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r.status, dict(r.getheaders()), raw
+
+    def json(self, method, path, body=None, headers=None):
+        status, hdrs, raw = self.request(method, path, body, headers)
+        return status, hdrs, json.loads(raw.decode("utf-8"))
+
+    def stream(self, path, body, disconnect_after=None):
+        """Returns (status, events, done) where events are the parsed data: lines."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            raw = r.read()
+            c.close()
+            return r.status, [json.loads(raw)], False
+        events, done, buf = [], False, b""
+        while True:
+            chunk = r.read1(4096) if hasattr(r, "read1") else r.read(1)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n\n" in buf:
+                ev, buf = buf.split(b"\n\n", 1)
+                assert ev.startswith(b"data: "), ev
+                payload = ev[6:].decode("utf-8")  # raises on invalid UTF-8
+                if payload == "[DONE]":
+                    done = True
+                else:
+                    events.append(json.loads(payload))
+            if disconnect_after is not None and len(events) >= disconnect_after:
+                c.sock.shutdown(socket.SHUT_RDWR)
+                c.close()
+                return 200, events, False
+        c.close()
+        return 200, events, done
+
+    def metric(self, name):
+        _, _, raw = self.request("GET", "/metrics")
+        for line in raw.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        return self.proc.stderr.read()
+
+
+def api_tests(s):
+    st, _, body = s.json("GET", "/health")
+    check(st == 200 and body == {"status": "ok"}, "/health")
+    st, _, body = s.json("GET", "/v1/models")
+    check(st == 200 and body["data"][0]["id"] == "coda" and body["object"] == "list", "/v1/models")
+    # Completion, greedy: the bundled model's reference continuation.
+    st, _, body = s.json("POST", "/v1/completions", {"model": "coda", "prompt": "In the beginning God",
+                                                     "max_tokens": 12, "temperature": 0})
+    check(st == 200 and body["choices"][0]["text"].startswith(" of Israel, and the LORD God"), f"completion {body}")
+    check(body.get("usage", {}).get("completion_tokens") == 12 and body["choices"][0]["finish_reason"] == "length",
+          "completion usage")
+    check("coda" in body and "events" in body["coda"], "completion carries the guard report")
+    # Chat with logprobs.
+    st, _, body = s.json("POST", "/v1/chat/completions", {
+        "model": "coda", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6, "temperature": 0,
+        "logprobs": True, "top_logprobs": 3})
+    check(st == 200 and body["object"] == "chat.completion", f"chat {body}")
+    lp = body["choices"][0]["logprobs"]["content"]
+    check(len(lp) == body["usage"]["completion_tokens"] and len(lp[0]["top_logprobs"]) == 3, "chat logprobs")
+    # Seeds reproduce.
+    req = {"prompt": "The king said", "max_tokens": 20, "temperature": 1.0, "seed": 7}
+    a = s.json("POST", "/v1/completions", req)[2]["choices"][0]["text"]
+    b = s.json("POST", "/v1/completions", req)[2]["choices"][0]["text"]
+    check(a == b, "same seed, same text")
+    # Streaming with usage; concatenated deltas equal the non-streamed text.
+    req = {"messages": [{"role": "user", "content": "Tell me"}], "max_tokens": 30, "temperature": 0.8, "seed": 3}
+    full = s.json("POST", "/v1/chat/completions", req)[2]["choices"][0]["message"]["content"]
+    st, events, done = s.stream("/v1/chat/completions", {**req, "stream": True,
+                                                          "stream_options": {"include_usage": True}})
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e.get("choices"))
+    check(done and text == full, f"stream equals non-stream: {text!r} vs {full!r}")
+    check(events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] > 0, "stream usage chunk")
+    check(events[0]["choices"][0]["delta"].get("role") == "assistant", "first chunk has the role")
+    # The guard through the API: a greedy loop stopped with finish_reason "repetition".
+    st, _, body = s.json("POST", "/v1/completions", {"prompt": "In the beginning God", "max_tokens": 300,
+                                                     "temperature": 0, "coda": {"guard": "stop"}})
+    check(body["choices"][0]["finish_reason"] == "repetition", f"guard stop: {body['choices'][0]['finish_reason']}")
+    # Errors in OpenAI's shape with the right status.
+    cases = [
+        ("POST", "/v1/completions", {"prompt": "x", "temperature": 5}, 400, "temperature"),
+        ("POST", "/v1/completions", {"prompt": "x", "top_p": 0}, 400, "top_p"),
+        ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ("POST", "/v1/completions", {"prompt": "x", "n": 2}, 400, "n"),
+        ("POST", "/v1/completions", {"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+        ("POST", "/v1/completions", {"prompt": "x", "stop": 5}, 400, "stop"),
+        ("POST", "/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+        ("POST", "/v1/completions", {"prompt": ""}, 400, "prompt"),
+        ("POST", "/v1/completions", {}, 400, "prompt"),
+        ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 5000}, 400, "prompt"),
+        ("POST", "/v1/chat/completions", {"messages": []}, 400, "messages"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, 400,
+         "top_logprobs"),
+        ("POST", "/v1/completions", {"model": "gpt-4", "prompt": "x"}, 404, "model"),
+        ("GET", "/v1/nothing", None, 404, None),
+        ("POST", "/v1/completions", b"{not json", 400, None),
+        ("POST", "/v1/completions", b"[1, 2]", 400, None),
+    ]
+    for method, path, body, status, param in cases:
+        st, _, raw = s.request(method, path, body)
+        try:
+            err = json.loads(raw)["error"]
+            ok = st == status and isinstance(err["message"], str) and "type" in err and (param is None or
+                                                                                        err["param"] == param)
+        except (ValueError, KeyError, TypeError):
+            ok = False
+        check(ok, f"{method} {path} {body!r:.60} -> {st} {raw[:200]!r}")
+    st, _, raw = s.request("POST", "/v1/completions", b"x" * (9 << 20))
+    check(st == 413 and b"error" in raw, f"oversized body -> {st}")
+    # Unknown fields are ignored, like OpenAI does.
+    st, _, body = s.json("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "frobnicate": {"x": 1},
+                                                     "user": "u1"})
+    check(st == 200, "unknown fields ignored")
+
+
+def auth_tests(coda):
+    s = Server(coda, "--api-key", "sekret")
+    try:
+        st, _, body = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
+        check(st == 401 and body["error"]["code"] == "invalid_api_key", "missing key -> 401")
+        st, _, body = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                             {"Authorization": "Bearer wrong"})
+        check(st == 401, "wrong key -> 401")
+        st, _, _ = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                          {"Authorization": "Bearer sekret"})
+        check(st == 200, "right key -> 200")
+        st, _, _ = s.json("GET", "/health")
+        check(st == 200, "/health needs no key")
+    finally:
+        err = s.stop()
+        check("Sanitizer" not in err and "runtime error" not in err, "auth server stderr clean: " + err[-300:])
+
+
+def load_tests(s, label, n_streams=16, max_queue=None):
+    """Concurrent streams with random disconnects, bad requests in between, then a flood."""
+    rng = random.Random(label)
+    results = []
+
+    def one(i):
+        kind = rng.random()
+        try:
+            if kind < 0.15:
+                st, _, raw = s.request("POST", "/v1/completions", b'{"prompt": ')
+                results.append(("malformed", st == 400 and b"error" in raw))
+            elif kind < 0.25:
+                st, _, raw = s.request("POST", "/v1/chat/completions", {"messages": [], "stream": True})
+                results.append(("invalid", st == 400 and b"error" in raw))
+            else:
+                cut = rng.choice([None, None, 1, 3])
+                st, events, done = s.stream("/v1/completions", {
+                    "prompt": rng.choice(["In the beginning", "La vita", "And Moses", "\u00bfQu\u00e9?"]),
+                    "max_tokens": rng.choice([8, 32, 64]), "temperature": 1.0, "stream": True}, disconnect_after=cut)
+                if st == 429:
+                    results.append(("429", True))
+                elif cut is not None:
+                    results.append(("disconnect", True))
+                else:
+                    ok = done and events and events[-1]["choices"][0]["finish_reason"] is not None
+                    results.append(("stream", bool(ok)))
+        except Exception as e:  # noqa: BLE001 - any exception is a failed request
+            results.append(("exception", False))
+            print(label, "request", i, "raised", repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n_streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    bad = [r for r in results if not r[1]]
+    kinds = {}
+    for k, _ in results:
+        kinds[k] = kinds.get(k, 0) + 1
+    print(f"{label}: {kinds}")
+    check(len(results) == n_streams and not bad, f"{label}: {len(results)} answered, bad: {bad}")
+    # A flood beyond the queue bound: some are refused with 429 and Retry-After, none fail otherwise.
+    if max_queue is not None:
+        statuses = []
+
+        def flood():
+            st, hdrs, raw = s.request("POST", "/v1/completions", {"prompt": "Flood", "max_tokens": 48,
+                                                                  "temperature": 1.0, "ignore_eos": True})
+            statuses.append((st, hdrs.get("Retry-After"), raw))
+
+        threads = [threading.Thread(target=flood) for _ in range(3 * max_queue)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        codes = sorted(x[0] for x in statuses)
+        print(f"{label}: flood of {len(codes)}: {codes.count(200)} answered, {codes.count(429)} refused with 429")
+        check(200 in codes and 429 in codes and set(codes) <= {200, 429}, f"{label}: flood statuses {codes}")
+        check(all(x[1] == "1" for x in statuses if x[0] == 429), f"{label}: 429 carries Retry-After")
+        check(all(json.loads(x[2]).get("choices") or json.loads(x[2]).get("error") for x in statuses),
+              f"{label}: flood answers are JSON")
+    # Afterwards: idle, KV back to zero, healthy.
+    for _ in range(100):
+        if s.metric("coda:num_requests_running") == 0 and s.metric("coda:num_requests_waiting") == 0:
+            break
+        time.sleep(0.1)
+    check(s.metric("coda:kv_cache_usage_perc") == 0, f"{label}: KV usage back to 0")
+    check(s.metric("coda:num_requests_running") == 0, f"{label}: nothing running")
+    check(s.json("GET", "/health")[0] == 200, f"{label}: healthy after the storm")
+    _, _, raw = s.request("GET", "/metrics")
+    check(b'coda:request_success_total{finished_reason="abort"}' in raw, f"{label}: metrics list finish reasons")
+
+
+def main():
+    coda, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    s = Server(coda, "--max-queue", "6")
+    try:
+        api_tests(s)
+        load_tests(s, "bundled", n_streams=16, max_queue=6)
+    finally:
+        err = s.stop()
+    check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
+    auth_tests(coda)
+    # A random-weight model emits arbitrary tokens (byte pieces, special tokens): still valid JSON/SSE.
+    synth = os.path.join(work, f"random-{os.getpid()}.gguf")
+    subprocess.run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "-o", synth],
+                   check=True, capture_output=True)
+    r = Server(coda, "-m", synth, "--max-queue", "4")
+    try:
+        load_tests(r, "random-weights", n_streams=16, max_queue=4)
+        st, _, body = r.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                              "max_tokens": 64, "temperature": 1.5, "logprobs": True,
+                                                              "top_logprobs": 5})
+        check(st == 200 and isinstance(body["choices"][0]["message"]["content"], str), "random model chat")
+    finally:
+        err = r.stop()
+        os.remove(synth)
+    check("Sanitizer" not in err and "runtime error" not in err, "random-model server stderr clean: " + err[-300:])
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
