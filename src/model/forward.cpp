@@ -43,10 +43,43 @@ Status Model::forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool&
 
 Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
                             float* logits, bool all_logits) const {
+  run_rows({BatchSeq{tokens, n, &kv, logits}}, pool, buf, all_logits);
+  return Status::Ok();
+}
+
+Status Model::forward_batch(const std::vector<BatchSeq>& seqs, ThreadPool& pool, ForwardBuffers& buf) const {
+  int64_t rows = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const BatchSeq& q = seqs[s];
+    if (q.n <= 0 || q.kv == nullptr) return Error("forward_batch: sequence " + std::to_string(s) + " has no tokens");
+    if (q.kv->size() + q.n > q.kv->capacity())
+      return Error("context overflow in sequence " + std::to_string(s) + ": " + std::to_string(q.kv->size()) + " + " +
+                   std::to_string(q.n) + " tokens exceed its cache of " + std::to_string(q.kv->capacity()));
+    for (int64_t i = 0; i < q.n; ++i)
+      if (q.tokens[i] < 0 || q.tokens[i] >= config_.n_vocab)
+        return Error("token id " + std::to_string(q.tokens[i]) + " is out of range; the vocabulary has " +
+                     std::to_string(config_.n_vocab) + " tokens");
+    for (size_t o = 0; o < s; ++o)
+      if (seqs[o].kv == q.kv) return Error("forward_batch: two sequences share one KV cache");
+    rows += q.n;
+  }
+  if (rows == 0) return Status::Ok();
+  if (rows > kMaxChunk)
+    return Error("forward_batch: " + std::to_string(rows) + " rows exceed " + std::to_string(kMaxChunk));
+  run_rows(seqs, pool, buf, false);
+  return Status::Ok();
+}
+
+// The forward pass over rows that may belong to different sequences: weights are read once for all
+// rows; each row's position, RoPE, cache writes and attention use its own sequence's cache.
+void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, ForwardBuffers& buf, bool all_logits) const {
   const ModelConfig& c = config_;
   const KernelTable& k = kernels();
-  const int64_t start = kv.size();
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim();
+  buf.rows.clear();
+  for (const BatchSeq& q : seqs)
+    for (int64_t i = 0; i < q.n; ++i) buf.rows.push_back({q.kv, q.kv->size() + i});
+  const int64_t n = static_cast<int64_t>(buf.rows.size());
   grow(buf.x, n * dim);
   grow(buf.xn, n * dim);
   grow(buf.q, n * qd);
@@ -56,8 +89,10 @@ Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, Threa
   grow(buf.gate, n * c.ffn_dim);
   grow(buf.up, n * c.ffn_dim);
 
-  for (int64_t t = 0; t < n; ++t)
-    ref::dequantize_row(w_.token_embd.type, w_.token_embd.row(tokens[t]), buf.x.data() + t * dim, dim);
+  int64_t r = 0;
+  for (const BatchSeq& q : seqs)
+    for (int64_t i = 0; i < q.n; ++i, ++r)
+      ref::dequantize_row(w_.token_embd.type, w_.token_embd.row(q.tokens[i]), buf.x.data() + r * dim, dim);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
@@ -74,14 +109,15 @@ Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, Threa
         for (int64_t i = 0; i < kvd; ++i) kk[i] += L.bk[static_cast<size_t>(i)];
         for (int64_t i = 0; i < kvd; ++i) vv[i] += L.bv[static_cast<size_t>(i)];
       }
-      rope(q, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), start + t,
+      const RowTarget& row = buf.rows[static_cast<size_t>(t)];
+      rope(q, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), row.pos,
            inv_freq_.data(), c.rope_neox);
-      rope(kk, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), start + t,
+      rope(kk, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), row.pos,
            inv_freq_.data(), c.rope_neox);
-      std::copy(kk, kk + kvd, kv.k(l, start + t));
-      std::copy(vv, vv + kvd, kv.v(l, start + t));
+      std::copy(kk, kk + kvd, row.kv->k(l, row.pos));
+      std::copy(vv, vv + kvd, row.kv->v(l, row.pos));
     }
-    attention(l, n, start, kv, pool, buf);
+    attention(l, pool, buf);
     // x += attn_out Wo^T (the matmul writes into xn, then the residual is added).
     matmul(pool, k, L.wo, buf.att_out.data(), qd, n, buf.xn.data(), dim, buf.mm);
     for (int64_t i = 0; i < n * dim; ++i) buf.x[static_cast<size_t>(i)] += buf.xn[static_cast<size_t>(i)];
@@ -94,40 +130,62 @@ Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, Threa
     matmul(pool, k, L.w_down, buf.gate.data(), c.ffn_dim, n, buf.xn.data(), dim, buf.mm);
     for (int64_t i = 0; i < n * dim; ++i) buf.x[static_cast<size_t>(i)] += buf.xn[static_cast<size_t>(i)];
   }
-  kv.commit(n);
+  for (const BatchSeq& q : seqs) q.kv->commit(q.n);
 
-  if (logits != nullptr) {
-    const int64_t first = all_logits ? 0 : n - 1;
-    const int64_t rows = n - first;
-    for (int64_t t = first; t < n; ++t)
-      rms_norm(buf.x.data() + t * dim, w_.output_norm.data(), buf.xn.data() + (t - first) * dim, dim, c.norm_eps);
-    matmul(pool, k, w_.output, buf.xn.data(), dim, rows, logits, c.n_vocab, buf.mm);
+  // Logits: every row of a single sequence when asked, else the last row of each sequence that
+  // wants them, computed together and copied out.
+  if (all_logits) {
+    if (seqs[0].logits == nullptr) return;
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm(buf.x.data() + t * dim, w_.output_norm.data(), buf.xn.data() + t * dim, dim, c.norm_eps);
+    matmul(pool, k, w_.output, buf.xn.data(), dim, n, seqs[0].logits, c.n_vocab, buf.mm);
+    return;
   }
-  return Status::Ok();
+  std::vector<float*> outs;
+  int64_t last = -1;
+  for (const BatchSeq& q : seqs) {
+    last += q.n;
+    if (q.logits == nullptr) continue;
+    rms_norm(buf.x.data() + last * dim, w_.output_norm.data(), buf.xn.data() + static_cast<int64_t>(outs.size()) * dim,
+             dim, c.norm_eps);
+    outs.push_back(q.logits);
+  }
+  if (outs.empty()) return;
+  if (outs.size() == 1) {
+    matmul(pool, k, w_.output, buf.xn.data(), dim, 1, outs[0], c.n_vocab, buf.mm);
+    return;
+  }
+  grow(buf.logits, static_cast<int64_t>(outs.size()) * c.n_vocab);
+  matmul(pool, k, w_.output, buf.xn.data(), dim, static_cast<int64_t>(outs.size()), buf.logits.data(), c.n_vocab,
+         buf.mm);
+  for (size_t o = 0; o < outs.size(); ++o)
+    std::copy(buf.logits.data() + static_cast<int64_t>(o) * c.n_vocab,
+              buf.logits.data() + static_cast<int64_t>(o + 1) * c.n_vocab, outs[o]);
 }
 
-// Causal grouped-query attention of the n new tokens (positions start..start+n-1) over the cache.
-void Model::attention(int64_t layer, int64_t n, int64_t start, KvCache& kv, ThreadPool& pool,
-                      ForwardBuffers& buf) const {
+// Causal grouped-query attention of every row over its own sequence's cache, up to its position.
+void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) const {
   const ModelConfig& c = config_;
   const KernelTable& k = kernels();
   const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
-  const int64_t ctx = start + n;
+  int64_t max_ctx = 0;
+  for (const RowTarget& r : buf.rows) max_ctx = std::max(max_ctx, r.pos + 1);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  grow(buf.scores, static_cast<int64_t>(pool.size()) * ctx);
-  const int64_t jobs = n * c.n_heads;
+  grow(buf.scores, static_cast<int64_t>(pool.size()) * max_ctx);
+  const int64_t jobs = static_cast<int64_t>(buf.rows.size()) * c.n_heads;
   pool.run([&](int tid, int nt) {
-    float* scores = buf.scores.data() + tid * ctx;
+    float* scores = buf.scores.data() + tid * max_ctx;
     for (int64_t job = tid; job < jobs; job += nt) {
       const int64_t t = job / c.n_heads, h = job % c.n_heads;
       const int64_t kvh = h / group;
-      const int64_t len = start + t + 1;  // causal: positions 0..start+t
+      const RowTarget& row = buf.rows[static_cast<size_t>(t)];
+      const int64_t len = row.pos + 1;  // causal: positions 0..pos of its own sequence
       const float* q = buf.q.data() + t * c.q_dim() + h * hd;
-      for (int64_t j = 0; j < len; ++j) scores[j] = k.dot_f32(q, kv.k(layer, j) + kvh * hd, hd) * scale;
+      for (int64_t j = 0; j < len; ++j) scores[j] = k.dot_f32(q, row.kv->k(layer, j) + kvh * hd, hd) * scale;
       softmax(scores, len);
       float* out = buf.att_out.data() + t * c.q_dim() + h * hd;
       std::fill(out, out + hd, 0.0f);
-      for (int64_t j = 0; j < len; ++j) k.axpy_f32(scores[j], kv.v(layer, j) + kvh * hd, out, hd);
+      for (int64_t j = 0; j < len; ++j) k.axpy_f32(scores[j], row.kv->v(layer, j) + kvh * hd, out, hd);
     }
   });
 }

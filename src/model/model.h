@@ -31,10 +31,26 @@ struct ModelWeights {
   bool tied_output = false;
 };
 
+// Where one row of a forward call goes: its sequence's cache and position.
+struct RowTarget {
+  KvCache* kv;
+  int64_t pos;
+};
+
 // Buffers for one forward call, reused across calls so decode does not allocate.
 struct ForwardBuffers {
-  std::vector<float> x, xn, q, k, v, att_out, gate, up, scores;
+  std::vector<float> x, xn, q, k, v, att_out, gate, up, scores, logits;
+  std::vector<RowTarget> rows;
   MatmulScratch mm;
+};
+
+// One sequence's share of a batched forward call: `n` tokens at positions kv->size()..; the
+// logits of its last token go to `logits` (n_vocab floats) unless it is null.
+struct BatchSeq {
+  const int32_t* tokens;
+  int64_t n;
+  KvCache* kv;
+  float* logits;
 };
 
 class Model {
@@ -54,11 +70,16 @@ class Model {
   // Token ids out of range and context overflow are errors; the cache is unchanged on error.
   Status forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf, float* logits,
                  bool all_logits) const;
+  // Several sequences in one pass (continuous batching): each with its own cache, at most 256 rows
+  // in all. Weights are read once for every row, which is what makes batched decode cheaper than
+  // one call per sequence. Same checks as forward(); no cache changes on error.
+  Status forward_batch(const std::vector<BatchSeq>& seqs, ThreadPool& pool, ForwardBuffers& buf) const;
 
  private:
   Status forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
                        float* logits, bool all_logits) const;
-  void attention(int64_t layer, int64_t n, int64_t start, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf) const;
+  void run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, ForwardBuffers& buf, bool all_logits) const;
+  void attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) const;
 
   GgufFile file_;
   ModelConfig config_;

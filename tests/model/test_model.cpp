@@ -219,3 +219,62 @@ TEST(Synth, Llama3RopeFactorsFollowTheDefinition) {
 
 }  // namespace
 }  // namespace coda
+
+namespace coda {
+namespace {
+
+TEST(ForwardBatch, EqualsOneCallPerSequence) {
+  auto m = Model::load(CODA_MODEL_PATH);
+  ASSERT_TRUE(m);
+  const Model& model = **m;
+  const int64_t V = model.config().n_vocab;
+  ThreadPool pool(2);
+  ForwardBuffers buf;
+  // Three sequences with different histories: two decode one token, one prefills a chunk.
+  const std::vector<std::vector<int32_t>> prompts = {{1, 50, 60, 70}, {1, 300, 301}, {1, 9, 10, 11, 12, 13, 14}};
+  const std::vector<std::vector<int32_t>> next = {{80}, {302}, {15, 16, 17, 18}};
+  std::vector<KvCache> solo, batched;
+  std::vector<std::vector<float>> want(3, std::vector<float>(static_cast<size_t>(V)));
+  std::vector<std::vector<float>> got(3, std::vector<float>(static_cast<size_t>(V)));
+  std::vector<float> scratch(static_cast<size_t>(V));
+  for (size_t s = 0; s < 3; ++s) {
+    solo.push_back(std::move(*KvCache::create(model.config(), 64)));
+    batched.push_back(std::move(*KvCache::create(model.config(), 64)));
+    ASSERT_TRUE(model
+                    .forward(prompts[s].data(), static_cast<int64_t>(prompts[s].size()), solo[s], pool, buf,
+                             scratch.data(), false)
+                    .ok());
+    ASSERT_TRUE(model
+                    .forward(prompts[s].data(), static_cast<int64_t>(prompts[s].size()), batched[s], pool, buf,
+                             scratch.data(), false)
+                    .ok());
+    ASSERT_TRUE(
+        model.forward(next[s].data(), static_cast<int64_t>(next[s].size()), solo[s], pool, buf, want[s].data(), false)
+            .ok());
+  }
+  std::vector<BatchSeq> seqs;
+  for (size_t s = 0; s < 3; ++s)
+    seqs.push_back({next[s].data(), static_cast<int64_t>(next[s].size()), &batched[s], got[s].data()});
+  ASSERT_TRUE(model.forward_batch(seqs, pool, buf).ok());
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(batched[s].size(), solo[s].size());
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      err += std::pow(got[s][static_cast<size_t>(i)] - want[s][static_cast<size_t>(i)], 2);
+      norm += std::pow(want[s][static_cast<size_t>(i)], 2);
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-5) << "sequence " << s;
+  }
+  // Bad batches are refused and change nothing.
+  const int32_t bad = static_cast<int32_t>(V);
+  EXPECT_FALSE(model.forward_batch({{&bad, 1, &batched[0], nullptr}}, pool, buf).ok());
+  EXPECT_FALSE(
+      model
+          .forward_batch({{next[0].data(), 1, &batched[0], nullptr}, {next[1].data(), 1, &batched[0], nullptr}}, pool,
+                         buf)
+          .ok());
+  EXPECT_EQ(batched[0].size(), solo[0].size());
+}
+
+}  // namespace
+}  // namespace coda
