@@ -65,6 +65,7 @@ class [[nodiscard]] Expected {
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
 
   const Error& error() const {
     assert(!ok());

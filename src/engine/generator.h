@@ -43,10 +43,13 @@ class Generator {
   Expected<int> resolve_max_tokens(const GenerationRequest& request, int prompt_tokens, bool chat) const;
 
   int64_t n_ctx() const { return n_ctx_; }
+  const Model& model() const { return model_; }
+  ThreadPool& pool() { return *pool_; }
   const ChatTemplate* chat_template() const { return tmpl_ ? &*tmpl_ : nullptr; }
   const Vocab& vocab() const { return vocab_; }
 
  private:
+  friend class Sequence;
   Generator(const Model& m, const Vocab& v, GeneratorOptions o);
   Status validate(const GenerationRequest& r) const;
 
@@ -56,9 +59,7 @@ class Generator {
   int64_t n_ctx_;
   std::optional<ChatTemplate> tmpl_;
   std::unique_ptr<ThreadPool> pool_;
-  std::optional<KvCache> kv_;
   ForwardBuffers buf_;
-  std::vector<float> logits_;
 };
 
 // A model file opened for generation: the model, its vocabulary and a generator over them (the

@@ -10,8 +10,9 @@ namespace coda {
 KvCache::KvCache(const ModelConfig& c, int64_t capacity)
     : capacity_(capacity),
       kv_dim_(c.kv_dim()),
-      k_(static_cast<size_t>(c.n_layers * capacity * c.kv_dim())),
-      v_(static_cast<size_t>(c.n_layers * capacity * c.kv_dim())) {}
+      elems_(c.n_layers * capacity * c.kv_dim()),
+      k_(new float[static_cast<size_t>(elems_)]),
+      v_(new float[static_cast<size_t>(elems_)]) {}
 
 double KvCache::bytes_needed(const ModelConfig& c, int64_t capacity) {
   return 2.0 * static_cast<double>(c.n_layers) * static_cast<double>(capacity) * static_cast<double>(c.kv_dim()) *

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "core/status.h"
 #include "model/config.h"
@@ -23,14 +23,14 @@ class KvCache {
 
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
-  int64_t bytes() const { return static_cast<int64_t>((k_.size() + v_.size()) * sizeof(float)); }
+  int64_t bytes() const { return 2 * elems_ * static_cast<int64_t>(sizeof(float)); }
 
   // Rolls back to the first n positions; n must not exceed size().
   Status truncate(int64_t n);
   void clear() { size_ = 0; }
 
-  float* k(int64_t layer, int64_t pos) { return k_.data() + (layer * capacity_ + pos) * kv_dim_; }
-  float* v(int64_t layer, int64_t pos) { return v_.data() + (layer * capacity_ + pos) * kv_dim_; }
+  float* k(int64_t layer, int64_t pos) { return k_.get() + (layer * capacity_ + pos) * kv_dim_; }
+  float* v(int64_t layer, int64_t pos) { return v_.get() + (layer * capacity_ + pos) * kv_dim_; }
   int64_t kv_dim() const { return kv_dim_; }
 
   // Called by the forward pass once a batch's K/V rows are written.
@@ -42,8 +42,11 @@ class KvCache {
   int64_t capacity_;
   int64_t kv_dim_;
   int64_t size_ = 0;
-  std::vector<float> k_;
-  std::vector<float> v_;
+  int64_t elems_;
+  // Not zero-filled: a position is always written before it is read, and untouched pages of a
+  // large cache cost no memory (a request's cache is sized for its prompt + max_tokens).
+  std::unique_ptr<float[]> k_;
+  std::unique_ptr<float[]> v_;
 };
 
 }  // namespace coda

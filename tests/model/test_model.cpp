@@ -51,11 +51,11 @@ TEST_P(ForwardPerShape, BatchedEqualsIncrementalAndRollbackReproduces) {
   const auto toks = random_tokens(n, static_cast<int>(V), 5);
   ForwardBuffers buf;
 
-  KvCache batch_kv = *KvCache::create(m->config(), n);
+  KvCache batch_kv = std::move(*KvCache::create(m->config(), n));
   std::vector<float> all(static_cast<size_t>(n * V));
   ASSERT_TRUE(m->forward(toks.data(), n, batch_kv, pool, buf, all.data(), true).ok());
 
-  KvCache kv = *KvCache::create(m->config(), n);
+  KvCache kv = std::move(*KvCache::create(m->config(), n));
   std::vector<float> step(static_cast<size_t>(V));
   std::vector<std::vector<float>> steps;
   for (int i = 0; i < n; ++i) {
@@ -88,7 +88,7 @@ TEST(Forward, ContextOverflowAndBadTokensAreErrors) {
   ThreadPool pool(1);
   auto m = synth_model("tiny", DType::Q8_0, pool);
   ASSERT_NE(m, nullptr);
-  KvCache kv = *KvCache::create(m->config(), 4);
+  KvCache kv = std::move(*KvCache::create(m->config(), 4));
   ForwardBuffers buf;
   std::vector<float> logits(static_cast<size_t>(m->config().n_vocab));
   const int32_t toks[5] = {1, 2, 3, 4, 5};

@@ -1,0 +1,239 @@
+#include "engine/sequence.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/generator.h"
+
+namespace coda {
+
+namespace {
+
+TokenLogprob logprob_of(const float* logits, int32_t n_vocab, int32_t token, int top_n, const Vocab& vocab) {
+  float max = logits[0];
+  for (int32_t i = 1; i < n_vocab; ++i) max = std::max(max, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprob lp;
+  lp.token = token;
+  lp.text = vocab.token_bytes(token);
+  lp.logprob = static_cast<float>(logits[token] - log_z);
+  if (top_n > 0) {
+    std::vector<int32_t> idx(static_cast<size_t>(n_vocab));
+    std::iota(idx.begin(), idx.end(), 0);
+    const size_t n = std::min(static_cast<size_t>(top_n), idx.size());
+    auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n), idx.end(), before);
+    for (size_t i = 0; i < n; ++i) lp.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - log_z));
+  }
+  return lp;
+}
+
+bool contains(const std::vector<int32_t>& v, int32_t t) {
+  return std::find(v.begin(), v.end(), t) != v.end();
+}
+
+}  // namespace
+
+Sequence::Sequence(const GenerationRequest& r, const Vocab& v, KvCache kv, SamplerChain chain, SamplerVocab sv)
+    : req_(r),
+      vocab_(v),
+      kv_(std::move(kv)),
+      chain_(std::move(chain)),
+      sv_(std::move(sv)),
+      rng_(r.sampling.seed),
+      stops_(r.stop, r.include_stop_str_in_output) {}
+
+Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const GenerationRequest& r,
+                                                     StreamCallback on_chunk, StepObserver* observer,
+                                                     int64_t prefill_chunk) {
+  Timer timer;
+  CODA_RETURN_IF_ERROR(gen.validate(r));
+  auto prompt = gen.prepare(r);
+  if (!prompt) return prompt.error();
+  const int n_prompt = static_cast<int>(prompt->tokens.size());
+  auto max_tokens = gen.resolve_max_tokens(r, n_prompt, prompt->chat);
+  if (!max_tokens) return max_tokens.error();
+  auto sv = SamplerVocab::from(gen.vocab(), r.sampling, r.stop_token_ids,
+                               prompt->chat ? end_of_turn_ids(gen.vocab()) : std::vector<int32_t>{});
+  if (!sv) return sv.error();
+  auto chain = SamplerChain::create(r.sampling, *sv);
+  if (!chain) return chain.error();
+  auto kv = KvCache::create(gen.model().config(), n_prompt + *max_tokens);
+  if (!kv) return kv.error();
+
+  std::unique_ptr<Sequence> s(new Sequence(r, gen.vocab(), std::move(*kv), std::move(*chain), std::move(*sv)));
+  s->request_timer_ = timer;
+  s->on_chunk_ = std::move(on_chunk);
+  s->observer_ = observer;
+  s->max_tokens_ = *max_tokens;
+  s->max_steps_ = 4 * static_cast<int64_t>(*max_tokens) + 64;  // repairs cannot loop forever
+  s->prefill_chunk_ = std::max<int64_t>(1, prefill_chunk);
+  s->logits_.resize(static_cast<size_t>(gen.model().config().n_vocab));
+  s->decoder_.emplace(gen.vocab());
+  s->history_.prompt = std::move(prompt->tokens);
+  s->res_.prompt_tokens = n_prompt;
+  s->res_.timings.tokenize_ms = timer.ms();
+  if (observer) observer->on_start(s->history_.prompt, prompt->text);
+  const int64_t first = std::min<int64_t>(s->prefill_chunk_, n_prompt);
+  s->pending_.assign(s->history_.prompt.begin(), s->history_.prompt.begin() + first);
+  s->phase_timer_.reset();
+  return s;
+}
+
+void Sequence::cancel() {
+  cancelled_ = true;
+}
+
+void Sequence::end(std::string reason) {
+  res_.finish_reason = std::move(reason);
+  pending_.clear();
+  done_ = true;
+}
+
+void Sequence::advance(Status model_status) {
+  if (done_) return;
+  if (!model_status.ok()) {
+    error_ = model_status.error();
+    pending_.clear();
+    done_ = true;
+    return;
+  }
+  if (prefilling()) {
+    prefilled_ += static_cast<int64_t>(pending_.size());
+    if (prefilling()) {  // the next chunk of the prompt
+      const int64_t n = std::min<int64_t>(prefill_chunk_, static_cast<int64_t>(history_.prompt.size()) - prefilled_);
+      pending_.assign(history_.prompt.begin() + prefilled_, history_.prompt.begin() + prefilled_ + n);
+      return;
+    }
+    res_.timings.prefill_ms = phase_timer_.ms();
+  } else {
+    ++decode_steps_;
+  }
+  if (cancelled_) return end("abort");
+  step();
+}
+
+// Back to the first `keep` generated tokens: tokens, text and cache; the token before the new end
+// runs again to give the logits that follow it.
+void Sequence::rollback(int64_t keep) {
+  const size_t emitted = static_cast<size_t>(
+      std::upper_bound(text_after_.begin(), text_after_.end(), stops_.streamed()) - text_after_.begin());
+  const size_t k = std::max(static_cast<size_t>(std::max<int64_t>(keep, 0)), emitted);
+  const size_t streamed = stops_.streamed();
+  if (k < res_.tokens.size()) {
+    res_.tokens.resize(k);
+    history_.generated.resize(k);
+    if (res_.logprobs.size() > k) res_.logprobs.resize(k);
+    decoder_.emplace(vocab_);
+    stops_ = StopMatcher(req_.stop, req_.include_stop_str_in_output);
+    text_after_.clear();
+    for (int32_t t : res_.tokens) {
+      stops_.push(decoder_->push(t));
+      text_after_.push_back(stops_.text().size());
+    }
+    stops_.mark_streamed(streamed);
+  }
+  const int64_t pos = static_cast<int64_t>(history_.prompt.size()) + static_cast<int64_t>(res_.tokens.size());
+  (void)kv_.truncate(pos - 1);  // pos - 1 <= size: cannot fail
+  if (observer_) observer_->on_rollback(static_cast<int64_t>(res_.tokens.size()));
+  pending_.assign(1, res_.tokens.empty() ? history_.prompt.back() : res_.tokens.back());
+}
+
+void Sequence::step() {
+  const int32_t n_vocab = static_cast<int32_t>(logits_.size());
+  Timer sample_timer;
+  int32_t token;
+  if (boost_) {
+    SamplingParams hot = req_.sampling;
+    hot.temperature = std::min(2.0f, std::max(req_.sampling.temperature, boost_->min_temperature) * boost_factor_);
+    hot.repetition_penalty = std::min(2.0f, std::max(req_.sampling.repetition_penalty, boost_->penalty));
+    auto hot_chain = SamplerChain::create(hot, sv_);
+    if (!hot_chain) {
+      error_ = hot_chain.error();
+      pending_.clear();
+      done_ = true;
+      return;
+    }
+    token = hot_chain->sample(logits_.data(), n_vocab, history_, rng_);
+    boost_factor_ -= boost_->decay;
+    if (boost_factor_ <= 1.0f) boost_.reset();
+  } else {
+    token = chain_.sample(logits_.data(), n_vocab, history_, rng_);
+  }
+  res_.timings.sample_ms += sample_timer.ms();
+  ++res_.tokens_sampled;
+  if (res_.tokens_sampled == 1) {
+    res_.timings.ttft_ms = request_timer_.ms();
+    phase_timer_.reset();
+  }
+  res_.tokens.push_back(token);
+  history_.generated.push_back(token);
+  const TokenLogprob* lp = nullptr;
+  if (req_.logprobs >= 0) {
+    res_.logprobs.push_back(logprob_of(logits_.data(), n_vocab, token, req_.logprobs, vocab_));
+    lp = &res_.logprobs.back();
+  }
+  const bool is_stop_token =
+      contains(sv_.stop_ids, token) || (!req_.sampling.ignore_eos && contains(sv_.eos_ids, token));
+  if (!is_stop_token) stops_.push(decoder_->push(token));
+  text_after_.push_back(stops_.text().size());
+  if (observer_) {
+    const StepView view{static_cast<int64_t>(res_.tokens.size()) - 1,
+                        token,
+                        logits_.data(),
+                        n_vocab,
+                        history_.prompt,
+                        history_.generated,
+                        stops_.text()};
+    Timer observer_timer;
+    const StepVerdict v = observer_->on_step(view);
+    res_.timings.observer_ms += observer_timer.ms();
+    if (v.stop) return end(v.finish_reason.empty() ? "stop" : v.finish_reason);
+    if (v.repair && res_.tokens_sampled < max_steps_) {
+      ++res_.repairs;
+      rollback(v.repair->keep);
+      boost_ = v.repair;
+      boost_factor_ = v.repair->factor;
+      if (boost_factor_ <= 1.0f && v.repair->penalty <= 1.0f) boost_.reset();
+      return;
+    }
+  }
+  if (is_stop_token) {
+    res_.stop_reason = std::to_string(token);
+    return end("stop");
+  }
+  if (!stops_.matched().empty()) {
+    res_.stop_reason = stops_.matched();
+    return end("stop");
+  }
+  // With a stream delay, only the text of tokens old enough is released.
+  const size_t n = text_after_.size();
+  const size_t delay = static_cast<size_t>(std::max(0, req_.stream_delay_tokens));
+  const size_t limit = delay == 0 ? std::string::npos : n > delay ? text_after_[n - 1 - delay] : 0;
+  std::string ready = stops_.take_ready(limit);
+  if (on_chunk_ && !on_chunk_(StreamChunk{token, std::move(ready), lp})) return end("abort");
+  if (static_cast<int>(res_.tokens.size()) >= max_tokens_ || res_.tokens_sampled >= max_steps_) return end("length");
+  pending_.assign(1, token);
+}
+
+Expected<GenerationResult> Sequence::finish() {
+  if (error_) return *error_;
+  // The rest: held-back text (a partial stop match that never completed, an incomplete UTF-8
+  // sequence, delayed tokens) belongs to the completion unless a stop string ended it.
+  if (stops_.matched().empty()) stops_.push(decoder_->flush());
+  std::string rest = stops_.take_rest();
+  if (!rest.empty() && res_.finish_reason != "abort" && on_chunk_) on_chunk_(StreamChunk{-1, std::move(rest), nullptr});
+  res_.text = stops_.text();
+  res_.completion_tokens = static_cast<int>(res_.tokens.size());
+  auto& t = res_.timings;
+  t.decode_ms = decode_steps_ > 0 ? phase_timer_.ms() : 0;
+  t.ms_per_token = decode_steps_ > 0 ? t.decode_ms / decode_steps_ : 0;
+  t.tokens_per_s = t.decode_ms > 0 ? decode_steps_ * 1000.0 / t.decode_ms : 0;
+  t.prompt_tokens_per_s = t.prefill_ms > 0 ? res_.prompt_tokens * 1000.0 / t.prefill_ms : 0;
+  return std::move(res_);
+}
+
+}  // namespace coda

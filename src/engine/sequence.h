@@ -1,0 +1,83 @@
+// One generation as a resumable state machine, so a scheduler can run many of them through
+// batched forward passes. A Sequence never calls the model: it says which tokens must run next
+// (`pending()`: a prefill chunk, the last sampled token, or the token before a rollback point),
+// and `advance()` continues once the caller has run them into `kv()` with logits in `logits()`.
+//
+//   auto seq = Sequence::create(gen, request, on_chunk, observer);
+//   while (!seq->done()) { run seq->pending() into seq->kv(), logits to seq->logits(); seq->advance(); }
+//   auto result = seq->finish();
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/timer.h"
+#include "engine/prompt.h"
+#include "engine/request.h"
+#include "engine/stop_matcher.h"
+#include "model/kv_cache.h"
+#include "sampling/chain.h"
+#include "tokenizer/vocab.h"
+
+namespace coda {
+
+class Generator;
+
+class Sequence {
+ public:
+  // Checks the request, renders and tokenizes the prompt, allocates the KV cache (prompt +
+  // max_tokens). `prefill_chunk` bounds how many prompt tokens pending() asks for at once.
+  static Expected<std::unique_ptr<Sequence>> create(const Generator& gen, const GenerationRequest& r,
+                                                    StreamCallback on_chunk, StepObserver* observer,
+                                                    int64_t prefill_chunk = 1 << 30);
+
+  bool done() const { return done_; }
+  bool prefilling() const { return prefilled_ < static_cast<int64_t>(history_.prompt.size()); }
+  // Tokens to run next, at positions kv().size()...; logits are needed after them.
+  const std::vector<int32_t>& pending() const { return pending_; }
+  KvCache& kv() { return kv_; }
+  float* logits() { return logits_.data(); }
+  // The caller ran pending() (an error from the model ends the sequence with that error).
+  void advance(Status model_status = Status::Ok());
+  // Stops at the next opportunity with finish_reason "abort" (a client went away).
+  void cancel();
+  // The result (after done()).
+  Expected<GenerationResult> finish();
+  int64_t tokens_in_cache() const { return kv_.size(); }
+
+ private:
+  Sequence(const GenerationRequest& r, const Vocab& v, KvCache kv, SamplerChain chain, SamplerVocab sv);
+  void step();  // sample one token from logits() and decide what comes next
+  void rollback(int64_t keep);
+  void end(std::string reason);
+
+  GenerationRequest req_;
+  const Vocab& vocab_;
+  KvCache kv_;
+  SamplerChain chain_;
+  SamplerVocab sv_;
+  SamplerRng rng_;
+  StreamCallback on_chunk_;
+  StepObserver* observer_ = nullptr;
+  int max_tokens_ = 0;
+  int64_t prefill_chunk_ = 0;
+  int64_t prefilled_ = 0;
+  std::vector<float> logits_;
+  std::vector<int32_t> pending_;
+  TokenHistory history_;
+  std::optional<StreamDecoder> decoder_;
+  StopMatcher stops_;
+  std::vector<size_t> text_after_;  // completion text length after each generated token
+  std::optional<RepairAction> boost_;
+  float boost_factor_ = 1.0f;
+  int64_t max_steps_ = 0;
+  bool done_ = false;
+  bool cancelled_ = false;
+  std::optional<Error> error_;
+  GenerationResult res_;
+  Timer request_timer_, phase_timer_;
+  int decode_steps_ = 0;
+};
+
+}  // namespace coda
