@@ -52,14 +52,15 @@ int serve(ServeFlags& f) {
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
   if (f.server.defaults.model_id.empty()) f.server.defaults.model_id = "coda";
+  f.server.kv_budget_tokens = capacity;
   coda::Server server(*loaded->generator, f.server);
   auto port = server.bind();
   if (!port) return fail(port.message());
   std::fprintf(stderr,
                "coda serve: %s, context %lld tokens; KV cache budget %.2f GiB = %lld tokens, maximum concurrency at "
-               "full context %.2fx (sequences run one at a time); guard %s\n",
+               "full context %.2fx; batches of up to %zu sequences; guard %s\n",
                path.c_str(), static_cast<long long>(n_ctx), budget / (1 << 30), static_cast<long long>(capacity),
-               static_cast<double>(capacity) / static_cast<double>(n_ctx), f.guard.c_str());
+               static_cast<double>(capacity) / static_cast<double>(n_ctx), f.server.max_batch, f.guard.c_str());
   std::printf("coda serve: listening on http://%s:%d\n", f.server.host.c_str(), *port);
   std::fflush(stdout);
   g_server = &server;
@@ -86,6 +87,9 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--served-model-name", f->server.defaults.model_id, "The model id clients use")
       ->capture_default_str();
   sub->add_option("--max-queue", f->server.max_queue, "Waiting requests before 429")->capture_default_str();
+  sub->add_option("--max-num-seqs", f->server.max_batch, "Sequences generated together (continuous batching)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 beyond)")
       ->capture_default_str();
   sub->add_option("--timeout", f->server.read_timeout_s, "Read timeout in seconds")->capture_default_str();

@@ -283,8 +283,7 @@ nlohmann::ordered_json GuardReport::to_json() const {
   return j;
 }
 
-Expected<GuardedResult> generate_guarded(Generator& gen, GenerationRequest request, const GuardConfig& config,
-                                         const StreamCallback& on_chunk) {
+std::unique_ptr<Guard> make_guard(const Generator& gen, GenerationRequest& request, const GuardConfig& config) {
   const Vocab& vocab = gen.vocab();
   std::vector<int32_t> eos;
   for (int32_t id : {vocab.eos(), vocab.eot()})
@@ -294,10 +293,15 @@ Expected<GuardedResult> generate_guarded(Generator& gen, GenerationRequest reque
       if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
   if (config.policy == GuardPolicy::Repair)
     request.stream_delay_tokens = std::max(request.stream_delay_tokens, config.stream_delay_tokens);
-  Guard guard(config, eos);
-  auto res = gen.generate(request, on_chunk, &guard);
+  return std::make_unique<Guard>(config, std::move(eos));
+}
+
+Expected<GuardedResult> generate_guarded(Generator& gen, GenerationRequest request, const GuardConfig& config,
+                                         const StreamCallback& on_chunk) {
+  auto guard = make_guard(gen, request, config);
+  auto res = gen.generate(request, on_chunk, guard.get());
   if (!res) return res.error();
-  GuardedResult out{std::move(*res), guard.report(), guard.trace()};
+  GuardedResult out{std::move(*res), guard->report(), guard->trace()};
   return out;
 }
 

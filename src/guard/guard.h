@@ -5,6 +5,7 @@
 // a bounded number of times, then stop). Defaults and their measurements: docs/guard.md.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -122,6 +123,9 @@ struct GuardedResult {
   std::vector<nlohmann::ordered_json> trace;
 };
 class Generator;
+// The guard for one request on `gen`'s vocabulary (EOS, EOT and, for chat, end-of-turn tokens);
+// raises the request's stream delay to what the policy needs.
+std::unique_ptr<Guard> make_guard(const Generator& gen, GenerationRequest& request, const GuardConfig& config);
 Expected<GuardedResult> generate_guarded(Generator& gen, GenerationRequest request, const GuardConfig& config,
                                          const StreamCallback& on_chunk = {});
 

@@ -71,59 +71,137 @@ size_t Scheduler::waiting() const {
 }
 
 void Scheduler::work() {
+  std::vector<Active> active;
+  int64_t kv_used = 0;
   while (true) {
-    std::shared_ptr<Ticket> t;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active.empty(); });
+      if (stop_) break;
+    }
+    const bool admitted = admit(active, kv_used);
+    if (active.empty()) {
+      if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    step(active);
+    // Finished sequences leave the batch; their caches go with them.
+    for (size_t i = 0; i < active.size();) {
+      if (active[i].seq->done()) {
+        kv_used -= active[i].seq->kv().capacity();
+        complete(active[i]);
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    running_ = active.size();
+    int64_t in_cache = 0;
+    for (const auto& a : active) in_cache += a.seq->tokens_in_cache();
+    metrics_.set_gauge("coda:num_requests_running", static_cast<double>(active.size()));
+    metrics_.set_gauge(
+        "coda:kv_cache_usage_perc",
+        static_cast<double>(in_cache) / static_cast<double>(std::max<int64_t>(1, opts_.kv_budget_tokens)));
+  }
+  for (auto& a : active) {
+    a.seq->cancel();
+    a.ticket->finish(Error("the server is shutting down"));
+  }
+}
+
+// Moves queued requests into the batch while there is room; returns whether any moved.
+bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
+  bool any = false;
+  while (active.size() < opts_.max_batch) {
+    std::shared_ptr<Ticket> t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
       t = queue_.front();
-      queue_.pop_front();
-      metrics_.set_gauge("coda:num_requests_waiting", static_cast<double>(queue_.size()));
     }
     if (t->cancelled) {  // the client left while waiting
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.pop_front();
+      }
       metrics_.add("coda:request_success_total", 1, "finished_reason", "abort");
       t->finish(Error("cancelled"));
       continue;
     }
-    busy_ = true;
-    metrics_.set_gauge("coda:num_requests_running", 1);
-    run(*t);
-    metrics_.set_gauge("coda:num_requests_running", 0);
-    metrics_.set_gauge("coda:kv_cache_usage_perc", 0);
-    busy_ = false;
+    GenerationRequest req = t->request.gen;
+    auto guard = make_guard(gen_, req, t->request.guard);
+    Ticket* raw = t.get();
+    auto seq = Sequence::create(
+        gen_, req,
+        [raw](const StreamChunk& c) {
+          raw->push(c.text);
+          return !raw->cancelled.load();
+        },
+        guard.get(), opts_.prefill_chunk);
+    if (!seq) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.pop_front();
+      }
+      metrics_.add("coda:request_success_total", 1, "finished_reason", "error");
+      t->finish(seq.error());
+      continue;
+    }
+    const int64_t need = (*seq)->kv().capacity();
+    if (!active.empty() && kv_used + need > opts_.kv_budget_tokens) break;  // wait for room; order is kept
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.pop_front();
+      metrics_.set_gauge("coda:num_requests_waiting", static_cast<double>(queue_.size()));
+    }
+    kv_used += need;
+    active.push_back(Active{std::move(t), std::move(guard), std::move(*seq)});
+    any = true;
   }
+  running_ = active.size();
+  return any;
 }
 
-void Scheduler::run(Ticket& t) {
-  Timer timer;
-  int64_t tokens = 0;
-  double first_ms = -1;
-  const double n_ctx = static_cast<double>(gen_.n_ctx());
-  auto res = generate_guarded(gen_, t.request.gen, t.request.guard, [&](const StreamChunk& c) {
-    if (c.token >= 0) {
-      ++tokens;
-      if (first_ms < 0) first_ms = timer.ms();
-      if (tokens % 16 == 1) metrics_.set_gauge("coda:kv_cache_usage_perc", static_cast<double>(tokens) / n_ctx);
-    }
-    t.push(c.text);
-    return !t.cancelled.load();
-  });
-  const double total_s = timer.ms() / 1000.0;
+// One batched forward pass over every running sequence, then each one's next step.
+void Scheduler::step(std::vector<Active>& active) {
+  std::vector<BatchSeq> batch;
+  std::vector<Sequence*> in_batch;
+  int64_t rows = 0;
+  for (auto& a : active) {
+    Sequence& s = *a.seq;
+    if (a.ticket->cancelled) s.cancel();
+    if (s.done()) continue;
+    const auto& p = s.pending();
+    if (p.empty()) continue;
+    if (rows + static_cast<int64_t>(p.size()) > 256 && !batch.empty()) continue;  // next step
+    batch.push_back({p.data(), static_cast<int64_t>(p.size()), &s.kv(), s.logits()});
+    in_batch.push_back(&s);
+    rows += static_cast<int64_t>(p.size());
+  }
+  if (batch.empty()) return;
+  const Status st = gen_.model().forward_batch(batch, gen_.pool(), buf_);
+  for (Sequence* s : in_batch) s->advance(st);
+}
+
+void Scheduler::complete(Active& a) {
+  auto res = a.seq->finish();
+  Ticket& t = *a.ticket;
   if (!res) {
     metrics_.add("coda:request_success_total", 1, "finished_reason", "error");
-  } else {
-    const GenerationResult& g = res->result;
-    metrics_.add("coda:prompt_tokens_total", g.prompt_tokens);
-    metrics_.add("coda:generation_tokens_total", g.completion_tokens);
-    metrics_.add("coda:request_success_total", 1, "finished_reason", g.finish_reason);
-    metrics_.observe("coda:time_to_first_token_seconds", g.timings.ttft_ms / 1000.0);
-    if (g.completion_tokens > 1) metrics_.observe("coda:inter_token_latency_seconds", g.timings.ms_per_token / 1000.0);
-    metrics_.observe("coda:e2e_request_latency_seconds", total_s);
-    for (const auto& e : res->report.events) metrics_.add("coda:guard_events_total", 1, "type", e.type);
-    metrics_.add("coda:guard_repairs_total", static_cast<double>(res->report.repairs.size()));
+    t.finish(res.error());
+    return;
   }
-  t.finish(std::move(res));
+  GuardedResult out{std::move(*res), a.guard->report(), a.guard->trace()};
+  const GenerationResult& g = out.result;
+  metrics_.add("coda:prompt_tokens_total", g.prompt_tokens);
+  metrics_.add("coda:generation_tokens_total", g.completion_tokens);
+  metrics_.add("coda:request_success_total", 1, "finished_reason", g.finish_reason);
+  metrics_.observe("coda:time_to_first_token_seconds", (t.since_arrival.ms() - (g.timings.decode_ms)) / 1000.0);
+  if (g.completion_tokens > 1) metrics_.observe("coda:inter_token_latency_seconds", g.timings.ms_per_token / 1000.0);
+  metrics_.observe("coda:e2e_request_latency_seconds", t.since_arrival.ms() / 1000.0);
+  for (const auto& e : out.report.events) metrics_.add("coda:guard_events_total", 1, "type", e.type);
+  metrics_.add("coda:guard_repairs_total", static_cast<double>(out.report.repairs.size()));
+  t.finish(std::move(out));
 }
 
 }  // namespace coda

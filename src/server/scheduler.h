@@ -1,10 +1,12 @@
-// The request scheduler between the HTTP threads and the model. Requests wait in a bounded queue
-// and are generated one at a time by a worker thread, each under the degeneration guard; a
-// request's Ticket carries its streamed text and result back to its HTTP thread, and a cancelled
-// ticket (the client went away) stops its generation at the next token or is skipped in the queue.
-//
-// This first scheduler runs one sequence at a time; continuous batching (several sequences per
-// forward step) replaces the worker loop without changing this interface.
+// The request scheduler between the HTTP threads and the model: continuous batching. Requests
+// wait in a bounded queue; a worker thread admits them into the running batch while the batch has
+// room (at most `max_batch` sequences, their KV caches within `kv_budget_tokens`), and every step
+// runs one batched forward pass over all running sequences: one token each for those decoding, a
+// chunk of at most `prefill_chunk` prompt tokens for those prefilling (so a long prompt never stalls
+// the streams already running). Sequences join and leave between steps, in arrival order. Each
+// runs under the degeneration guard; its Ticket carries streamed text and the result back to its
+// HTTP thread. A cancelled ticket (the client went away) ends its sequence at the next step, or is
+// dropped from the queue, and its KV cache is freed at once.
 #pragma once
 
 #include <atomic>
@@ -15,7 +17,9 @@
 #include <optional>
 #include <thread>
 
+#include "core/timer.h"
 #include "engine/generator.h"
+#include "engine/sequence.h"
 #include "guard/guard.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
@@ -26,6 +30,7 @@ class Ticket {
  public:
   explicit Ticket(ApiRequest r) : request(std::move(r)) {}
   const ApiRequest request;
+  Timer since_arrival;
   std::atomic<bool> cancelled{false};
 
   // Worker side.
@@ -44,7 +49,10 @@ class Ticket {
 };
 
 struct SchedulerOptions {
-  size_t max_queue = 64;  // waiting requests beyond this are refused (429)
+  size_t max_queue = 64;               // waiting requests beyond this are refused (429)
+  size_t max_batch = 8;                // sequences generated together
+  int64_t kv_budget_tokens = 1 << 20;  // sum of the running sequences' KV capacities
+  int64_t prefill_chunk = 64;          // prompt tokens per sequence per step
 };
 
 class Scheduler {
@@ -57,11 +65,18 @@ class Scheduler {
   // Queues a request; null when the queue is full.
   std::shared_ptr<Ticket> submit(ApiRequest request);
   size_t waiting() const;
-  bool busy() const { return busy_.load(); }
+  size_t running() const { return running_.load(); }
 
  private:
+  struct Active {
+    std::shared_ptr<Ticket> ticket;
+    std::unique_ptr<Guard> guard;
+    std::unique_ptr<Sequence> seq;
+  };
   void work();
-  void run(Ticket& t);
+  bool admit(std::vector<Active>& active, int64_t& kv_used);
+  void step(std::vector<Active>& active);
+  void complete(Active& a);
 
   Generator& gen_;
   Metrics& metrics_;
@@ -70,7 +85,8 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Ticket>> queue_;
   bool stop_ = false;
-  std::atomic<bool> busy_{false};
+  std::atomic<size_t> running_{0};
+  ForwardBuffers buf_;
   std::thread worker_;
 };
 

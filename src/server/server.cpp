@@ -40,9 +40,11 @@ ApiError generation_error(const std::string& message) {
 Server::Server(Generator& gen, ServerOptions opts)
     : gen_(gen),
       opts_(std::move(opts)),
-      scheduler_(std::make_unique<Scheduler>(gen, metrics_, SchedulerOptions{opts_.max_queue})) {
+      scheduler_(std::make_unique<Scheduler>(
+          gen, metrics_, SchedulerOptions{opts_.max_queue, opts_.max_batch, opts_.kv_budget_tokens, 64})) {
   started_ = static_cast<int64_t>(std::time(nullptr));
-  const int threads = opts_.http_threads > 0 ? opts_.http_threads : static_cast<int>(opts_.max_queue) + 8;
+  const int threads =
+      opts_.http_threads > 0 ? opts_.http_threads : static_cast<int>(opts_.max_queue + opts_.max_batch) + 8;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_.set_payload_max_length(opts_.max_body_bytes);
   http_.set_read_timeout(opts_.read_timeout_s, 0);

@@ -27,7 +27,9 @@ struct ServerOptions {
   int read_timeout_s = 30;
   int write_timeout_s = 30;
   size_t max_queue = 64;
-  int http_threads = 0;  // 0: max_queue + 8
+  size_t max_batch = 8;                // sequences generated together
+  int64_t kv_budget_tokens = 1 << 20;  // KV cache tokens all running sequences may hold
+  int http_threads = 0;                // 0: max_queue + max_batch + 8
   ServerDefaults defaults;
 };
 

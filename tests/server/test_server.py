@@ -127,6 +127,21 @@ def api_tests(s):
     check(done and text == full, f"stream equals non-stream: {text!r} vs {full!r}")
     check(events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] > 0, "stream usage chunk")
     check(events[0]["choices"][0]["delta"].get("role") == "assistant", "first chunk has the role")
+    # A seed reproduces a request whatever else runs: alone, and batched with others.
+    reqs = [{"prompt": p, "max_tokens": 40, "temperature": 0.9, "seed": i, "ignore_eos": True}
+            for i, p in enumerate(["And the king", "La vita", "In the beginning", "Il tempo"])]
+    alone = [s.json("POST", "/v1/completions", q)[2]["choices"][0]["text"] for q in reqs]
+    together = [None] * len(reqs)
+
+    def run(i):
+        together[i] = s.json("POST", "/v1/completions", reqs[i])[2]["choices"][0]["text"]
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(alone == together, "seeded requests give the same text alone and batched")
     # The guard through the API: a greedy loop stopped with finish_reason "repetition".
     st, _, body = s.json("POST", "/v1/completions", {"prompt": "In the beginning God", "max_tokens": 300,
                                                      "temperature": 0, "coda": {"guard": "stop"}})
@@ -187,7 +202,7 @@ def auth_tests(coda):
         check("Sanitizer" not in err and "runtime error" not in err, "auth server stderr clean: " + err[-300:])
 
 
-def load_tests(s, label, n_streams=16, max_queue=None):
+def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
     """Concurrent streams with random disconnects, bad requests in between, then a flood."""
     rng = random.Random(label)
     results = []
@@ -237,11 +252,25 @@ def load_tests(s, label, n_streams=16, max_queue=None):
                                                                   "temperature": 1.0, "ignore_eos": True})
             statuses.append((st, hdrs.get("Retry-After"), raw))
 
-        threads = [threading.Thread(target=flood) for _ in range(3 * max_queue)]
+        threads = [threading.Thread(target=flood) for _ in range(3 * (max_queue + max_batch))]
+        peak = [0.0]
+        probing = [True]
+
+        def probe():  # continuous batching: several sequences run at once during the flood
+            while probing[0]:
+                peak[0] = max(peak[0], s.metric("coda:num_requests_running") or 0)
+                time.sleep(0.005)
+
+        prober = threading.Thread(target=probe)
+        prober.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=300)
+        probing[0] = False
+        prober.join()
+        print(f"{label}: at most {peak[0]:.0f} sequences ran together")
+        check(peak[0] > 1, f"{label}: sequences were batched (peak {peak[0]})")
         codes = sorted(x[0] for x in statuses)
         print(f"{label}: flood of {len(codes)}: {codes.count(200)} answered, {codes.count(429)} refused with 429")
         check(200 in codes and 429 in codes and set(codes) <= {200, 429}, f"{label}: flood statuses {codes}")
@@ -263,10 +292,10 @@ def load_tests(s, label, n_streams=16, max_queue=None):
 def main():
     coda, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    s = Server(coda, "--max-queue", "6")
+    s = Server(coda, "--max-queue", "6", "--max-num-seqs", "4")
     try:
         api_tests(s)
-        load_tests(s, "bundled", n_streams=16, max_queue=6)
+        load_tests(s, "bundled", n_streams=16, max_queue=6, max_batch=4)
     finally:
         err = s.stop()
     check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
@@ -275,9 +304,9 @@ def main():
     synth = os.path.join(work, f"random-{os.getpid()}.gguf")
     subprocess.run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "-o", synth],
                    check=True, capture_output=True)
-    r = Server(coda, "-m", synth, "--max-queue", "4")
+    r = Server(coda, "-m", synth, "--max-queue", "4", "--max-num-seqs", "4")
     try:
-        load_tests(r, "random-weights", n_streams=16, max_queue=4)
+        load_tests(r, "random-weights", n_streams=16, max_queue=4, max_batch=4)
         st, _, body = r.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                               "max_tokens": 64, "temperature": 1.5, "logprobs": True,
                                                               "top_logprobs": 5})
