@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev
   clang libclang-rt-14-dev clang-format
-  python3-numpy python3-jinja2 libopenblas0-pthread
+  python3-numpy python3-jinja2 libopenblas0-pthread prometheus
 )
 
 missing=()
