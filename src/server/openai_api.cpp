@@ -211,6 +211,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   if (rd.error) return *rd.error;
   if (const auto* c = rd.get("coda")) {
     if (!c->is_object()) return bad("coda", "coda: expected an object");
+    if (c->contains("trace")) {
+      if (!(*c)["trace"].is_boolean()) return bad("coda.trace", "coda.trace: expected true or false");
+      r.guard.trace = (*c)["trace"].get<bool>();
+    }
     if (c->contains("guard")) {
       if (!(*c)["guard"].is_string()) return bad("coda.guard", "coda.guard: expected observe, stop or repair");
       auto p = parse_guard_policy((*c)["guard"].get<std::string>());
@@ -292,6 +296,7 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
                               {"choices", nlohmann::ordered_json::array({choice})},
                               {"usage", usage_json(res)}};
   body["coda"] = g.report.to_json();
+  if (r.guard.trace) body["coda"]["trace"] = g.trace;
   return body;
 }
 

@@ -176,7 +176,12 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
           if (r.chat && !send(stream_chunk(r, id, created, "", nullptr, true))) return false;
         }
         if (!text.empty() && !send(stream_chunk(r, id, created, text, nullptr, false))) return false;
-        if (!done) return sink.is_writable();
+        if (!done) {
+          // An SSE comment while nothing else is sent (queued, prefilling): a client that left is
+          // noticed by the failed write, and its request is cancelled even before it starts.
+          if (text.empty() && !sink.write(": waiting\n\n", 11)) return false;
+          return sink.is_writable();
+        }
         const Expected<GuardedResult>& out = ticket->result();
         if (!out) {
           send(generation_error(out.message()).body());

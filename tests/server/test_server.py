@@ -146,6 +146,8 @@ def api_tests(s):
     st, _, body = s.json("POST", "/v1/completions", {"prompt": "In the beginning God", "max_tokens": 300,
                                                      "temperature": 0, "coda": {"guard": "stop"}})
     check(body["choices"][0]["finish_reason"] == "repetition", f"guard stop: {body['choices'][0]['finish_reason']}")
+    st, _, body = s.json("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 5, "coda": {"trace": True}})
+    check(st == 200 and len(body["coda"]["trace"]) == body["usage"]["completion_tokens"], "coda.trace")
     # Errors in OpenAI's shape with the right status.
     cases = [
         ("POST", "/v1/completions", {"prompt": "x", "temperature": 5}, 400, "temperature"),
