@@ -33,12 +33,11 @@ int serve(ServeFlags& f) {
   auto policy = parse_guard_policy(f.guard);
   if (!policy) return fail(policy.message());
   f.server.defaults.guard = *policy;
+  auto loaded = load_generator(path, opts);
+  if (!loaded) return fail(loaded.message());
   // The KV budget: the context must fit at least one sequence.
-  auto probe = Model::load(path);
-  if (!probe) return fail(probe.message());
-  const ModelConfig cfg = (*probe)->config();
-  probe->reset();
-  const int64_t n_ctx = f.ctx > 0 ? f.ctx : cfg.n_ctx_train;
+  const ModelConfig& cfg = loaded->model->config();
+  const int64_t n_ctx = loaded->generator->n_ctx();
   const double per_token = KvCache::bytes_needed(cfg, 1);
   const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   const double budget = f.kv_budget_gib > 0 ? f.kv_budget_gib * (1 << 30) : physical / 2;
@@ -49,8 +48,6 @@ int serve(ServeFlags& f) {
                 " GiB of KV cache, more than the budget of " + std::to_string(budget / (1 << 30)).substr(0, 6) +
                 " GiB; the largest context that fits is " + std::to_string(capacity) + " tokens: start with -c " +
                 std::to_string(capacity) + " or raise --kv-budget");
-  auto loaded = load_generator(path, opts);
-  if (!loaded) return fail(loaded.message());
   if (f.server.defaults.model_id.empty()) f.server.defaults.model_id = "coda";
   f.server.kv_budget_tokens = capacity;
   coda::Server server(*loaded->generator, f.server);

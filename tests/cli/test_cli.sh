@@ -118,6 +118,8 @@ assert len(lines) == r['usage']['completion_tokens'], (len(lines), r['usage'])
 expect_fail "guard policy: 'fix' is not one of observe, stop, repair" run --guard fix
 expect_fail "drop --guard off" run --guard off --report "$work/r.json"
 expect_fail "give prompts to generate from" analyze -o "$work/analysis"
+# coda serve refuses a context its KV budget cannot hold, and says what would fit.
+expect_fail "the largest context that fits is" serve --kv-budget 0.001 --port 0
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
