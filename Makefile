@@ -20,11 +20,14 @@ run: build
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# Kernel microbenchmarks and the model benchmark of the issue's report (writes models under out/).
+# Kernel, tokenizer and sampler microbenchmarks, the model benchmark and the sampler/guard overhead
+# (writes models under out/).
 bench: build
 	./$(BUILD)/bench/bench_kernels
 	./$(BUILD)/bench/bench_tokenizer
+	./$(BUILD)/bench/bench_sampling
 	bash bench/bench_models.sh $(BUILD)/coda out
+	bash bench/bench_overhead.sh $(BUILD)/coda out
 
 format:
 	clang-format -i $$(git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'bench/*.cpp')
