@@ -1,21 +1,36 @@
-# Front door. `make run` sets up, builds and runs the main job on the bundled model;
-# `make test` sets up, builds and runs the whole test suite (what CI runs).
+# Front door. `make run` installs what the `coda` executable needs, builds only it and runs the main
+# job on the bundled model; `make test` installs everything, builds everything and runs the whole test
+# suite (what CI runs); `make install PREFIX=DIR` puts `coda` in DIR/bin and the bundled model in
+# DIR/share/coda.
 BUILD ?= build
 JOBS ?= 2
+PREFIX ?= $(HOME)/.local
+CONFIGURE = cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCODA_WERROR=ON
 
-.PHONY: all setup build run test bench bench-model format clean
+.PHONY: all setup setup-run build build-coda run install test bench format clean
 
 all: build
 
+setup-run:
+	bash scripts/bootstrap.sh run
+
 setup:
-	bash scripts/bootstrap.sh
+	bash scripts/bootstrap.sh test
+
+# Only the executable: no tests, sanitizer builds, fuzzers or benchmarks.
+build-coda: setup-run
+	$(CONFIGURE) -DCODA_TESTS=OFF -DCODA_BENCH=OFF
+	cmake --build $(BUILD) -j $(JOBS) --target coda
 
 build: setup
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCODA_WERROR=ON
+	$(CONFIGURE) -DCODA_TESTS=ON -DCODA_BENCH=ON
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+run: build-coda
 	./$(BUILD)/coda run -p "In the beginning God" -n 128
+
+install: build-coda
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

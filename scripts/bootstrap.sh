@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build, the tests and the benchmarks need.
-# Idempotent: packages already present are skipped by apt-get; nothing is downloaded at run time.
+# Installs the Debian packages (and npm test packages) coda needs, in two sets:
+#   bootstrap.sh run    what building and running the `coda` executable needs (make run, make install)
+#   bootstrap.sh test   that, plus what the tests and benchmarks need (make test, make bench); the default
+# Idempotent: packages already present are skipped; nothing is downloaded at run time.
 set -euo pipefail
 
-packages=(
+set_name=${1:-test}
+run_packages=(
   cmake ninja-build g++ make pkg-config
-  libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev
-  clang libclang-rt-14-dev clang-format
-  python3-numpy python3-jinja2 libopenblas0-pthread prometheus
 )
+# Tests: GoogleTest/Benchmark; clang for libFuzzer; Debian's Python with NumPy and Jinja2 for the
+# independent references; Optuna for the tuner's anchor; promtool (prometheus) for /metrics.
+test_packages=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev clang-format
+  python3-numpy python3-jinja2 python3-optuna libopenblas0-pthread prometheus
+)
+case "$set_name" in
+  run) packages=("${run_packages[@]}") ;;
+  test) packages=("${run_packages[@]}" "${test_packages[@]}") ;;
+  *)
+    echo "bootstrap: unknown set '$set_name'; use 'run' (build and run coda) or 'test' (also tests and benchmarks)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ "$set_name" = test ]; then
+  command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "bootstrap: all ${#packages[@]} Debian packages present"
+  echo "bootstrap: all ${#packages[@]} Debian packages of the '$set_name' set present"
 else
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -29,7 +45,10 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Node test dependencies (real tokenizer vocabularies), pinned by tests/node/package-lock.json.
+[ "$set_name" = test ] || exit 0
+
+# Node test dependencies (real tokenizer vocabularies, the openai SDK), pinned by
+# tests/node/package-lock.json.
 root=$(cd "$(dirname "$0")/.." && pwd)
 lock="$root/tests/node/package-lock.json"
 stamp="$root/tests/node/node_modules/.coda-lock"

@@ -98,6 +98,8 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--kv-budget", f->kv_budget_gib, "KV cache budget in GiB (default: half the memory)");
   sub->add_option("--guard", f->guard, "Default guard policy: observe, stop or repair")->capture_default_str();
+  sub->add_flag("--enable-admin-api", f->server.admin_api,
+                "Serve POST /admin/pause and /admin/resume (hold the scheduler between steps; behind --api-key)");
   out.push_back({sub, [f] { return serve(*f); }});
 }
 

@@ -21,9 +21,11 @@ void add_inspect(CLI::App& app, std::vector<Command>& out);
 void add_template(CLI::App& app, std::vector<Command>& out);
 void add_chat(CLI::App& app, std::vector<Command>& out);
 void add_analyze(CLI::App& app, std::vector<Command>& out);
-void add_serve(CLI::App& app, std::vector<Command>& out);  // info, tokenize, logits, dump-tensor
+void add_serve(CLI::App& app, std::vector<Command>& out);
+void add_lab_bench(CLI::App& app, std::vector<Command>& out);  // coda bench
 
-// The bundled model: $CODA_MODEL, else models/ next to the executable's parent, else the source tree.
+// The bundled model: $CODA_MODEL, else ../share/coda/ beside an installed executable, else the nearest
+// models/ above the executable (a build tree), else the source tree's models/.
 std::string default_model_path();
 int default_threads();
 int fail(const std::string& message);

@@ -16,6 +16,10 @@ std::string default_model_path() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
+    // Installed (`cmake --install`): PREFIX/bin/coda beside PREFIX/share/coda/.
+    const auto installed = exe.parent_path().parent_path() / "share" / "coda" / name;
+    if (std::filesystem::exists(installed, ec)) return installed.string();
+    // In a build tree: the nearest models/ above the executable.
     for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
       const auto candidate = dir / "models" / name;
       if (std::filesystem::exists(candidate, ec)) return candidate.string();
@@ -49,6 +53,7 @@ int main(int argc, char** argv) {
   coda::cli::add_chat(app, commands);
   coda::cli::add_analyze(app, commands);
   coda::cli::add_serve(app, commands);
+  coda::cli::add_lab_bench(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

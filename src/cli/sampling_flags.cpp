@@ -49,4 +49,40 @@ void add_sampling_flags(CLI::App* sub, GenerationRequest& r) {
   sub->add_option("-s,--seed", sp.seed, "Random seed for sampling")->capture_default_str();
 }
 
+nlohmann::json sampling_fields(const CLI::App* app, const GenerationRequest& r) {
+  const SamplingParams& sp = r.sampling;
+  nlohmann::json j = nlohmann::json::object();
+  auto given = [&](const char* flag) { return app->count(flag) > 0; };
+  auto put = [&](const char* flag, const char* field, const nlohmann::json& v) {
+    if (given(flag)) j[field] = v;
+  };
+  put("--temp", "temperature", sp.temperature);
+  put("--top-k", "top_k", sp.top_k);
+  put("--top-p", "top_p", sp.top_p);
+  put("--min-p", "min_p", sp.min_p);
+  put("--typical", "typical_p", sp.typical_p);
+  put("--top-nsigma", "top_n_sigma", sp.top_n_sigma);
+  put("--dynatemp-range", "dynatemp_range", sp.dynatemp_range);
+  put("--dynatemp-exp", "dynatemp_exponent", sp.dynatemp_exponent);
+  put("--repeat-penalty", "repetition_penalty", sp.repetition_penalty);
+  put("--repeat-last-n", "repeat_last_n", sp.repetition_window);
+  put("--frequency-penalty", "frequency_penalty", sp.frequency_penalty);
+  put("--presence-penalty", "presence_penalty", sp.presence_penalty);
+  put("--dry-multiplier", "dry_multiplier", sp.dry_multiplier);
+  put("--dry-base", "dry_base", sp.dry_base);
+  put("--dry-allowed-length", "dry_allowed_length", sp.dry_allowed_length);
+  put("--dry-penalty-last-n", "dry_penalty_last_n", sp.dry_window);
+  put("--dry-sequence-breaker", "dry_sequence_breakers", sp.dry_sequence_breakers);
+  put("--xtc-probability", "xtc_probability", sp.xtc_probability);
+  put("--xtc-threshold", "xtc_threshold", sp.xtc_threshold);
+  put("--no-repeat-ngram-size", "no_repeat_ngram_size", sp.no_repeat_ngram_size);
+  put("--min-tokens", "min_tokens", sp.min_tokens);
+  put("--bad-word", "bad_words", sp.bad_words);
+  put("--ignore-eos", "ignore_eos", sp.ignore_eos);
+  put("--stop", "stop", r.stop);
+  put("--stop-token-id", "stop_token_ids", r.stop_token_ids);
+  put("--seed", "seed", sp.seed);
+  return j;
+}
+
 }  // namespace coda::cli

@@ -10,9 +10,13 @@ Metrics::Metrics() {
   for (const char* h :
        {"coda:time_to_first_token_seconds", "coda:inter_token_latency_seconds", "coda:e2e_request_latency_seconds"})
     histograms_[h] = Histogram{latency, std::vector<uint64_t>(latency.size() + 1, 0), 0, 0};
+  const std::vector<double> sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  histograms_["coda:iteration_sequences"] = Histogram{sizes, std::vector<uint64_t>(sizes.size() + 1, 0), 0, 0};
   help_ = {{"coda:num_requests_running", "Requests being generated."},
            {"coda:num_requests_waiting", "Requests waiting in the queue."},
            {"coda:kv_cache_usage_perc", "KV cache in use, 0..1 of the budget."},
+           {"coda:scheduler_paused", "1 while the scheduler is paused (POST /admin/pause), else 0."},
+           {"coda:iteration_sequences", "Sequences in each batched forward pass (continuous batching at work)."},
            {"coda:prompt_tokens_total", "Prompt tokens processed."},
            {"coda:generation_tokens_total", "Tokens generated."},
            {"coda:request_success_total", "Finished requests by finish_reason."},
@@ -22,7 +26,8 @@ Metrics::Metrics() {
            {"coda:time_to_first_token_seconds", "Time to first token."},
            {"coda:inter_token_latency_seconds", "Time per output token after the first."},
            {"coda:e2e_request_latency_seconds", "End-to-end request latency."}};
-  for (const char* g : {"coda:num_requests_running", "coda:num_requests_waiting", "coda:kv_cache_usage_perc"})
+  for (const char* g : {"coda:num_requests_running", "coda:num_requests_waiting", "coda:kv_cache_usage_perc",
+                        "coda:scheduler_paused"})
     gauges_[g] = 0;
   for (const char* c : {"coda:prompt_tokens_total", "coda:generation_tokens_total", "coda:guard_repairs_total"})
     counters_[c][""] = 0;
@@ -46,15 +51,15 @@ void Metrics::add(const std::string& name, double v, const std::string& label_ke
   counters_[name][label] += v;
 }
 
-void Metrics::observe(const std::string& name, double seconds) {
+void Metrics::observe(const std::string& name, double value) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = histograms_.find(name);
   if (it == histograms_.end()) return;
   Histogram& h = it->second;
   size_t b = 0;
-  while (b < h.bounds.size() && seconds > h.bounds[b]) ++b;
+  while (b < h.bounds.size() && value > h.bounds[b]) ++b;
   ++h.counts[b];
-  h.sum += seconds;
+  h.sum += value;
   ++h.count;
 }
 

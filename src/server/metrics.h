@@ -15,7 +15,7 @@ class Metrics {
   Metrics();
   void set_gauge(const std::string& name, double v);
   void add(const std::string& name, double v = 1, const std::string& label_key = "", const std::string& label = "");
-  void observe(const std::string& name, double seconds);
+  void observe(const std::string& name, double value);  // seconds, or a count for coda:iteration_sequences
   std::string prometheus() const;
   double value(const std::string& name, const std::string& label = "") const;  // tests
 

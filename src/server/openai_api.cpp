@@ -135,6 +135,29 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   rd.number("presence_penalty", s.presence_penalty);
   rd.number("repetition_penalty", s.repetition_penalty);
   rd.number("min_tokens", s.min_tokens);
+  // llama.cpp server's names for the samplers it shares with coda (vLLM ignores what it lacks).
+  rd.number("repeat_last_n", s.repetition_window);
+  rd.number("top_n_sigma", s.top_n_sigma);
+  rd.number("dynatemp_range", s.dynatemp_range);
+  rd.number("dynatemp_exponent", s.dynatemp_exponent);
+  rd.number("dry_multiplier", s.dry_multiplier);
+  rd.number("dry_base", s.dry_base);
+  rd.number("dry_allowed_length", s.dry_allowed_length);
+  rd.number("dry_penalty_last_n", s.dry_window);
+  rd.number("xtc_probability", s.xtc_probability);
+  rd.number("xtc_threshold", s.xtc_threshold);
+  rd.number("no_repeat_ngram_size", s.no_repeat_ngram_size);
+  for (const char* key : {"bad_words", "dry_sequence_breakers"}) {
+    const auto* v = rd.get(key);
+    if (!v) continue;
+    std::vector<std::string> words;
+    if (!v->is_array()) return bad(key, std::string(key) + ": expected an array of strings");
+    for (const auto& x : *v) {
+      if (!x.is_string()) return bad(key, std::string(key) + ": expected an array of strings");
+      words.push_back(x.get<std::string>());
+    }
+    (std::string(key) == "bad_words" ? s.bad_words : s.dry_sequence_breakers) = std::move(words);
+  }
   rd.boolean("ignore_eos", s.ignore_eos);
   rd.boolean("include_stop_str_in_output", g.include_stop_str_in_output);
   rd.boolean("stream", r.stream);

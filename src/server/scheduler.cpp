@@ -65,6 +65,26 @@ std::shared_ptr<Ticket> Scheduler::submit(ApiRequest request) {
   return t;
 }
 
+void Scheduler::pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  paused_ = true;
+  metrics_.set_gauge("coda:scheduler_paused", 1);
+}
+
+void Scheduler::resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+    metrics_.set_gauge("coda:scheduler_paused", 0);
+  }
+  cv_.notify_all();
+}
+
+bool Scheduler::paused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return paused_;
+}
+
 size_t Scheduler::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.size();
@@ -76,7 +96,7 @@ void Scheduler::work() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active.empty(); });
+      cv_.wait(lock, [&] { return stop_ || (!paused_ && (!queue_.empty() || !active.empty())); });
       if (stop_) break;
     }
     const bool admitted = admit(active, kv_used);
@@ -179,6 +199,7 @@ void Scheduler::step(std::vector<Active>& active) {
     rows += static_cast<int64_t>(p.size());
   }
   if (batch.empty()) return;
+  metrics_.observe("coda:iteration_sequences", static_cast<double>(batch.size()));
   const Status st = gen_.model().forward_batch(batch, gen_.pool(), buf_);
   for (Sequence* s : in_batch) s->advance(st);
 }

@@ -66,6 +66,13 @@ class Scheduler {
   std::shared_ptr<Ticket> submit(ApiRequest request);
   size_t waiting() const;
   size_t running() const { return running_.load(); }
+  // Holds the batch between steps: nothing is admitted and no forward pass runs until resume();
+  // queued requests stay queued (and the queue bound still answers 429). Operators use it to drain
+  // or to inspect a loaded server; tests use it to build an exact queue and batch without racing
+  // the worker.
+  void pause();
+  void resume();
+  bool paused() const;
 
  private:
   struct Active {
@@ -85,6 +92,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Ticket>> queue_;
   bool stop_ = false;
+  bool paused_ = false;
   std::atomic<size_t> running_{0};
   ForwardBuffers buf_;
   std::thread worker_;

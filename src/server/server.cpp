@@ -79,7 +79,8 @@ void Server::stop() {
 void Server::routes() {
   // API key on /v1/*; /health and /metrics stay open.
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opts_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0;
+    if (opts_.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
     metrics_.add("coda:request_rejected_total", 1, "status", "401");
@@ -123,6 +124,22 @@ void Server::routes() {
                              {"max_model_len", gen_.n_ctx()}};
     res.set_content(dump_json({{"object", "list"}, {"data", nlohmann::ordered_json::array({m})}}), "application/json");
   });
+  if (opts_.admin_api) {
+    auto state = [this](httplib::Response& res) {
+      res.set_content(dump_json({{"paused", scheduler_->paused()},
+                                 {"running", scheduler_->running()},
+                                 {"waiting", scheduler_->waiting()}}),
+                      "application/json");
+    };
+    http_.Post("/admin/pause", [this, state](const httplib::Request&, httplib::Response& res) {
+      scheduler_->pause();
+      state(res);
+    });
+    http_.Post("/admin/resume", [this, state](const httplib::Request&, httplib::Response& res) {
+      scheduler_->resume();
+      state(res);
+    });
+  }
   http_.Post("/v1/completions",
              [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
   http_.Post("/v1/chat/completions",

@@ -4,6 +4,7 @@
 // POST /v1/chat/completions (JSON or SSE with `data: [DONE]`). Every error is OpenAI's
 // {"error": {...}} with the matching status: 400 invalid parameters and context_length_exceeded,
 // 401 bad or missing API key, 404 unknown model or route, 413 oversized body, 429 queue full.
+// With `admin_api`: POST /admin/pause and POST /admin/resume hold and release the scheduler.
 #pragma once
 
 #include <httplib.h>
@@ -30,6 +31,7 @@ struct ServerOptions {
   size_t max_batch = 8;                // sequences generated together
   int64_t kv_budget_tokens = 1 << 20;  // KV cache tokens all running sequences may hold
   int http_threads = 0;                // 0: max_queue + max_batch + 8
+  bool admin_api = false;              // POST /admin/pause and /admin/resume (behind the API key)
   ServerDefaults defaults;
 };
 

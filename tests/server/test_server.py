@@ -26,6 +26,61 @@ def check(cond, what):
         print("FAIL:", what)
 
 
+class SseParser:
+    """Server-Sent Events by the WHATWG specification: lines end in CRLF, LF or CR; a line starting
+    with ':' is a comment (coda's keep-alive `: waiting`); `field:value` drops one leading space from
+    the value; several `data` lines join with LF; a blank line dispatches the event, if it has data.
+    feed() returns the data of each event completed by the bytes given. Invalid UTF-8 raises."""
+
+    def __init__(self):
+        self.buf = b""
+        self.data = []
+
+    def feed(self, chunk):
+        self.buf += chunk
+        out = []
+        while True:
+            i = min((k for k in (self.buf.find(b"\r"), self.buf.find(b"\n")) if k >= 0), default=-1)
+            if i < 0:
+                return out
+            if self.buf[i:i + 1] == b"\r" and i + 1 == len(self.buf):
+                return out  # a CR at the end may be the first half of CRLF: wait for the next byte
+            line = self.buf[:i].decode("utf-8")
+            self.buf = self.buf[i + (2 if self.buf[i:i + 2] == b"\r\n" else 1):]
+            if line == "":
+                if self.data:
+                    out.append("\n".join(self.data))
+                self.data = []
+            elif line.startswith(":"):
+                continue
+            else:
+                field, _, value = line.partition(":")
+                if value.startswith(" "):
+                    value = value[1:]
+                if field == "data":
+                    self.data.append(value)
+
+
+def sse_parser_tests():
+    """The parser against the specification's own examples and coda's keep-alive comments."""
+    def parse(raw, step=None):
+        p, out = SseParser(), []
+        step = step or len(raw)
+        for k in range(0, len(raw), step):
+            out += p.feed(raw[k:k + step])
+        return out
+    check(parse(b": waiting\n\ndata: {}\n\n") == ["{}"], "SSE: a comment is not an event")
+    check(parse(b"data:x\n\n") == ["x"], "SSE: no space after the colon")
+    check(parse(b"data:  x\n\n") == [" x"], "SSE: only one leading space is dropped")
+    check(parse(b"data: YHOO\ndata: +2\ndata: 10\n\n") == ["YHOO\n+2\n10"], "SSE: data lines join with LF")
+    check(parse(b"event: add\nid: 7\ndata: 73857293\r\n\r\n") == ["73857293"], "SSE: other fields, CRLF")
+    check(parse(b"data: a\r\rdata: b\n\n") == ["a", "b"], "SSE: CR line ends")
+    check(parse(b"data\n\ndata\ndata\n\ndata:\n\n") == ["", "\n", ""], "SSE: fields without a colon")
+    check(parse(b"event: x\n\n") == [], "SSE: an event without data is not dispatched")
+    raw = b": waiting\r\n\r\ndata: {\"a\": 1}\r\n\r\n: waiting\n\ndata: [DONE]\r\n\r\n"
+    check(all(parse(raw, k) == ['{"a": 1}', "[DONE]"] for k in (1, 2, 3, 7)), "SSE: any split of the bytes")
+
+
 class Server:
     def __init__(self, coda, *args):
         self.proc = subprocess.Popen([coda, "serve", "--port", "0", "-t", "1", *args], stdout=subprocess.PIPE,
@@ -49,7 +104,7 @@ class Server:
         return status, hdrs, json.loads(raw.decode("utf-8"))
 
     def stream(self, path, body, disconnect_after=None):
-        """Returns (status, events, done) where events are the parsed data: lines."""
+        """Returns (status, events, done) where events are the JSON payloads of the stream's events."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
         c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         r = c.getresponse()
@@ -57,20 +112,17 @@ class Server:
             raw = r.read()
             c.close()
             return r.status, [json.loads(raw)], False
-        events, done, buf = [], False, b""
+        events, done = [], False
+        parser = SseParser()
         while True:
             chunk = r.read1(4096) if hasattr(r, "read1") else r.read(1)
             if not chunk:
                 break
-            buf += chunk
-            while b"\n\n" in buf:
-                ev, buf = buf.split(b"\n\n", 1)
-                assert ev.startswith(b"data: "), ev
-                payload = ev[6:].decode("utf-8")  # raises on invalid UTF-8
-                if payload == "[DONE]":
+            for data in parser.feed(chunk):
+                if data == "[DONE]":
                     done = True
                 else:
-                    events.append(json.loads(payload))
+                    events.append(json.loads(data))
             if disconnect_after is not None and len(events) >= disconnect_after:
                 c.sock.shutdown(socket.SHUT_RDWR)
                 c.close()
@@ -78,12 +130,28 @@ class Server:
         c.close()
         return 200, events, done
 
+    def wait_for(self, what, cond, deadline_s=120):
+        """Polls /metrics until cond(metric) holds; the deadline only bounds a hang, it decides nothing."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if cond(self.metric):
+                return True
+            time.sleep(0.02)
+        check(False, f"condition never held within {deadline_s} s: {what}")
+        return False
+
     def metric(self, name):
+        """A sample's value by its exact name, labels included: 'coda:x' or 'coda:x_bucket{le="1"}'."""
         _, _, raw = self.request("GET", "/metrics")
         for line in raw.decode().splitlines():
             if line.startswith(name + " "):
-                return float(line.split()[1])
+                return float(line.rsplit(" ", 1)[1])
         return None
+
+    def admin(self, action):
+        st, _, body = self.json("POST", "/admin/" + action)
+        check(st == 200 and body["paused"] == (action == "pause"), f"/admin/{action} -> {st} {body}")
+        return body
 
     def stop(self):
         self.proc.terminate()
@@ -136,12 +204,22 @@ def api_tests(s):
     def run(i):
         together[i] = s.json("POST", "/v1/completions", reqs[i])[2]["choices"][0]["text"]
 
+    # Paused, the four queue up; resumed, the worker admits all four into one batch.
+    s.admin("pause")
+    batched_before = s.metric('coda:iteration_sequences_bucket{le="2"}')
+    steps_before = s.metric("coda:iteration_sequences_count")
     ts = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
     for t in ts:
         t.start()
+    s.wait_for("four requests queued", lambda m: m("coda:num_requests_waiting") == len(reqs))
+    s.admin("resume")
     for t in ts:
         t.join()
     check(alone == together, "seeded requests give the same text alone and batched")
+    # Steps with 3 or 4 sequences happened: those in buckets above le=2.
+    steps = s.metric("coda:iteration_sequences_count") - steps_before
+    batched = steps - (s.metric('coda:iteration_sequences_bucket{le="2"}') - batched_before)
+    check(batched > 0, f"the four seeded requests ran batched ({batched} of {steps} steps had 3-4 sequences)")
     # The guard through the API: a greedy loop stopped with finish_reason "repetition".
     st, _, body = s.json("POST", "/v1/completions", {"prompt": "In the beginning God", "max_tokens": 300,
                                                      "temperature": 0, "coda": {"guard": "stop"}})
@@ -248,47 +326,51 @@ def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
         kinds[k] = kinds.get(k, 0) + 1
     print(f"{label}: {kinds}")
     check(len(results) == n_streams and not bad, f"{label}: {len(results)} answered, bad: {bad}")
-    # A flood beyond the queue bound: some are refused with 429 and Retry-After, none fail otherwise.
+    # A flood beyond the queue bound, made exact by pausing the scheduler: of the requests sent
+    # while it is paused, exactly `max_queue` wait and the rest are refused with 429 and Retry-After;
+    # resumed, the waiting ones are answered and run batched.
     if max_queue is not None:
+        # Idle first, so the queue bound is all that admits or refuses.
+        s.wait_for(f"{label}: idle before the flood",
+                   lambda m: m("coda:num_requests_running") == 0 and m("coda:num_requests_waiting") == 0)
+        s.admin("pause")
         statuses = []
+        lock = threading.Lock()
 
         def flood():
             st, hdrs, raw = s.request("POST", "/v1/completions", {"prompt": "Flood", "max_tokens": 48,
                                                                   "temperature": 1.0, "ignore_eos": True})
-            statuses.append((st, hdrs.get("Retry-After"), raw))
+            with lock:
+                statuses.append((st, hdrs.get("Retry-After"), raw))
 
-        threads = [threading.Thread(target=flood) for _ in range(3 * (max_queue + max_batch))]
-        peak = [0.0]
-        probing = [True]
-
-        def probe():  # continuous batching: several sequences run at once during the flood
-            while probing[0]:
-                peak[0] = max(peak[0], s.metric("coda:num_requests_running") or 0)
-                time.sleep(0.005)
-
-        prober = threading.Thread(target=probe)
-        prober.start()
+        n_flood = 3 * (max_queue + max_batch)
+        steps_before = s.metric("coda:iteration_sequences_count")
+        single_before = s.metric('coda:iteration_sequences_bucket{le="1"}')
+        threads = [threading.Thread(target=flood) for _ in range(n_flood)]
         for t in threads:
             t.start()
+        # Every request has either been queued or refused: the condition, not a clock.
+        s.wait_for(f"{label}: flood queued or refused",
+                   lambda m: m("coda:num_requests_waiting") == max_queue and len(statuses) == n_flood - max_queue)
+        s.admin("resume")
         for t in threads:
             t.join(timeout=300)
-        probing[0] = False
-        prober.join()
-        print(f"{label}: at most {peak[0]:.0f} sequences ran together")
-        check(peak[0] > 1, f"{label}: sequences were batched (peak {peak[0]})")
         codes = sorted(x[0] for x in statuses)
         print(f"{label}: flood of {len(codes)}: {codes.count(200)} answered, {codes.count(429)} refused with 429")
-        check(200 in codes and 429 in codes and set(codes) <= {200, 429}, f"{label}: flood statuses {codes}")
+        check(codes.count(200) == max_queue and codes.count(429) == n_flood - max_queue,
+              f"{label}: flood statuses {codes}")
         check(all(x[1] == "1" for x in statuses if x[0] == 429), f"{label}: 429 carries Retry-After")
         check(all(json.loads(x[2]).get("choices") or json.loads(x[2]).get("error") for x in statuses),
               f"{label}: flood answers are JSON")
+        steps = s.metric("coda:iteration_sequences_count") - steps_before
+        multi = steps - (s.metric('coda:iteration_sequences_bucket{le="1"}') - single_before)
+        print(f"{label}: {multi} of {steps} forward passes ran several sequences")
+        check(multi > 0, f"{label}: sequences were batched ({multi} of {steps} steps)")
     # Afterwards: idle, KV back to zero, healthy.
-    for _ in range(100):
-        if s.metric("coda:num_requests_running") == 0 and s.metric("coda:num_requests_waiting") == 0:
-            break
-        time.sleep(0.1)
-    check(s.metric("coda:kv_cache_usage_perc") == 0, f"{label}: KV usage back to 0")
-    check(s.metric("coda:num_requests_running") == 0, f"{label}: nothing running")
+    # (Disconnected streams are cancelled by the server when its next write fails.)
+    s.wait_for(f"{label}: idle with the KV cache back to 0",
+               lambda m: m("coda:num_requests_running") == 0 and m("coda:num_requests_waiting") == 0
+               and m("coda:kv_cache_usage_perc") == 0)
     check(s.json("GET", "/health")[0] == 200, f"{label}: healthy after the storm")
     _, _, raw = s.request("GET", "/metrics")
     check(b'coda:request_success_total{finished_reason="abort"}' in raw, f"{label}: metrics list finish reasons")
@@ -304,7 +386,8 @@ def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
 def main():
     coda, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    s = Server(coda, "--max-queue", "6", "--max-num-seqs", "4")
+    sse_parser_tests()
+    s = Server(coda, "--max-queue", "6", "--max-num-seqs", "4", "--enable-admin-api")
     try:
         api_tests(s)
         load_tests(s, "bundled", n_streams=16, max_queue=6, max_batch=4)
@@ -316,7 +399,7 @@ def main():
     synth = os.path.join(work, f"random-{os.getpid()}.gguf")
     subprocess.run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "-o", synth],
                    check=True, capture_output=True)
-    r = Server(coda, "-m", synth, "--max-queue", "4", "--max-num-seqs", "4")
+    r = Server(coda, "-m", synth, "--max-queue", "4", "--max-num-seqs", "4", "--enable-admin-api")
     try:
         load_tests(r, "random-weights", n_streams=16, max_queue=4, max_batch=4)
         st, _, body = r.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],

@@ -1,0 +1,355 @@
+#include "client/openai_client.h"
+
+#include <httplib.h>
+
+#include <chrono>
+
+#include "client/sse.h"
+
+namespace coda::client {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+const nlohmann::json* member(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string string_at(const nlohmann::json& j, const char* key) {
+  const auto* v = member(j, key);
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+// The error message inside an OpenAI error body ({"error": {"message"}}), vLLM's
+// ({"object": "error", "message"}) or a bare string; empty when the body is none of those.
+std::string error_message(const nlohmann::json& body) {
+  if (const auto* e = member(body, "error")) {
+    if (e->is_string()) return e->get<std::string>();
+    if (auto m = string_at(*e, "message"); !m.empty()) return m;
+    return e->dump();
+  }
+  if (string_at(body, "object") == "error") return string_at(body, "message");
+  return {};
+}
+
+// Reads usage, finish_reason, text, logprobs and coda's report from one response or chunk.
+void absorb(const nlohmann::json& j, bool chat, bool streaming, Completion& c, Delta& d) {
+  if (const auto* u = member(j, "usage"); u && u->is_object()) {
+    if (const auto* p = member(*u, "prompt_tokens"); p && p->is_number_integer()) c.prompt_tokens = p->get<int64_t>();
+    if (const auto* p = member(*u, "completion_tokens"); p && p->is_number_integer())
+      c.completion_tokens = p->get<int64_t>();
+  }
+  if (const auto* r = member(j, "coda")) c.coda = *r;
+  const auto* choices = member(j, "choices");
+  if (!choices || !choices->is_array() || choices->empty()) return;
+  const nlohmann::json& ch = (*choices)[0];
+  if (chat) {
+    const auto* m = member(ch, streaming ? "delta" : "message");
+    if (m) d.text = string_at(*m, "content");
+  } else {
+    d.text = string_at(ch, "text");
+  }
+  d.finish_reason = string_at(ch, "finish_reason");
+  if (const auto* lp = member(ch, "logprobs")) d.logprobs = parse_logprobs(*lp);
+  c.text += d.text;
+  if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
+  c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+}
+
+void set_error(Completion& c, ErrorKind kind, std::string message) {
+  if (c.error_kind != ErrorKind::None) return;  // the first cause wins
+  c.ok = false;
+  c.error_kind = kind;
+  c.error = std::move(message);
+}
+
+}  // namespace
+
+const char* to_string(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::None: return "none";
+    case ErrorKind::Connection: return "connection";
+    case ErrorKind::Timeout: return "timeout";
+    case ErrorKind::Http: return "http";
+    case ErrorKind::Upstream: return "upstream";
+    case ErrorKind::Protocol: return "protocol";
+    case ErrorKind::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+std::vector<TokenLogprob> parse_logprobs(const nlohmann::json& lp) {
+  std::vector<TokenLogprob> out;
+  auto number = [](const nlohmann::json* v) { return v && v->is_number() ? v->get<double>() : 0.0; };
+  if (const auto* content = member(lp, "content"); content && content->is_array()) {  // chat shape
+    for (const auto& t : *content) {
+      TokenLogprob tl{string_at(t, "token"), number(member(t, "logprob")), {}};
+      if (const auto* top = member(t, "top_logprobs"); top && top->is_array())
+        for (const auto& x : *top) tl.top.push_back({string_at(x, "token"), number(member(x, "logprob"))});
+      out.push_back(std::move(tl));
+    }
+    return out;
+  }
+  const auto* tokens = member(lp, "tokens");  // legacy shape
+  const auto* values = member(lp, "token_logprobs");
+  if (!tokens || !tokens->is_array()) return out;
+  const auto* tops = member(lp, "top_logprobs");
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    TokenLogprob tl;
+    if ((*tokens)[i].is_string()) tl.token = (*tokens)[i].get<std::string>();
+    if (values && values->is_array() && i < values->size()) tl.logprob = number(&(*values)[i]);
+    if (tops && tops->is_array() && i < tops->size() && (*tops)[i].is_object()) {
+      for (const auto& [tok, v] : (*tops)[i].items()) tl.top.push_back({tok, v.is_number() ? v.get<double>() : 0.0});
+      std::stable_sort(tl.top.begin(), tl.top.end(),
+                       [](const TopLogprob& a, const TopLogprob& b) { return a.logprob > b.logprob; });
+    }
+    out.push_back(std::move(tl));
+  }
+  return out;
+}
+
+Expected<OpenAIClient> OpenAIClient::create(Endpoint ep) {
+  std::string u = ep.url;
+  OpenAIClient c;
+  if (u.rfind("https://", 0) == 0) {
+    c.https_ = true;
+    u = u.substr(8);
+  } else if (u.rfind("http://", 0) == 0) {
+    u = u.substr(7);
+  } else if (u.find("://") != std::string::npos) {
+    return Error("url " + ep.url + ": only http:// and https:// URLs are supported");
+  }
+  const size_t slash = u.find('/');
+  std::string hostport = u.substr(0, slash);
+  std::string path = slash == std::string::npos ? "" : u.substr(slash);
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  if (path.size() >= 3 && path.compare(path.size() - 3, 3, "/v1") == 0) path.resize(path.size() - 3);
+  c.prefix_ = path;
+  c.port_ = c.https_ ? 443 : 80;
+  const size_t colon = hostport.rfind(':');
+  if (colon != std::string::npos && hostport.find(']', colon) == std::string::npos) {
+    const std::string p = hostport.substr(colon + 1);
+    char* end = nullptr;
+    const long v = std::strtol(p.c_str(), &end, 10);
+    if (p.empty() || *end != 0 || v < 1 || v > 65535)
+      return Error("url " + ep.url + ": port '" + p + "' is not a number in 1..65535");
+    c.port_ = static_cast<int>(v);
+    hostport.resize(colon);
+  }
+  if (hostport.size() > 2 && hostport.front() == '[' && hostport.back() == ']')
+    hostport = hostport.substr(1, hostport.size() - 2);
+  if (hostport.empty()) return Error("url " + ep.url + ": no host; expected http://HOST:PORT[/v1]");
+  if (!(ep.connect_timeout_s > 0) || !(ep.read_timeout_s > 0))
+    return Error("client timeouts must be > 0 seconds");
+  c.host_ = hostport;
+  c.ep_ = std::move(ep);
+  return c;
+}
+
+std::string OpenAIClient::describe() const {
+  return (https_ ? "https://" : "http://") + host_ + ":" + std::to_string(port_) + prefix_;
+}
+
+std::string OpenAIClient::origin() const {
+  const bool v6 = host_.find(':') != std::string::npos;
+  return (https_ ? "https://" : "http://") + (v6 ? "[" + host_ + "]" : host_) + ":" + std::to_string(port_);
+}
+
+std::string OpenAIClient::route(const std::string& v1_path) const {
+  return prefix_ + v1_path;
+}
+
+namespace {
+
+void configure(httplib::Client& cli, const Endpoint& ep) {
+  auto usec = [](double s) { return static_cast<time_t>((s - static_cast<double>(static_cast<time_t>(s))) * 1e6); };
+  cli.set_connection_timeout(static_cast<time_t>(ep.connect_timeout_s), usec(ep.connect_timeout_s));
+  cli.set_read_timeout(static_cast<time_t>(ep.read_timeout_s), usec(ep.read_timeout_s));
+  cli.set_write_timeout(static_cast<time_t>(ep.read_timeout_s), usec(ep.read_timeout_s));
+  cli.set_keep_alive(false);
+  if (!ep.api_key.empty()) cli.set_bearer_token_auth(ep.api_key.c_str());
+}
+
+}  // namespace
+
+Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const OnDelta& on_delta,
+                                  const std::atomic<bool>* cancel) const {
+  Completion c;
+  const bool streaming = body.is_object() && body.contains("stream") && body["stream"].is_boolean() &&
+                         body["stream"].get<bool>();
+  httplib::Client cli(origin());
+  configure(cli, ep_);
+
+  httplib::Request req;
+  req.method = "POST";
+  req.path = route(chat ? "/v1/chat/completions" : "/v1/completions");
+  req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  req.set_header("Content-Type", "application/json");
+  req.set_header("Accept", streaming ? "text/event-stream" : "application/json");
+
+  const auto t0 = Clock::now();
+  std::string raw;             // non-streaming body, or an error body
+  bool stream_body = false;    // the response is a 200 event stream
+  bool done = false;           // `data: [DONE]` seen
+  bool stopped_by_caller = false;
+  SseParser sse;
+  std::vector<SseEvent> events;
+
+  req.response_handler = [&](const httplib::Response& r) {
+    c.status = r.status;
+    // A server that ignores `stream` answers with one JSON body: read it as such.
+    stream_body = streaming && r.status >= 200 && r.status < 300 &&
+                  r.get_header_value("Content-Type").find("event-stream") != std::string::npos;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (cancel && cancel->load()) {
+      stopped_by_caller = true;
+      return false;
+    }
+    if (!stream_body) {
+      if (raw.size() + n > (size_t{64} << 20)) {
+        set_error(c, ErrorKind::Protocol, "the response body is larger than 64 MiB");
+        return false;
+      }
+      raw.append(data, n);
+      return true;
+    }
+    events.clear();
+    if (!sse.feed(std::string_view(data, n), events)) {
+      set_error(c, ErrorKind::Protocol, "an event-stream line is longer than 16 MiB");
+      return false;
+    }
+    for (const SseEvent& ev : events) {
+      if (done) break;
+      if (ev.data == "[DONE]") {
+        done = true;
+        break;
+      }
+      nlohmann::json j = nlohmann::json::parse(ev.data, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        set_error(c, ErrorKind::Protocol, "malformed event in the stream: " + ev.data.substr(0, 200));
+        return false;
+      }
+      if (auto m = error_message(j); !m.empty()) {
+        c.error_body = j;
+        set_error(c, ErrorKind::Upstream, "the server reported an error mid-stream: " + m);
+        return false;
+      }
+      Delta d;
+      d.chunk = &j;
+      d.at_ms = ms_since(t0);
+      absorb(j, chat, true, c, d);
+      if (!d.text.empty()) {
+        if (c.ttft_ms < 0) c.ttft_ms = d.at_ms;
+        c.chunk_ms.push_back(d.at_ms);
+      }
+      if (on_delta && !on_delta(d)) {
+        stopped_by_caller = true;
+        return false;
+      }
+    }
+    return true;
+  };
+
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool sent = cli.send(req, res, err);
+  c.e2e_ms = ms_since(t0);
+  if (stopped_by_caller) {
+    set_error(c, ErrorKind::Cancelled, "cancelled by the caller");
+    return c;
+  }
+  if (c.error_kind != ErrorKind::None) return c;
+  if (!sent) {
+    const double silent_s = c.e2e_ms / 1000.0;
+    switch (err) {
+      case httplib::Error::Connection:
+        set_error(c, ErrorKind::Connection, "cannot connect to " + describe() + " (is the server up?)");
+        break;
+      case httplib::Error::ConnectionTimeout:
+        set_error(c, ErrorKind::Timeout, "connecting to " + describe() + " timed out");
+        break;
+      case httplib::Error::Read:
+        // httplib reports a read timeout and a dropped connection alike; the clock tells them apart.
+        if (silent_s + 0.05 >= ep_.read_timeout_s && c.status == 0)
+          set_error(c, ErrorKind::Timeout, "no response from " + describe() + " within the read timeout");
+        else if (c.status == 0)
+          set_error(c, ErrorKind::Connection, "the connection to " + describe() + " closed before a response");
+        else
+          set_error(c, ErrorKind::Connection, "the response from " + describe() + " broke off");
+        break;
+      default:
+        set_error(c, ErrorKind::Connection, std::string("request to ") + describe() + " failed: " + httplib::to_string(err));
+    }
+    // A stream that went silent past the read timeout is a timeout, whatever httplib called it.
+    if (stream_body && c.error_kind == ErrorKind::Connection && !c.chunk_ms.empty() &&
+        c.e2e_ms - c.chunk_ms.back() + 50 >= ep_.read_timeout_s * 1000) {
+      c.error_kind = ErrorKind::Timeout;
+      c.error = "the stream from " + describe() + " went silent for longer than the read timeout";
+    }
+    return c;
+  }
+  if (c.status < 200 || c.status >= 300) {
+    nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
+    if (!j.is_discarded()) c.error_body = j;
+    std::string m = j.is_discarded() ? raw.substr(0, 300) : error_message(j);
+    if (m.empty()) m = raw.substr(0, 300);
+    set_error(c, ErrorKind::Http, "HTTP " + std::to_string(c.status) + ": " + m);
+    return c;
+  }
+  if (stream_body) {
+    if (!done && c.finish_reason.empty()) {
+      set_error(c, ErrorKind::Protocol, "the stream ended without a finish_reason or [DONE]");
+      return c;
+    }
+    c.ok = true;
+    return c;
+  }
+  nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    set_error(c, ErrorKind::Protocol, "the response is not a JSON object: " + raw.substr(0, 200));
+    return c;
+  }
+  if (auto m = error_message(j); !m.empty()) {
+    c.error_body = j;
+    set_error(c, ErrorKind::Upstream, "the server reported an error: " + m);
+    return c;
+  }
+  Delta d;
+  d.chunk = &j;
+  absorb(j, chat, false, c, d);
+  if (!member(j, "choices")) {
+    set_error(c, ErrorKind::Protocol, "the response has no choices: " + raw.substr(0, 200));
+    return c;
+  }
+  c.ttft_ms = c.e2e_ms;
+  if (!c.text.empty()) c.chunk_ms.push_back(c.e2e_ms);
+  c.ok = true;
+  return c;
+}
+
+Expected<nlohmann::json> OpenAIClient::get_json(const std::string& path, int* status) const {
+  httplib::Client cli(origin());
+  configure(cli, ep_);
+  const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
+  auto res = cli.Get(p);
+  if (!res) return Error("GET " + describe() + p + " failed: " + httplib::to_string(res.error()));
+  if (status) *status = res->status;
+  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+  if (j.is_discarded()) return Error("GET " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
+  if (res->status < 200 || res->status >= 300) {
+    std::string m = error_message(j);
+    return Error("GET " + p + ": HTTP " + std::to_string(res->status) + (m.empty() ? "" : ": " + m));
+  }
+  return j;
+}
+
+}  // namespace coda::client

@@ -1,0 +1,116 @@
+// One OpenAI-compatible HTTP client for everything coda says to another server: the lab's load
+// benchmark and tuner drive a deployment with it, the proxy forwards through it. It speaks
+// /v1/completions and /v1/chat/completions, streaming (SSE, parsed by the specification) and not,
+// and reads what servers send back in their different shapes: text or deltas, finish_reason, usage,
+// logprobs in the chat shape (`content[]` with `top_logprobs`, also what llama.cpp returns on
+// /v1/completions) or the legacy shape (`tokens`, `token_logprobs`, `top_logprobs` dicts: OpenAI,
+// vLLM), and coda's own `coda` report when present.
+//
+// Nothing here throws or ends the caller: a refused connection, a timeout, an HTTP error body, a
+// malformed stream or a cancellation all come back as a `Completion` with ok = false, the error's
+// kind and message, and whatever had arrived before (the vLLM benchmark's habit: a failed request is
+// a record, not an exception).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace coda::client {
+
+struct Endpoint {
+  std::string url;       // http(s)://host:port, optionally with a path prefix, with or without /v1
+  std::string api_key;   // sent as "Authorization: Bearer KEY" when not empty
+  double connect_timeout_s = 10;
+  double read_timeout_s = 120;  // the longest silence between two reads (a hung upstream)
+};
+
+struct TopLogprob {
+  std::string token;
+  double logprob = 0;
+};
+
+struct TokenLogprob {
+  std::string token;
+  double logprob = 0;
+  std::vector<TopLogprob> top;  // most likely first, as sent
+};
+
+enum class ErrorKind {
+  None,
+  Connection,  // could not connect, or the connection broke
+  Timeout,     // connect or read timeout
+  Http,        // a non-2xx status; `status` and `error_body` say more
+  Upstream,    // an error event inside a 200 stream
+  Protocol,    // not OpenAI's shape: bad JSON, a stream without an end
+  Cancelled,   // the caller stopped it (callback, cancel flag)
+};
+const char* to_string(ErrorKind k);
+
+// One request's outcome. Times are milliseconds since the request was sent.
+struct Completion {
+  bool ok = false;
+  ErrorKind error_kind = ErrorKind::None;
+  std::string error;                // a message a user can act on
+  int status = 0;                   // HTTP status; 0 when no response came
+  nlohmann::json error_body;        // the server's error JSON, when it sent one
+  std::string text;                 // the generated text (concatenated deltas when streaming)
+  std::string finish_reason;        // empty when none was reported
+  int64_t prompt_tokens = -1;       // from usage; -1 when the server did not say
+  int64_t completion_tokens = -1;
+  std::vector<TokenLogprob> logprobs;
+  nlohmann::json coda;              // coda's report ("coda" field), null when absent
+  double ttft_ms = -1;              // first content chunk (streaming) or the whole answer
+  double e2e_ms = 0;
+  std::vector<double> chunk_ms;     // arrival of every chunk that carried text
+};
+
+// What a streaming callback sees for each data event: the parsed delta and the raw chunk.
+struct Delta {
+  std::string text;
+  std::string finish_reason;
+  std::vector<TokenLogprob> logprobs;
+  const nlohmann::json* chunk = nullptr;  // the event's JSON as sent
+  double at_ms = 0;
+};
+// Returns false to stop: the connection is closed, which cancels the generation upstream.
+using OnDelta = std::function<bool(const Delta&)>;
+
+class OpenAIClient {
+ public:
+  // Checks the URL: http:// or https://, a host, a port in range.
+  static Expected<OpenAIClient> create(Endpoint endpoint);
+
+  // POSTs `body` to /v1/chat/completions (chat) or /v1/completions; streams when body["stream"] is
+  // true. `on_delta` sees each streamed chunk; `cancel`, when given, is polled as bytes arrive.
+  // Thread-safe: each call opens its own connection.
+  Completion complete(const nlohmann::json& body, bool chat, const OnDelta& on_delta = {},
+                      const std::atomic<bool>* cancel = nullptr) const;
+
+  // GET a JSON document, e.g. "/v1/models" or "/health" (paths under /v1 follow the URL's prefix).
+  Expected<nlohmann::json> get_json(const std::string& path, int* status = nullptr) const;
+
+  const Endpoint& endpoint() const { return ep_; }
+  std::string describe() const;  // scheme://host:port/prefix, for messages
+
+ private:
+  OpenAIClient() = default;
+  std::string route(const std::string& v1_path) const;  // "/v1/completions" under the prefix
+  std::string origin() const;                            // scheme://host:port
+
+  Endpoint ep_;
+  bool https_ = false;  // TLS through httplib's OpenSSL build (Debian's libcpp-httplib has it)
+  std::string host_;
+  int port_ = 80;
+  std::string prefix_;  // path before /v1, without a trailing slash
+};
+
+// Logprobs of one choice in either shape (chat `content[]`, or legacy `tokens`/`token_logprobs`/
+// `top_logprobs`); empty when absent or malformed.
+std::vector<TokenLogprob> parse_logprobs(const nlohmann::json& choice_logprobs);
+
+}  // namespace coda::client

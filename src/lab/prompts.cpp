@@ -1,0 +1,124 @@
+#include "lab/prompts.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace coda::lab {
+
+namespace {
+
+// (set, language) -> prompts. Short openings that ask for long answers, written for this project.
+const std::map<std::pair<std::string, std::string>, std::vector<const char*>>& builtin() {
+  static const std::map<std::pair<std::string, std::string>, std::vector<const char*>> sets = {
+      {{"exam", "en"},
+       {"Exam question: explain in detail the causes and consequences of the fall of the Roman Empire.\nAnswer:",
+        "Exam question: describe how the water cycle works, with examples from three continents.\nAnswer:",
+        "Exam question: discuss the role of the printing press in the spread of ideas in Europe.\nAnswer:",
+        "Exam question: explain the theory of evolution by natural selection and the evidence for it.\nAnswer:",
+        "Exam question: compare the economies of ancient Athens and ancient Sparta.\nAnswer:",
+        "Exam question: explain why the seasons change, and what would happen if the Earth had no tilt.\nAnswer:"}},
+      {{"exam", "it"},
+       {"Domanda d'esame: spiega in dettaglio le cause e le conseguenze della caduta dell'Impero romano.\nRisposta:",
+        "Domanda d'esame: descrivi il ciclo dell'acqua con esempi tratti da tre continenti.\nRisposta:",
+        "Domanda d'esame: discuti il ruolo della stampa nella diffusione delle idee in Europa.\nRisposta:",
+        "Domanda d'esame: spiega la teoria dell'evoluzione per selezione naturale e le prove a suo favore.\nRisposta:",
+        "Domanda d'esame: confronta l'economia di Atene e quella di Sparta nell'antichità.\nRisposta:",
+        "Domanda d'esame: spiega perché cambiano le stagioni e che cosa accadrebbe senza l'inclinazione terrestre.\nRisposta:"}},
+      {{"exam", "fr"},
+       {"Question d'examen : expliquez en détail les causes et les conséquences de la chute de l'Empire romain.\nRéponse :",
+        "Question d'examen : décrivez le cycle de l'eau avec des exemples pris sur trois continents.\nRéponse :",
+        "Question d'examen : discutez le rôle de l'imprimerie dans la diffusion des idées en Europe.\nRéponse :",
+        "Question d'examen : expliquez la théorie de l'évolution par sélection naturelle et ses preuves.\nRéponse :",
+        "Question d'examen : comparez les économies d'Athènes et de Sparte dans l'Antiquité.\nRéponse :",
+        "Question d'examen : expliquez pourquoi les saisons changent et ce qui arriverait sans l'inclinaison de la Terre.\nRéponse :"}},
+      {{"narrative", "en"},
+       {"Write a long story in numbered paragraphs about a lighthouse keeper and a storm.\n\n1.",
+        "Write a long story in numbered paragraphs about a journey across the desert.\n\n1.",
+        "Write a long chronicle in numbered chapters of a small town over one hundred years.\n\n1.",
+        "Write a long story in numbered paragraphs about two brothers who build a ship.\n\n1."}},
+      {{"narrative", "it"},
+       {"Scrivi un lungo racconto in paragrafi numerati su un guardiano del faro e una tempesta.\n\n1.",
+        "Scrivi un lungo racconto in paragrafi numerati su un viaggio attraverso il deserto.\n\n1.",
+        "Scrivi una lunga cronaca in capitoli numerati di un piccolo paese nell'arco di cento anni.\n\n1.",
+        "Scrivi un lungo racconto in paragrafi numerati su due fratelli che costruiscono una nave.\n\n1."}},
+      {{"narrative", "fr"},
+       {"Écrivez une longue histoire en paragraphes numérotés sur un gardien de phare et une tempête.\n\n1.",
+        "Écrivez une longue histoire en paragraphes numérotés sur un voyage à travers le désert.\n\n1.",
+        "Écrivez une longue chronique en chapitres numérotés d'un petit village sur cent ans.\n\n1.",
+        "Écrivez une longue histoire en paragraphes numérotés sur deux frères qui construisent un navire.\n\n1."}},
+      {{"technical", "en"},
+       {"Q: What does the HTTP status code 429 mean?\nA:", "Q: What is the difference between a process and a thread?\nA:",
+        "Q: How many bytes are in a kibibyte?\nA:", "Q: What does the SQL keyword JOIN do?\nA:"}},
+      {{"technical", "it"},
+       {"D: Che cosa significa il codice di stato HTTP 429?\nR:", "D: Qual è la differenza tra un processo e un thread?\nR:",
+        "D: Quanti byte ci sono in un kibibyte?\nR:", "D: Che cosa fa la parola chiave SQL JOIN?\nR:"}},
+      {{"technical", "fr"},
+       {"Q : Que signifie le code d'état HTTP 429 ?\nR :", "Q : Quelle est la différence entre un processus et un thread ?\nR :",
+        "Q : Combien d'octets y a-t-il dans un kibioctet ?\nR :", "Q : Que fait le mot-clé SQL JOIN ?\nR :"}},
+  };
+  return sets;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+Expected<std::vector<BenchPrompt>> load_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error("prompts: cannot open " + path);
+  std::vector<BenchPrompt> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(n) + ": ";
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return Error(where + "not a JSON object");
+    BenchPrompt p;
+    if (j.contains("prompt")) {
+      if (!j["prompt"].is_string() || j["prompt"].get<std::string>().empty())
+        return Error(where + "`prompt` must be a non-empty string");
+      p.prompt = j["prompt"].get<std::string>();
+    } else if (j.contains("messages")) {
+      if (!j["messages"].is_array() || j["messages"].empty())
+        return Error(where + "`messages` must be a non-empty array of {role, content}");
+      p.messages = j["messages"];
+    } else {
+      return Error(where + "expected `prompt` (text) or `messages` (chat)");
+    }
+    if (j.contains("group")) {
+      if (!j["group"].is_string()) return Error(where + "`group` must be a string");
+      p.group = j["group"].get<std::string>();
+    }
+    if (p.group.empty()) p.group = "default";
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) return Error("prompts: " + path + " holds no prompts");
+  return out;
+}
+
+Expected<std::vector<BenchPrompt>> builtin_prompts(const std::string& sets, const std::string& languages) {
+  std::vector<std::string> names = split_list(sets), langs = split_list(languages);
+  if (names.size() == 1 && names[0] == "all") names = {"exam", "narrative", "technical"};
+  std::vector<BenchPrompt> out;
+  for (const auto& s : names) {
+    for (const auto& l : langs) {
+      auto it = builtin().find({s, l});
+      if (it == builtin().end())
+        return Error("built-in prompts: no set '" + s + "' in '" + l +
+                     "'; sets: exam, narrative, technical, all; languages: en, it, fr");
+      for (const char* text : it->second) out.push_back(BenchPrompt{text, nullptr, s + "-" + l});
+    }
+  }
+  if (out.empty()) return Error("built-in prompts: no set or language given");
+  return out;
+}
+
+}  // namespace coda::lab

@@ -1,0 +1,29 @@
+// The prompts a load test or a study sends: from a JSONL file (one object per line with `prompt`
+// or `messages`, and an optional `group` label) or from the built-in sets, in English, Italian and
+// French: long exam answers (the task of the study behind `coda tune`), numbered narratives (where
+// loops appear in the field) and short technical questions (which should end quickly).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace coda::lab {
+
+struct BenchPrompt {
+  std::string prompt;       // for /v1/completions
+  nlohmann::json messages;  // for /v1/chat/completions; null when the prompt is plain text
+  std::string group;        // a label results are grouped by ("exam-en", or the file's `group`)
+  bool chat() const { return !messages.is_null(); }
+};
+
+// Reads FILE.jsonl; errors name the line and what is wrong.
+Expected<std::vector<BenchPrompt>> load_prompts(const std::string& path);
+
+// Built-in sets by name: "exam", "narrative", "technical", or "all"; languages "en", "it", "fr"
+// (comma-separated lists). The prompts are plain text (completions), so a base model continues them.
+Expected<std::vector<BenchPrompt>> builtin_prompts(const std::string& sets, const std::string& languages);
+
+}  // namespace coda::lab

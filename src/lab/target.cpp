@@ -1,0 +1,77 @@
+#include "lab/target.h"
+
+#include <chrono>
+
+namespace coda::lab {
+
+client::Completion HttpTarget::send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) {
+  return client_.complete(body, chat, {}, cancel);
+}
+
+EngineTarget::EngineTarget(Generator& gen, EngineTargetOptions opts) : gen_(gen) {
+  defaults_.model_id = opts.model_id;
+  defaults_.guard = opts.guard;
+  // The lab is its own only client: the queue is unbounded so no request of a load test is refused
+  // by the harness itself; the batch and KV budget are the server's.
+  scheduler_ = std::make_unique<Scheduler>(
+      gen, metrics_, SchedulerOptions{size_t{1} << 30, opts.max_batch, opts.kv_budget_tokens, 64});
+}
+
+client::Completion EngineTarget::send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto since = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  client::Completion c;
+  auto reject = [&](const ApiError& e) {
+    c.status = e.status;
+    c.error_kind = client::ErrorKind::Http;
+    c.error = "HTTP " + std::to_string(e.status) + ": " + e.message;
+    c.error_body = e.body();
+    c.e2e_ms = since();
+    return c;
+  };
+  auto parsed = parse_api_request(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), chat, defaults_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reject(*e);
+  ApiRequest r = std::move(std::get<ApiRequest>(parsed));
+  if (Status s = gen_.check(r.gen); !s.ok()) {
+    ApiError e;
+    e.message = s.message();
+    return reject(e);
+  }
+  auto ticket = scheduler_->submit(r);
+  if (!ticket) {
+    ApiError e;
+    e.status = 429;
+    e.message = "the in-process queue is full";
+    return reject(e);
+  }
+  std::string text;
+  bool done = false;
+  while (!done) {
+    ticket->wait(text, done, std::chrono::milliseconds(50));
+    if (!text.empty()) {
+      const double at = since();
+      if (c.ttft_ms < 0) c.ttft_ms = at;
+      c.chunk_ms.push_back(at);
+      c.text += text;
+    }
+    if (!done && cancel && cancel->load()) ticket->cancelled = true;  // the scheduler ends it next step
+  }
+  c.e2e_ms = since();
+  const Expected<GuardedResult>& out = ticket->result();
+  c.status = 200;
+  if (!out) {
+    c.error_kind = ticket->cancelled ? client::ErrorKind::Cancelled : client::ErrorKind::Upstream;
+    c.error = out.message();
+    return c;
+  }
+  c.ok = true;
+  c.finish_reason = out->result.finish_reason;
+  c.prompt_tokens = out->result.prompt_tokens;
+  c.completion_tokens = out->result.completion_tokens;
+  c.coda = nlohmann::json::parse(dump_json(out->report.to_json()));
+  if (c.ttft_ms < 0) c.ttft_ms = c.e2e_ms;
+  return c;
+}
+
+}  // namespace coda::lab

@@ -1,0 +1,61 @@
+// What the lab sends requests to, behind one function (the vLLM benchmark's habit: every backend
+// takes the same request and returns the same record). `HttpTarget` is any OpenAI-compatible
+// server through the shared client; `EngineTarget` is coda's engine in this process, driven
+// through the same request parsing and `Scheduler` as `coda serve`, so both paths measure the same
+// thing.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "client/openai_client.h"
+#include "engine/generator.h"
+#include "server/metrics.h"
+#include "server/openai_api.h"
+#include "server/scheduler.h"
+
+namespace coda::lab {
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  // Sends one OpenAI request body; never throws. `cancel` (when given) abandons it.
+  virtual client::Completion send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) = 0;
+  virtual std::string describe() const = 0;
+};
+
+class HttpTarget : public Target {
+ public:
+  explicit HttpTarget(client::OpenAIClient client) : client_(std::move(client)) {}
+  client::Completion send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) override;
+  std::string describe() const override { return client_.describe(); }
+  const client::OpenAIClient& client() const { return client_; }
+
+ private:
+  client::OpenAIClient client_;
+};
+
+struct EngineTargetOptions {
+  size_t max_batch = 8;  // --max-num-seqs, as coda serve
+  int64_t kv_budget_tokens = 1 << 20;
+  GuardPolicy guard = GuardPolicy::Observe;
+  std::string model_id = "coda";
+};
+
+class EngineTarget : public Target {
+ public:
+  EngineTarget(Generator& gen, EngineTargetOptions opts);
+  client::Completion send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) override;
+  std::string describe() const override { return "in-process engine"; }
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  Generator& gen_;
+  ServerDefaults defaults_;
+  Metrics metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+}  // namespace coda::lab
