@@ -23,6 +23,7 @@ void add_chat(CLI::App& app, std::vector<Command>& out);
 void add_analyze(CLI::App& app, std::vector<Command>& out);
 void add_serve(CLI::App& app, std::vector<Command>& out);
 void add_lab_bench(CLI::App& app, std::vector<Command>& out);  // coda bench
+void add_lab_tune(CLI::App& app, std::vector<Command>& out);   // coda tune
 
 // The bundled model: $CODA_MODEL, else ../share/coda/ beside an installed executable, else the nearest
 // models/ above the executable (a build tree), else the source tree's models/.

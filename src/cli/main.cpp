@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   coda::cli::add_analyze(app, commands);
   coda::cli::add_serve(app, commands);
   coda::cli::add_lab_bench(app, commands);
+  coda::cli::add_lab_tune(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

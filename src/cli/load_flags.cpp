@@ -1,0 +1,57 @@
+#include "cli/load_flags.h"
+
+#include "cli/sampling_flags.h"
+
+namespace coda::cli {
+
+void add_load_flags(CLI::App* sub, LoadFlags& f) {
+  sub->add_option("--prompts", f.prompts_file, "JSONL prompts: {\"prompt\"|\"messages\", \"group\"} per line");
+  sub->add_option("--set", f.sets, "Built-in prompt sets: exam, narrative, technical or all (comma-separated)")
+      ->capture_default_str();
+  sub->add_option("--lang", f.languages, "Built-in prompt languages: en, it, fr (comma-separated)")->capture_default_str();
+  sub->add_option("--rate", f.load.rate_per_min, "Requests per minute (0: all at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--burstiness", f.load.burstiness, "Gamma shape of the arrival gaps; 1 is Poisson")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-concurrency", f.load.max_concurrency, "Requests in flight at most (0: unlimited)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--requests", f.load.requests, "Requests per set")->capture_default_str()->check(CLI::Range(1, 10000000));
+  sub->add_option("--sets", f.load.sets, "Independent sets")->capture_default_str()->check(CLI::Range(1, 10000));
+  sub->add_option("-n,--max-tokens", f.load.max_tokens, "max_tokens of every request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--failure-reasons", f.failure_reasons,
+                  "finish_reasons that count as failures (comma-separated; e.g. length,repetition)")
+      ->capture_default_str();
+  sub->add_option("--goodput-ttft", f.load.goodput_ttft_ms, "Goodput SLO: TTFT at most this many ms (0: none)");
+  sub->add_option("--goodput-tpot", f.load.goodput_tpot_ms, "Goodput SLO: TPOT at most this many ms (0: none)");
+  sub->add_flag("--no-stream", f.no_stream, "Non-streaming requests (no TTFT or ITL)");
+  // -s/--seed (a sampling flag) seeds the run: arrivals, prompt choice, and a distinct seed per request.
+  add_sampling_flags(sub, f.sampling);
+}
+
+Expected<std::vector<lab::BenchPrompt>> finish_load_flags(const CLI::App* sub, LoadFlags& f, const std::string& model) {
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages) : lab::load_prompts(f.prompts_file);
+  if (!prompts) return prompts.error();
+  f.load.sampling = sampling_fields(sub, f.sampling);
+  f.load.sampling.erase("seed");
+  f.load.seed = f.sampling.sampling.seed;
+  f.load.model = model;
+  f.load.stream = !f.no_stream;
+  f.load.failure_reasons.clear();
+  size_t a = 0;
+  const std::string& s = f.failure_reasons;
+  while (a <= s.size()) {
+    size_t b = s.find(',', a);
+    if (b == std::string::npos) b = s.size();
+    if (b > a) f.load.failure_reasons.push_back(s.substr(a, b - a));
+    a = b + 1;
+  }
+  if (f.load.failure_reasons.empty()) return Error("--failure-reasons: give at least one finish_reason");
+  return prompts;
+}
+
+}  // namespace coda::cli

@@ -1,0 +1,263 @@
+#include "lab/tpe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "lab/stats.h"
+
+namespace coda::lab {
+
+namespace {
+
+constexpr double kEps = 1e-12;
+
+// Bounds of a parameter in the estimator's space: log for log scales, widened by half a step on a
+// grid so the end points get their share.
+struct Bounds {
+  double low, high, q;  // q: grid step in that space, 0 when continuous
+};
+
+Bounds bounds_of(const ParamSpec& p) {
+  if (p.log) {
+    if (p.integer) return {std::log(p.low - 0.5), std::log(p.high + 0.5), 0};
+    return {std::log(p.low), std::log(p.high), 0};
+  }
+  const double q = p.integer ? std::max(1.0, p.step) : p.step;
+  if (q > 0) return {p.low - 0.5 * q, p.high + 0.5 * q, q};
+  return {p.low, p.high, 0};
+}
+
+double to_internal(const ParamSpec& p, double v) {
+  return p.log ? std::log(v) : v;
+}
+
+double from_internal(const ParamSpec& p, double x) {
+  return p.snap(p.log ? std::exp(x) : x);
+}
+
+double log_ndtr_diff(double a, double b) {  // log(Phi(b) - Phi(a)), a < b
+  const double pa = 0.5 * std::erfc(-a / std::sqrt(2.0)), pb = 0.5 * std::erfc(-b / std::sqrt(2.0));
+  double d = pb - pa;
+  if (d <= 0) {  // both far in the same tail: use the other tail's complement
+    d = 0.5 * std::erfc(a / std::sqrt(2.0)) - 0.5 * std::erfc(b / std::sqrt(2.0));
+  }
+  return std::log(std::max(d, 1e-300));
+}
+
+// A truncated Gaussian mixture over [low, high].
+struct Parzen {
+  std::vector<double> mus, sigmas, weights;
+  Bounds b;
+
+  double log_pdf(double x) const {
+    double best = -std::numeric_limits<double>::infinity();
+    std::vector<double> terms(mus.size());
+    for (size_t i = 0; i < mus.size(); ++i) {
+      const double m = mus[i], s = sigmas[i];
+      const double log_accept = log_ndtr_diff((b.low - m) / s, (b.high - m) / s);
+      double lp;
+      if (b.q > 0) {
+        const double lo = std::max(x - b.q / 2, b.low), hi = std::min(x + b.q / 2, b.high);
+        lp = log_ndtr_diff((lo - m) / s, (hi - m) / s) - log_accept;
+      } else {
+        const double z = (x - m) / s;
+        lp = -0.5 * z * z - std::log(s) - 0.5 * std::log(2 * M_PI) - log_accept;
+      }
+      terms[i] = lp + std::log(weights[i]);
+      best = std::max(best, terms[i]);
+    }
+    double sum = 0;
+    for (double t : terms) sum += std::exp(t - best);
+    return best + std::log(sum);
+  }
+
+  double sample(std::mt19937_64& rng) const {
+    std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
+    const size_t i = pick(rng);
+    std::normal_distribution<double> n(mus[i], sigmas[i]);
+    // The mean lies inside [low, high], so at least about half of the draws land inside.
+    for (int tries = 0; tries < 1000; ++tries) {
+      const double x = n(rng);
+      if (x >= b.low && x <= b.high) return x;
+    }
+    return std::clamp(mus[i], b.low, b.high);
+  }
+};
+
+Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const Bounds& b, double prior_weight) {
+  Parzen p;
+  p.b = b;
+  const double range = b.high - b.low;
+  p.mus = obs;
+  p.mus.push_back(0.5 * (b.low + b.high));  // the prior
+  const size_t n = p.mus.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return p.mus[a] < p.mus[c]; });
+  std::vector<double> sorted(n + 2);
+  sorted[0] = b.low;
+  for (size_t k = 0; k < n; ++k) sorted[k + 1] = p.mus[order[k]];
+  sorted[n + 1] = b.high;
+  std::vector<double> sorted_sigma(n);
+  for (size_t k = 0; k < n; ++k) sorted_sigma[k] = std::max(sorted[k + 1] - sorted[k], sorted[k + 2] - sorted[k + 1]);
+  if (sorted.size() >= 4) {  // the end points do not count as neighbours (consider_endpoints off)
+    sorted_sigma[0] = sorted[2] - sorted[1];
+    sorted_sigma[n - 1] = sorted[n] - sorted[n - 1];
+  }
+  p.sigmas.assign(n, 0);
+  for (size_t k = 0; k < n; ++k) p.sigmas[order[k]] = sorted_sigma[k];
+  const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(n));
+  for (double& s : p.sigmas) s = std::clamp(s, min_sigma, range);
+  p.sigmas[n - 1] = range;  // the prior's
+  w.resize(obs.size());
+  w.push_back(prior_weight);
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  for (double& x : w) x /= total;
+  p.weights = std::move(w);
+  return p;
+}
+
+std::vector<double> default_weights(size_t x) {  // Optuna's: recent trials 1, older ones ramp down
+  if (x < 25) return std::vector<double>(x, 1.0);
+  std::vector<double> w;
+  const size_t ramp = x - 25;
+  for (size_t i = 0; i < ramp; ++i)
+    w.push_back(ramp == 1 ? 1.0 / static_cast<double>(x)
+                          : 1.0 / static_cast<double>(x) +
+                                (1.0 - 1.0 / static_cast<double>(x)) * static_cast<double>(i) / static_cast<double>(ramp - 1));
+  w.resize(x, 1.0);
+  return w;
+}
+
+std::vector<double> reference_point(const std::vector<std::vector<double>>& pts) {
+  std::vector<double> worst(pts[0].size(), -std::numeric_limits<double>::infinity());
+  for (const auto& p : pts)
+    for (size_t k = 0; k < p.size(); ++k) worst[k] = std::max(worst[k], p[k]);
+  for (double& w : worst) {
+    w = std::max(1.1 * w, 0.9 * w);
+    if (w == 0) w = kEps;
+  }
+  return worst;
+}
+
+}  // namespace
+
+MotpeSampler::MotpeSampler(SearchSpace space, TpeOptions opts, uint64_t seed)
+    : space_(std::move(space)), opts_(opts), seed_(seed) {}
+
+size_t MotpeSampler::gamma(size_t n) {
+  return std::min<size_t>(static_cast<size_t>(std::ceil(0.1 * static_cast<double>(n))), 25);
+}
+
+std::vector<size_t> MotpeSampler::split_below(const std::vector<std::vector<double>>& values, size_t n_below) {
+  const std::vector<int> rank = nondomination_ranks(values);
+  std::vector<size_t> below;
+  int r = 0;
+  while (true) {
+    std::vector<size_t> this_rank;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (rank[i] == r) this_rank.push_back(i);
+    if (this_rank.empty()) break;
+    if (below.size() + this_rank.size() <= n_below) {
+      below.insert(below.end(), this_rank.begin(), this_rank.end());
+      ++r;
+      continue;
+    }
+    // Greedy hypervolume subset selection within the overflowing rank.
+    std::vector<std::vector<double>> pts;
+    for (size_t i : this_rank) pts.push_back(values[i]);
+    const auto ref = reference_point(pts);
+    std::vector<std::vector<double>> chosen;
+    std::vector<bool> taken(pts.size(), false);
+    double hv_chosen = 0;
+    while (below.size() < n_below) {
+      double best = -1;
+      size_t best_k = 0;
+      for (size_t k = 0; k < pts.size(); ++k) {
+        if (taken[k]) continue;
+        auto with = chosen;
+        with.push_back(pts[k]);
+        const double gain = hypervolume(with, ref) - hv_chosen;
+        if (gain > best) best = gain, best_k = k;
+      }
+      taken[best_k] = true;
+      chosen.push_back(pts[best_k]);
+      hv_chosen = hypervolume(chosen, ref);
+      below.push_back(this_rank[best_k]);
+    }
+    break;
+  }
+  return below;
+}
+
+std::vector<double> MotpeSampler::below_weights(const std::vector<std::vector<double>>& pts) {
+  if (pts.empty()) return {};
+  if (pts.size() == 1) return {1.0};
+  const auto ref = reference_point(pts);
+  const double hv = hypervolume(pts, ref);
+  std::vector<double> c(pts.size());
+  for (size_t i = 0; i < pts.size(); ++i) {
+    auto rest = pts;
+    rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
+    c[i] = hv - hypervolume(rest, ref) + kEps;
+  }
+  const double top = *std::max_element(c.begin(), c.end());
+  for (double& x : c) x = std::clamp(x / top, 0.0, 1.0);
+  return c;
+}
+
+std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedTrial>& trials, uint64_t number) const {
+  std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ULL + number * 0xBF58476D1CE4E5B9ULL + 1);
+  std::map<std::string, double> out;
+  const size_t n = trials.size();
+  if (n < static_cast<size_t>(std::max(1, opts_.n_startup_trials))) {
+    for (const auto& p : space_) {
+      const Bounds b = bounds_of(p);
+      // Random search draws on the parameter's own range (a grid's end points included).
+      const double lo = p.log ? b.low : p.low, hi = p.log ? b.high : p.high;
+      std::uniform_real_distribution<double> u(lo, p.integer || p.step > 0 ? hi + (b.q > 0 ? b.q : 0) * 0.999999 : hi);
+      double x = u(rng);
+      if ((p.integer || p.step > 0) && !p.log) {
+        const double q = p.integer ? std::max(1.0, p.step) : p.step;
+        x = p.low + std::floor((x - p.low) / q) * q;
+      }
+      out[p.name] = from_internal(p, x);
+    }
+    return out;
+  }
+  std::vector<std::vector<double>> values;
+  for (const auto& t : trials) values.push_back(t.values);
+  std::vector<size_t> below = split_below(values, gamma(n));
+  std::vector<bool> is_below(n, false);
+  for (size_t i : below) is_below[i] = true;
+  std::vector<size_t> above;
+  for (size_t i = 0; i < n; ++i)
+    if (!is_below[i]) above.push_back(i);
+  std::vector<std::vector<double>> below_vals;
+  for (size_t i : below) below_vals.push_back(values[i]);
+  const std::vector<double> wb = below_weights(below_vals);
+  const std::vector<double> wa = default_weights(above.size());
+  for (const auto& p : space_) {
+    const Bounds b = bounds_of(p);
+    std::vector<double> ob, oa;
+    for (size_t i : below) ob.push_back(to_internal(p, trials[i].params.at(p.name)));
+    for (size_t i : above) oa.push_back(to_internal(p, trials[i].params.at(p.name)));
+    const Parzen l = make_parzen(ob, wb, b, opts_.prior_weight);
+    const Parzen g = make_parzen(oa, wa, b, opts_.prior_weight);
+    double best_x = 0, best_score = -std::numeric_limits<double>::infinity();
+    for (int k = 0; k < opts_.n_ei_candidates; ++k) {
+      double x = l.sample(rng);
+      // Candidates are scored where they will be evaluated: on the grid.
+      if (b.q > 0) x = std::clamp(p.low + std::round((x - p.low) / b.q) * b.q, p.low, p.high);
+      const double score = l.log_pdf(x) - g.log_pdf(x);
+      if (score > best_score) best_score = score, best_x = x;
+    }
+    out[p.name] = from_internal(p, best_x);
+  }
+  return out;
+}
+
+}  // namespace coda::lab

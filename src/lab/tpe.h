@@ -1,0 +1,59 @@
+// Multi-objective TPE (MOTPE; Ozaki et al., "Multiobjective tree-structured Parzen estimator for
+// computationally expensive optimization problems", GECCO 2020), following Optuna 3.1's
+// TPESampler on a multi-objective study, so a `coda tune` study behaves like an Optuna one:
+//
+//  - the first `n_startup_trials` (10) trials are random (uniform; log-uniform on a log scale);
+//  - then the completed trials split into "below" (good) and "above": below takes whole
+//    non-domination ranks while they fit in gamma(n) = min(ceil(n / 10), 25) trials, and the rank
+//    that overflows is cut by greedy hypervolume subset selection (reference point: 1.1 x the
+//    worst value of that rank, per objective);
+//  - each parameter gets two univariate Parzen estimators (truncated Gaussian mixtures with a
+//    prior component centred in the range, sigma from the distances between neighbours, clipped
+//    to [range / min(100, n + 1), range]); below's components are weighted by their hypervolume
+//    contribution, above's by Optuna's default weights (older trials ramp down past 25);
+//  - `n_ei_candidates` (24) draws from below's estimator; the one maximising
+//    log l(x) - log g(x) is proposed.
+//
+// The sampler only proposes; it runs nothing (Optuna's habit). Objectives are minimised.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lab/search_space.h"
+
+namespace coda::lab {
+
+struct TpeOptions {
+  int n_startup_trials = 10;
+  int n_ei_candidates = 24;
+  double prior_weight = 1.0;
+};
+
+struct CompletedTrial {
+  std::map<std::string, double> params;
+  std::vector<double> values;  // one per objective, minimised
+};
+
+class MotpeSampler {
+ public:
+  MotpeSampler(SearchSpace space, TpeOptions opts, uint64_t seed);
+  // Parameters for trial `number` given the completed trials. Deterministic in (seed, number,
+  // trials): a study that resumes proposes what it would have proposed.
+  std::map<std::string, double> propose(const std::vector<CompletedTrial>& trials, uint64_t number) const;
+
+  // The good/bad split (indices into `values`), exposed for tests.
+  static std::vector<size_t> split_below(const std::vector<std::vector<double>>& values, size_t n_below);
+  // Hypervolume contribution weights of the below trials, normalised to max 1.
+  static std::vector<double> below_weights(const std::vector<std::vector<double>>& below_values);
+  static size_t gamma(size_t n);
+
+ private:
+  SearchSpace space_;
+  TpeOptions opts_;
+  uint64_t seed_;
+};
+
+}  // namespace coda::lab

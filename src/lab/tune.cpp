@@ -1,0 +1,276 @@
+#include "lab/tune.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "lab/stats.h"
+
+namespace coda::lab {
+
+namespace {
+
+nlohmann::ordered_json params_json(const std::map<std::string, double>& p) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : p) j[k] = v;
+  return j;
+}
+
+}  // namespace
+
+Expected<double> neutral_value(const std::string& p) {
+  static const std::map<std::string, double> neutral = {
+      {"temperature", 1.0},      {"top_p", 1.0},           {"top_k", 0.0},          {"min_p", 0.0},
+      {"typical_p", 1.0},        {"repetition_penalty", 1.0}, {"frequency_penalty", 0.0}, {"presence_penalty", 0.0},
+      {"top_n_sigma", 0.0},      {"dynatemp_range", 0.0},  {"dynatemp_exponent", 1.0}, {"dry_multiplier", 0.0},
+      {"dry_base", 1.75},        {"dry_allowed_length", 2.0}, {"xtc_probability", 0.0}, {"xtc_threshold", 0.1},
+      {"no_repeat_ngram_size", 0.0}, {"repeat_last_n", 0.0}, {"min_tokens", 0.0}};
+  auto it = neutral.find(p);
+  if (it == neutral.end()) return Error("no known default for '" + p + "'");
+  return it->second;
+}
+
+Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
+                              const std::function<void(const TuneTrial&, int, int)>& on_trial,
+                              const std::atomic<bool>* stop) {
+  if (opts.objectives.size() < 1) return Error("objectives: give at least one");
+  if (opts.n_trials < 1) return Error("trials: at least 1");
+  for (const auto& p : opts.space) {
+    auto it = opts.baseline.find(p.name);
+    if (it == opts.baseline.end()) return Error("baseline: no value for " + p.name);
+    if (!p.contains(it->second))
+      return Error("baseline: " + p.name + " = " + std::to_string(it->second) + " is outside the search space [" +
+                   std::to_string(p.low) + ", " + std::to_string(p.high) + "]; widen --space or set --baseline");
+  }
+  auto study = JournalStudy::open(opts.study_path, opts.study_name, opts.objectives);
+  if (!study) return study.error();
+  TuneResult res;
+  // Replay: completed trials of phase 1 and 2 from the file.
+  for (const auto& st : study->trials()) {
+    if (!st.complete) continue;
+    TuneTrial t;
+    t.number = st.number;
+    t.params = st.params;
+    t.eval.values = st.values;
+    const auto& ua = st.user_attrs;
+    t.phase = ua.value("phase", 1);
+    t.source = ua.value("source_trial", -1);
+    t.baseline = ua.value("baseline", false);
+    if (ua.contains("intervals"))
+      for (const auto& iv : ua["intervals"]) t.eval.intervals.emplace_back(iv[0].get<double>(), iv[1].get<double>());
+    if (ua.contains("details")) t.eval.details = ua["details"];
+    res.trials.push_back(std::move(t));
+  }
+  auto record = [&](TuneTrial& t) -> Status {
+    nlohmann::json intervals = nlohmann::json::array();
+    for (const auto& [lo, hi] : t.eval.intervals) intervals.push_back({lo, hi});
+    nlohmann::json ua = {{"phase", t.phase}, {"baseline", t.baseline}, {"intervals", intervals}, {"details", t.eval.details}};
+    if (t.source >= 0) ua["source_trial"] = t.source;
+    return study->add_trial(opts.space, t.params, t.eval.values, ua);
+  };
+  const int total = opts.n_trials + (opts.phase2_top > 0 ? opts.phase2_top + 1 : 0);
+  auto phase1_count = [&] {
+    return static_cast<int>(std::count_if(res.trials.begin(), res.trials.end(), [](const TuneTrial& t) { return t.phase == 1; }));
+  };
+  const bool phase2_started =
+      std::any_of(res.trials.begin(), res.trials.end(), [](const TuneTrial& t) { return t.phase == 2; });
+  MotpeSampler sampler(opts.space, opts.tpe, opts.seed);
+  while (!phase2_started && phase1_count() < opts.n_trials) {
+    if (stop && stop->load()) {
+      res.interrupted = true;
+      break;
+    }
+    TuneTrial t;
+    t.number = static_cast<int>(study->trials().size());
+    const int k = phase1_count();
+    if (k == 0) {
+      t.baseline = true;
+      for (const auto& p : opts.space) t.params[p.name] = opts.baseline.at(p.name);
+    } else {
+      std::vector<CompletedTrial> done;
+      for (const auto& x : res.trials)
+        if (x.phase == 1) done.push_back({x.params, x.eval.values});
+      t.params = sampler.propose(done, static_cast<uint64_t>(k));
+    }
+    auto e = eval(t.params, opts.requests, opts.seed * 7919ULL + static_cast<uint64_t>(k));
+    if (!e) return e.error();
+    t.eval = std::move(*e);
+    if (stop && stop->load()) {  // a trial cut short by Ctrl-C is not a measurement
+      res.interrupted = true;
+      break;
+    }
+    CODA_RETURN_IF_ERROR(record(t));
+    res.trials.push_back(t);
+    if (on_trial) on_trial(t, static_cast<int>(res.trials.size()), total);
+  }
+  // The front of phase 1.
+  std::vector<TuneTrial*> p1;
+  for (auto& t : res.trials)
+    if (t.phase == 1) p1.push_back(&t);
+  {
+    std::vector<std::vector<double>> v;
+    for (auto* t : p1) v.push_back(t->eval.values);
+    const auto rank = nondomination_ranks(v);
+    for (size_t i = 0; i < p1.size(); ++i) p1[i]->on_front = rank[i] == 0;
+  }
+  // Phase 2: the baseline and the top K, by rank then first objective then age.
+  if (opts.phase2_top > 0 && !res.interrupted && phase1_count() >= opts.n_trials) {
+    std::vector<std::vector<double>> v;
+    for (auto* t : p1) v.push_back(t->eval.values);
+    const auto rank = nondomination_ranks(v);
+    std::vector<size_t> order;
+    for (size_t i = 0; i < p1.size(); ++i)
+      if (!p1[i]->baseline) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      if (rank[a] != rank[b]) return rank[a] < rank[b];
+      return p1[a]->eval.values[0] < p1[b]->eval.values[0];
+    });
+    std::vector<TuneTrial*> chosen;
+    for (auto* t : p1)
+      if (t->baseline) chosen.push_back(t);
+    for (size_t i = 0; i < order.size() && static_cast<int>(chosen.size()) < opts.phase2_top + 1; ++i)
+      chosen.push_back(p1[order[i]]);
+    std::vector<TuneTrial> phase2_new;
+    for (size_t c = 0; c < chosen.size(); ++c) {
+      const int source = chosen[c]->number;
+      const bool done_already = std::any_of(res.trials.begin(), res.trials.end(),
+                                            [&](const TuneTrial& t) { return t.phase == 2 && t.source == source; });
+      if (done_already) continue;
+      if (stop && stop->load()) {
+        res.interrupted = true;
+        break;
+      }
+      TuneTrial t;
+      t.number = static_cast<int>(study->trials().size());
+      t.phase = 2;
+      t.source = source;
+      t.baseline = chosen[c]->baseline;
+      t.params = chosen[c]->params;
+      auto e = eval(t.params, opts.phase2_requests, opts.seed * 104729ULL + 17 + static_cast<uint64_t>(source));
+      if (!e) return e.error();
+      t.eval = std::move(*e);
+      if (stop && stop->load()) {
+        res.interrupted = true;
+        break;
+      }
+      CODA_RETURN_IF_ERROR(record(t));
+      phase2_new.push_back(t);
+      if (on_trial) on_trial(t, static_cast<int>(res.trials.size() + phase2_new.size()), total);
+    }
+    for (auto& t : phase2_new) res.trials.push_back(std::move(t));
+  }
+  // The recommendation: a phase-2 configuration whose first-objective interval lies below the
+  // baseline's; among several, the one with the lowest other objectives, then the lowest first.
+  const TuneTrial* base2 = nullptr;
+  std::vector<const TuneTrial*> cands;
+  for (const auto& t : res.trials) {
+    if (t.phase != 2) continue;
+    if (t.baseline)
+      base2 = &t;
+    else
+      cands.push_back(&t);
+  }
+  res.recommendation = nullptr;
+  if (!base2) {
+    res.recommendation_text = opts.phase2_top > 0 ? "No recommendation: phase 2 did not complete."
+                                                  : "No recommendation: phase 2 was not run (--phase2-top).";
+  } else {
+    const double base_lo = base2->eval.intervals.empty() ? base2->eval.values[0] : base2->eval.intervals[0].first;
+    const TuneTrial* best = nullptr;
+    for (const auto* c : cands) {
+      const double hi = c->eval.intervals.empty() ? c->eval.values[0] : c->eval.intervals[0].second;
+      if (!(hi < base_lo)) continue;
+      if (!best) {
+        best = c;
+        continue;
+      }
+      auto rest = [](const TuneTrial* t) {
+        double s = 0;
+        for (size_t k = 1; k < t->eval.values.size(); ++k) s += t->eval.values[k];
+        return s;
+      };
+      if (rest(c) < rest(best) || (rest(c) == rest(best) && c->eval.values[0] < best->eval.values[0])) best = c;
+    }
+    auto iv = [](const TuneTrial* t) {
+      return t->eval.intervals.empty() ? nlohmann::ordered_json{t->eval.values[0], t->eval.values[0]}
+                                       : nlohmann::ordered_json{t->eval.intervals[0].first, t->eval.intervals[0].second};
+    };
+    if (best) {
+      res.recommendation = {{"params", params_json(best->params)},
+                            {"trial", best->source},
+                            {"evidence",
+                             {{"objective", opts.objectives[0]},
+                              {"value", best->eval.values[0]},
+                              {"ci95", iv(best)},
+                              {"baseline_value", base2->eval.values[0]},
+                              {"baseline_ci95", iv(base2)},
+                              {"requests", opts.phase2_requests},
+                              {"rule", "the candidate's phase-2 95% interval lies wholly below the baseline's"}}}};
+      res.recommendation_text = "Recommended: trial " + std::to_string(best->source) + " " +
+                                params_json(best->params).dump() + ": " + opts.objectives[0] + " " +
+                                std::to_string(best->eval.values[0]) + " against the baseline's " +
+                                std::to_string(base2->eval.values[0]) + ", intervals apart at " +
+                                std::to_string(opts.phase2_requests) + " requests each.";
+    } else {
+      res.recommendation_text = "No recommendation: no phase-2 configuration's " + opts.objectives[0] +
+                                " interval lies below the baseline's (" + iv(base2).dump() +
+                                "); the differences seen in phase 1 may be noise. Run more requests.";
+    }
+  }
+  return res;
+}
+
+nlohmann::ordered_json pareto_json(const TuneResult& r, const TuneOptions& opts) {
+  nlohmann::ordered_json trials = nlohmann::ordered_json::array();
+  for (const auto& t : r.trials) {
+    nlohmann::ordered_json vals = nlohmann::ordered_json::object();
+    for (size_t k = 0; k < opts.objectives.size() && k < t.eval.values.size(); ++k) {
+      nlohmann::ordered_json v{{"value", t.eval.values[k]}};
+      if (k < t.eval.intervals.size()) v["ci95"] = {t.eval.intervals[k].first, t.eval.intervals[k].second};
+      vals[opts.objectives[k]] = v;
+    }
+    nlohmann::ordered_json j{{"number", t.number}, {"phase", t.phase},     {"baseline", t.baseline},
+                             {"params", params_json(t.params)}, {"values", vals}, {"on_front", t.on_front}};
+    if (t.source >= 0) j["source_trial"] = t.source;
+    if (!t.eval.details.empty()) j["details"] = t.eval.details;
+    trials.push_back(j);
+  }
+  return {{"objectives", opts.objectives}, {"trials", trials}, {"recommendation", r.recommendation},
+          {"recommendation_text", r.recommendation_text}, {"interrupted", r.interrupted}};
+}
+
+// ---- test problems ----
+
+Expected<SearchSpace> test_problem_space(const std::string& name) {
+  if (name == "zdt1") return parse_search_space("x1=0:1,x2=0:1");
+  if (name == "failure") return parse_search_space("temperature=0.7:0.9,min_p=0:0.1,repetition_penalty=1.0:1.1");
+  return Error("test problem '" + name + "': known problems are zdt1 and failure");
+}
+
+Evaluator test_problem(const std::string& name) {
+  return [name](const std::map<std::string, double>& p, int64_t requests, uint64_t seed) -> Expected<Evaluation> {
+    std::mt19937_64 rng(seed * 0x2545F4914F6CDD1DULL + 99);
+    double rate, f2;
+    if (name == "zdt1") {
+      rate = p.at("x1");
+      const double g = 1 + 9 * p.at("x2");
+      f2 = g * (1 - std::sqrt(rate / g));
+    } else if (name == "failure") {
+      const double t = p.at("temperature"), m = p.at("min_p"), r = p.at("repetition_penalty");
+      rate = 0.002 + 0.012 * std::pow((t - 0.8) / 0.1, 2) + 0.02 * std::max(0.0, 1.03 - r) / 0.03 + 0.004 * m / 0.1;
+      f2 = r - 1;
+    } else {
+      return Error("test problem '" + name + "': known problems are zdt1 and failure");
+    }
+    rate = std::clamp(rate, 0.0, 1.0);
+    std::binomial_distribution<int64_t> b(requests, rate);
+    const int64_t k = b(rng);
+    Evaluation e;
+    e.values = {static_cast<double>(k) / static_cast<double>(requests), f2};
+    e.intervals = {wilson_interval(k, requests), {f2, f2}};
+    e.details = {{"true_values", {rate, f2}}, {"failures", k}, {"requests", requests}};
+    return e;
+  };
+}
+
+}  // namespace coda::lab
