@@ -128,6 +128,10 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--n-ei-candidates", f->tune.tpe.n_ei_candidates, "TPE candidates per proposal")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  sub->add_flag("--consider-endpoints", f->tune.tpe.consider_endpoints,
+                "Size the outermost Parzen kernels with the range's ends as neighbours (MOTPESampler's setting)");
+  sub->add_flag("--flat-above-weights", f->tune.tpe.flat_above_weights,
+                "Weigh every non-good trial the same (MOTPESampler's setting; default: Optuna's ramp)");
   sub->add_option("--tune-seed", f->tune.seed, "Seed of the sampler and of each trial's load")->capture_default_str();
   sub->add_option("--study", f->study, "Optuna journal file (default OUT/study.log); an existing one is resumed");
   sub->add_option("--study-name", f->study_name, "The study's name in the journal")->capture_default_str();

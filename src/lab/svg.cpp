@@ -27,13 +27,12 @@ struct Frame {
   double py(double y) const { return a.height - kBottom - (y - y0) / (y1 - y0) * (a.height - kTop - kBottom); }
 };
 
+// Pads a range so points on its edges are drawn inside the frame, not on the axes.
 void widen(double& lo, double& hi) {
-  if (!(hi > lo)) {
-    hi = lo + (lo == 0 ? 1 : std::fabs(lo) * 0.1);
-    lo -= hi - lo == 0 ? 1 : 0;
-  }
+  if (!(hi > lo)) hi = lo + (lo == 0 ? 1 : std::fabs(lo) * 0.1);
   const double pad = (hi - lo) * 0.05;
   hi += pad;
+  lo -= pad;
 }
 
 std::string open(const Frame& f) {
@@ -94,7 +93,14 @@ std::string scatter(const Axes& a, const std::vector<Point>& points,
       << "\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/><text x=\"" << a.width - kRight << "\" y=\"" << f.py(v) - 3
       << "\" text-anchor=\"end\" fill=\"#d62728\">" << escape(label) << "</text>";
   }
-  for (const auto& p : points) {
+  // Highlighted points (any colour but the default grey) are drawn last, on top.
+  std::vector<const Point*> order;
+  for (const auto& p : points)
+    if (p.color == "#7f7f7f") order.push_back(&p);
+  for (const auto& p : points)
+    if (p.color != "#7f7f7f") order.push_back(&p);
+  for (const Point* pp : order) {
+    const Point& p = *pp;
     o << "<circle cx=\"" << f.px(p.x) << "\" cy=\"" << f.py(p.y) << "\" r=\"4\" fill=\"" << p.color
       << "\" fill-opacity=\"0.8\">";
     if (!p.label.empty()) o << "<title>" << escape(p.label) << "</title>";

@@ -87,7 +87,8 @@ struct Parzen {
   }
 };
 
-Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const Bounds& b, double prior_weight) {
+Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const Bounds& b, double prior_weight,
+                   bool consider_endpoints) {
   Parzen p;
   p.b = b;
   const double range = b.high - b.low;
@@ -103,7 +104,7 @@ Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const 
   sorted[n + 1] = b.high;
   std::vector<double> sorted_sigma(n);
   for (size_t k = 0; k < n; ++k) sorted_sigma[k] = std::max(sorted[k + 1] - sorted[k], sorted[k + 2] - sorted[k + 1]);
-  if (sorted.size() >= 4) {  // the end points do not count as neighbours (consider_endpoints off)
+  if (!consider_endpoints && sorted.size() >= 4) {  // the ends of the range are not neighbours
     sorted_sigma[0] = sorted[2] - sorted[1];
     sorted_sigma[n - 1] = sorted[n] - sorted[n - 1];
   }
@@ -239,14 +240,15 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
   std::vector<std::vector<double>> below_vals;
   for (size_t i : below) below_vals.push_back(values[i]);
   const std::vector<double> wb = below_weights(below_vals);
-  const std::vector<double> wa = default_weights(above.size());
+  const std::vector<double> wa =
+      opts_.flat_above_weights ? std::vector<double>(above.size(), 1.0) : default_weights(above.size());
   for (const auto& p : space_) {
     const Bounds b = bounds_of(p);
     std::vector<double> ob, oa;
     for (size_t i : below) ob.push_back(to_internal(p, trials[i].params.at(p.name)));
     for (size_t i : above) oa.push_back(to_internal(p, trials[i].params.at(p.name)));
-    const Parzen l = make_parzen(ob, wb, b, opts_.prior_weight);
-    const Parzen g = make_parzen(oa, wa, b, opts_.prior_weight);
+    const Parzen l = make_parzen(ob, wb, b, opts_.prior_weight, opts_.consider_endpoints);
+    const Parzen g = make_parzen(oa, wa, b, opts_.prior_weight, opts_.consider_endpoints);
     double best_x = 0, best_score = -std::numeric_limits<double>::infinity();
     for (int k = 0; k < opts_.n_ei_candidates; ++k) {
       double x = l.sample(rng);

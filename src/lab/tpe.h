@@ -30,6 +30,10 @@ struct TpeOptions {
   int n_startup_trials = 10;
   int n_ei_candidates = 24;
   double prior_weight = 1.0;
+  // Optuna's MOTPESampler (2.x) settings: the range's ends count as neighbours when sizing the
+  // outermost kernels, and every "above" trial weighs the same. TPESampler (3.x) has both off.
+  bool consider_endpoints = false;
+  bool flat_above_weights = false;
 };
 
 struct CompletedTrial {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "lab/stats.h"
@@ -191,6 +192,15 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
       };
       if (rest(c) < rest(best) || (rest(c) == rest(best) && c->eval.values[0] < best->eval.values[0])) best = c;
     }
+    auto fmt = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.4g", v);
+      return std::string(b);
+    };
+    auto iv_text = [&](const TuneTrial* t) {
+      const auto& i = t->eval.intervals;
+      return i.empty() ? fmt(t->eval.values[0]) : "[" + fmt(i[0].first) + ", " + fmt(i[0].second) + "]";
+    };
     auto iv = [](const TuneTrial* t) {
       return t->eval.intervals.empty() ? nlohmann::ordered_json{t->eval.values[0], t->eval.values[0]}
                                        : nlohmann::ordered_json{t->eval.intervals[0].first, t->eval.intervals[0].second};
@@ -208,13 +218,13 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
                               {"rule", "the candidate's phase-2 95% interval lies wholly below the baseline's"}}}};
       res.recommendation_text = "Recommended: trial " + std::to_string(best->source) + " " +
                                 params_json(best->params).dump() + ": " + opts.objectives[0] + " " +
-                                std::to_string(best->eval.values[0]) + " against the baseline's " +
-                                std::to_string(base2->eval.values[0]) + ", intervals apart at " +
+                                fmt(best->eval.values[0]) + " " + iv_text(best) + " against the baseline's " +
+                                fmt(base2->eval.values[0]) + " " + iv_text(base2) + ", intervals apart at " +
                                 std::to_string(opts.phase2_requests) + " requests each.";
     } else {
       res.recommendation_text = "No recommendation: no phase-2 configuration's " + opts.objectives[0] +
-                                " interval lies below the baseline's (" + iv(base2).dump() +
-                                "); the differences seen in phase 1 may be noise. Run more requests.";
+                                " 95% interval lies below the baseline's (" + fmt(base2->eval.values[0]) + " " +
+                                iv_text(base2) + "); the differences seen in phase 1 may be noise. Run more requests.";
     }
   }
   return res;

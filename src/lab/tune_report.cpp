@@ -43,7 +43,7 @@ std::string tune_report_html(const TuneResult& r, const TuneOptions& opts) {
     svg::Point p;
     p.x = t.eval.values[0];
     p.y = t.eval.values.size() > 1 ? t.eval.values[1] : 0;
-    p.color = t.on_front ? "#d62728" : "#7f7f7f";
+    p.color = t.on_front ? "#d62728" : "#7f7f7f";  // grey is drawn first, the front on top
     p.boxed = t.baseline;
     p.label = "trial " + std::to_string(t.number) + (t.baseline ? " (baseline)" : "") + ": " +
               [&] {
