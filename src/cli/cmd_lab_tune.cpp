@@ -132,6 +132,8 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
                 "Size the outermost Parzen kernels with the range's ends as neighbours (MOTPESampler's setting)");
   sub->add_flag("--flat-above-weights", f->tune.tpe.flat_above_weights,
                 "Weigh every non-good trial the same (MOTPESampler's setting; default: Optuna's ramp)");
+  sub->add_flag("--multivariate", f->tune.tpe.multivariate,
+                "Joint Parzen kernels over all parameters (Optuna's multivariate=True)");
   sub->add_option("--tune-seed", f->tune.seed, "Seed of the sampler and of each trial's load")->capture_default_str();
   sub->add_option("--study", f->study, "Optuna journal file (default OUT/study.log); an existing one is resumed");
   sub->add_option("--study-name", f->study_name, "The study's name in the journal")->capture_default_str();

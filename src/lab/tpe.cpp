@@ -52,21 +52,23 @@ struct Parzen {
   std::vector<double> mus, sigmas, weights;
   Bounds b;
 
+  // log density of component i at x (a probability mass on a grid).
+  double component_log_pdf(size_t i, double x) const {
+    const double m = mus[i], s = sigmas[i];
+    const double log_accept = log_ndtr_diff((b.low - m) / s, (b.high - m) / s);
+    if (b.q > 0) {
+      const double lo = std::max(x - b.q / 2, b.low), hi = std::min(x + b.q / 2, b.high);
+      return log_ndtr_diff((lo - m) / s, (hi - m) / s) - log_accept;
+    }
+    const double z = (x - m) / s;
+    return -0.5 * z * z - std::log(s) - 0.5 * std::log(2 * M_PI) - log_accept;
+  }
+
   double log_pdf(double x) const {
     double best = -std::numeric_limits<double>::infinity();
     std::vector<double> terms(mus.size());
     for (size_t i = 0; i < mus.size(); ++i) {
-      const double m = mus[i], s = sigmas[i];
-      const double log_accept = log_ndtr_diff((b.low - m) / s, (b.high - m) / s);
-      double lp;
-      if (b.q > 0) {
-        const double lo = std::max(x - b.q / 2, b.low), hi = std::min(x + b.q / 2, b.high);
-        lp = log_ndtr_diff((lo - m) / s, (hi - m) / s) - log_accept;
-      } else {
-        const double z = (x - m) / s;
-        lp = -0.5 * z * z - std::log(s) - 0.5 * std::log(2 * M_PI) - log_accept;
-      }
-      terms[i] = lp + std::log(weights[i]);
+      terms[i] = component_log_pdf(i, x) + std::log(weights[i]);
       best = std::max(best, terms[i]);
     }
     double sum = 0;
@@ -76,7 +78,10 @@ struct Parzen {
 
   double sample(std::mt19937_64& rng) const {
     std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
-    const size_t i = pick(rng);
+    return sample_component(pick(rng), rng);
+  }
+
+  double sample_component(size_t i, std::mt19937_64& rng) const {
     std::normal_distribution<double> n(mus[i], sigmas[i]);
     // The mean lies inside [low, high], so at least about half of the draws land inside.
     for (int tries = 0; tries < 1000; ++tries) {
@@ -87,8 +92,9 @@ struct Parzen {
   }
 };
 
+// `scott` > 0: the multivariate bandwidth (that fraction of the range for every observation).
 Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const Bounds& b, double prior_weight,
-                   bool consider_endpoints) {
+                   bool consider_endpoints, double scott = 0) {
   Parzen p;
   p.b = b;
   const double range = b.high - b.low;
@@ -109,7 +115,7 @@ Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const 
     sorted_sigma[n - 1] = sorted[n] - sorted[n - 1];
   }
   p.sigmas.assign(n, 0);
-  for (size_t k = 0; k < n; ++k) p.sigmas[order[k]] = sorted_sigma[k];
+  for (size_t k = 0; k < n; ++k) p.sigmas[order[k]] = scott > 0 ? scott * range : sorted_sigma[k];
   const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(n));
   for (double& s : p.sigmas) s = std::clamp(s, min_sigma, range);
   p.sigmas[n - 1] = range;  // the prior's
@@ -242,6 +248,7 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
   const std::vector<double> wb = below_weights(below_vals);
   const std::vector<double> wa =
       opts_.flat_above_weights ? std::vector<double>(above.size(), 1.0) : default_weights(above.size());
+  if (opts_.multivariate) return propose_joint(trials, below, above, wb, wa, rng);
   for (const auto& p : space_) {
     const Bounds b = bounds_of(p);
     std::vector<double> ob, oa;
@@ -259,6 +266,57 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
     }
     out[p.name] = from_internal(p, best_x);
   }
+  return out;
+}
+
+std::map<std::string, double> MotpeSampler::propose_joint(const std::vector<CompletedTrial>& trials,
+                                                          const std::vector<size_t>& below,
+                                                          const std::vector<size_t>& above,
+                                                          const std::vector<double>& wb, const std::vector<double>& wa,
+                                                          std::mt19937_64& rng) const {
+  const double d = static_cast<double>(space_.size());
+  auto scott = [d](size_t n) { return 0.2 * std::pow(static_cast<double>(std::max<size_t>(n, 1)), -1.0 / (d + 4)); };
+  std::vector<Parzen> l, g;
+  for (const auto& p : space_) {
+    const Bounds b = bounds_of(p);
+    std::vector<double> ob, oa;
+    for (size_t i : below) ob.push_back(to_internal(p, trials[i].params.at(p.name)));
+    for (size_t i : above) oa.push_back(to_internal(p, trials[i].params.at(p.name)));
+    l.push_back(make_parzen(ob, wb, b, opts_.prior_weight, opts_.consider_endpoints, scott(ob.size())));
+    g.push_back(make_parzen(oa, wa, b, opts_.prior_weight, opts_.consider_endpoints, scott(oa.size())));
+  }
+  // The joint density: a mixture over trials of products over parameters.
+  auto joint_log_pdf = [&](const std::vector<Parzen>& est, const std::vector<double>& x) {
+    const auto& w = est[0].weights;
+    std::vector<double> terms(w.size());
+    double best = -std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < w.size(); ++i) {
+      double t = std::log(w[i]);
+      for (size_t k = 0; k < est.size(); ++k) t += est[k].component_log_pdf(i, x[k]);
+      terms[i] = t;
+      best = std::max(best, t);
+    }
+    double sum = 0;
+    for (double t : terms) sum += std::exp(t - best);
+    return best + std::log(sum);
+  };
+  std::discrete_distribution<size_t> pick(l[0].weights.begin(), l[0].weights.end());
+  std::vector<double> best_x;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (int c = 0; c < opts_.n_ei_candidates; ++c) {
+    const size_t i = pick(rng);
+    std::vector<double> x;
+    for (size_t k = 0; k < space_.size(); ++k) {
+      double v = l[k].sample_component(i, rng);
+      const Bounds& b = l[k].b;
+      if (b.q > 0) v = std::clamp(space_[k].low + std::round((v - space_[k].low) / b.q) * b.q, space_[k].low, space_[k].high);
+      x.push_back(v);
+    }
+    const double score = joint_log_pdf(l, x) - joint_log_pdf(g, x);
+    if (score > best_score) best_score = score, best_x = x;
+  }
+  std::map<std::string, double> out;
+  for (size_t k = 0; k < space_.size(); ++k) out[space_[k].name] = from_internal(space_[k], best_x[k]);
   return out;
 }
 

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct TpeOptions {
   // outermost kernels, and every "above" trial weighs the same. TPESampler (3.x) has both off.
   bool consider_endpoints = false;
   bool flat_above_weights = false;
+  // Optuna's `multivariate=True`: one joint kernel per trial over all parameters (bandwidth by
+  // Scott's rule, 0.2 n^(-1/(d+4)) of each range), so correlations between parameters count.
+  bool multivariate = false;
 };
 
 struct CompletedTrial {
@@ -55,6 +59,10 @@ class MotpeSampler {
   static size_t gamma(size_t n);
 
  private:
+  std::map<std::string, double> propose_joint(const std::vector<CompletedTrial>& trials, const std::vector<size_t>& below,
+                                              const std::vector<size_t>& above, const std::vector<double>& wb,
+                                              const std::vector<double>& wa, std::mt19937_64& rng) const;
+
   SearchSpace space_;
   TpeOptions opts_;
   uint64_t seed_;

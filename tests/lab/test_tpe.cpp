@@ -54,9 +54,14 @@ std::vector<CompletedTrial> run(const MotpeSampler& s, const Evaluator& f, int n
   return trials;
 }
 
-TEST(Motpe, SeededProposalsReproduceAndStayInTheSpace) {
+class MotpeModes : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(UnivariateAndMultivariate, MotpeModes, ::testing::Bool());
+
+TEST_P(MotpeModes, SeededProposalsReproduceAndStayInTheSpace) {
   auto space = *parse_search_space("a=0:1,b=1e-3:1:log,c=0:0.1:0.01,k=1:50:int");
-  MotpeSampler s1(space, {}, 7), s2(space, {}, 7), s3(space, {}, 8);
+  TpeOptions o;
+  o.multivariate = GetParam();
+  MotpeSampler s1(space, o, 7), s2(space, o, 7), s3(space, o, 8);
   std::vector<CompletedTrial> trials;
   for (int i = 0; i < 30; ++i) {
     auto p = s1.propose(trials, static_cast<uint64_t>(i));
@@ -76,7 +81,7 @@ TEST(Motpe, SeededProposalsReproduceAndStayInTheSpace) {
   EXPECT_NE(s3.propose(trials, 30), s1.propose(trials, 30));
 }
 
-TEST(Motpe, LearnsBeyondRandomSearch) {
+TEST_P(MotpeModes, LearnsBeyondRandomSearch) {
   // On noise-free ZDT1, 40 TPE trials (10 random) reach a larger hypervolume than 40 random ones,
   // in the median of 9 seeds.
   auto space = *test_problem_space("zdt1");
@@ -90,7 +95,9 @@ TEST(Motpe, LearnsBeyondRandomSearch) {
       for (const auto& x : t) v.push_back(x.values);
       return hypervolume(v, {1.1, 11});
     };
-    tpe.push_back(hv(run(MotpeSampler(space, {}, seed), f, 40)));
+    TpeOptions o;
+    o.multivariate = GetParam();
+    tpe.push_back(hv(run(MotpeSampler(space, o, seed), f, 40)));
     rnd.push_back(hv(run(MotpeSampler(space, random_only, seed), f, 40)));
   }
   EXPECT_GT(percentile(tpe, 0.5), percentile(rnd, 0.5));
