@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "server/http_listen.h"
+
 #include <chrono>
 #include <ctime>
 
@@ -57,14 +59,7 @@ Server::~Server() {
 }
 
 Expected<int> Server::bind() {
-  int port = opts_.port;
-  if (port == 0) {
-    port = http_.bind_to_any_port(opts_.host);
-    if (port < 0) return Error("cannot bind to " + opts_.host);
-  } else if (!http_.bind_to_port(opts_.host, port)) {
-    return Error("cannot listen on " + opts_.host + ":" + std::to_string(port) + " (in use? give another --port)");
-  }
-  return port;
+  return bind_http(http_, opts_.host, opts_.port);
 }
 
 void Server::serve() {

@@ -17,6 +17,7 @@
 #include "client/openai_client.h"
 #include "client/sse.h"
 #include "lab/load_bench.h"
+#include "server/http_listen.h"
 
 namespace coda::client {
 namespace {
@@ -149,7 +150,7 @@ class ScriptedServer {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return released_; });
     });
-    port_ = srv_.bind_to_any_port("127.0.0.1");
+    port_ = *bind_http(srv_, "127.0.0.1", 0);  // a backlog for 12 connections at once
     thread_ = std::thread([this] { srv_.listen_after_bind(); });
     // bind_to_any_port already listens: connections wait in the backlog until the loop accepts them.
   }

@@ -1,0 +1,28 @@
+#include "server/http_listen.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <memory>
+
+namespace coda {
+
+Expected<int> bind_http(httplib::Server& server, const std::string& host, int port, int backlog) {
+  // httplib creates the socket and applies the options before binding it: the hook sees its fd.
+  auto fd = std::make_shared<std::atomic<int>>(-1);
+  server.set_socket_options([fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    fd->store(static_cast<int>(sock));
+  });
+  int bound = port;
+  if (port == 0) {
+    bound = server.bind_to_any_port(host);
+    if (bound < 0) return Error("cannot bind to " + host);
+  } else if (!server.bind_to_port(host, port)) {
+    return Error("cannot listen on " + host + ":" + std::to_string(port) + " (in use? give another --port)");
+  }
+  if (fd->load() >= 0) ::listen(fd->load(), backlog);  // raise the backlog; harmless if it fails
+  return bound;
+}
+
+}  // namespace coda
