@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <optional>
 
 #include "client/sse.h"
 
@@ -68,6 +69,23 @@ void set_error(Completion& c, ErrorKind kind, std::string message) {
   c.ok = false;
   c.error_kind = kind;
   c.error = std::move(message);
+}
+
+// One JSON object from the server (an event's data or a whole body), or null after recording
+// why not: not JSON (a protocol error) or an error object (the server's own error).
+std::optional<nlohmann::json> read_object(const std::string& text, const std::string& not_json,
+                                          const std::string& reported, Completion& c) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    set_error(c, ErrorKind::Protocol, not_json + text.substr(0, 200));
+    return std::nullopt;
+  }
+  if (auto m = error_message(j); !m.empty()) {
+    c.error_body = j;
+    set_error(c, ErrorKind::Upstream, reported + m);
+    return std::nullopt;
+  }
+  return j;
 }
 
 }  // namespace
@@ -233,16 +251,9 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
         done = true;
         break;
       }
-      nlohmann::json j = nlohmann::json::parse(ev.data, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) {
-        set_error(c, ErrorKind::Protocol, "malformed event in the stream: " + ev.data.substr(0, 200));
-        return false;
-      }
-      if (auto m = error_message(j); !m.empty()) {
-        c.error_body = j;
-        set_error(c, ErrorKind::Upstream, "the server reported an error mid-stream: " + m);
-        return false;
-      }
+      auto obj = read_object(ev.data, "malformed event in the stream: ", "the server reported an error mid-stream: ", c);
+      if (!obj) return false;
+      const nlohmann::json& j = *obj;
       Delta d;
       d.chunk = &j;
       d.at_ms = ms_since(t0);
@@ -313,16 +324,9 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
     c.ok = true;
     return c;
   }
-  nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    set_error(c, ErrorKind::Protocol, "the response is not a JSON object: " + raw.substr(0, 200));
-    return c;
-  }
-  if (auto m = error_message(j); !m.empty()) {
-    c.error_body = j;
-    set_error(c, ErrorKind::Upstream, "the server reported an error: " + m);
-    return c;
-  }
+  auto obj = read_object(raw, "the response is not a JSON object: ", "the server reported an error: ", c);
+  if (!obj) return c;
+  const nlohmann::json& j = *obj;
   Delta d;
   d.chunk = &j;
   absorb(j, chat, false, c, d);
