@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "core/strings.h"
 #include "cli/load_flags.h"
 #include "cli/progress.h"
 #include "cli/target_flags.h"
@@ -24,24 +25,12 @@ struct TuneFlags {
   lab::TuneOptions tune;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    size_t b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    if (b > a) out.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return out;
-}
-
 int tune(TuneFlags& f, const CLI::App* sub) {
   lab::TuneOptions& t = f.tune;
   auto space = f.test_problem.empty() ? lab::parse_search_space(f.space) : lab::test_problem_space(f.test_problem);
   if (!space) return fail(space.message());
   t.space = *space;
-  t.objectives = f.test_problem.empty() ? split(f.objectives) : std::vector<std::string>{"f1", "f2"};
+  t.objectives = f.test_problem.empty() ? split_list(f.objectives) : std::vector<std::string>{"f1", "f2"};
   if (f.test_problem.empty())
     if (Status s = lab::check_objectives(t.objectives, t.space); !s.ok()) return fail(s.message());
   // The baseline: --baseline values, else each parameter's neutral default, clamped into the space.
@@ -49,7 +38,7 @@ int tune(TuneFlags& f, const CLI::App* sub) {
     auto n = lab::neutral_value(p.name);
     t.baseline[p.name] = p.snap(n ? *n : 0.5 * (p.low + p.high));
   }
-  for (const auto& kv : split(f.baseline)) {
+  for (const auto& kv : split_list(f.baseline)) {
     const size_t eq = kv.find('=');
     char* end = nullptr;
     const double v = eq == std::string::npos ? 0 : std::strtod(kv.c_str() + eq + 1, &end);

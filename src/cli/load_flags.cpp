@@ -1,6 +1,7 @@
 #include "cli/load_flags.h"
 
 #include "cli/sampling_flags.h"
+#include "core/strings.h"
 
 namespace coda::cli {
 
@@ -41,15 +42,7 @@ Expected<std::vector<lab::BenchPrompt>> finish_load_flags(const CLI::App* sub, L
   f.load.seed = f.sampling.sampling.seed;
   f.load.model = model;
   f.load.stream = !f.no_stream;
-  f.load.failure_reasons.clear();
-  size_t a = 0;
-  const std::string& s = f.failure_reasons;
-  while (a <= s.size()) {
-    size_t b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    if (b > a) f.load.failure_reasons.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
+  f.load.failure_reasons = split_list(f.failure_reasons);
   if (f.load.failure_reasons.empty()) return Error("--failure-reasons: give at least one finish_reason");
   return prompts;
 }

@@ -1,5 +1,7 @@
 #include "lab/analyze.h"
 
+#include "lab/svg.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -121,29 +123,6 @@ std::string Analysis::to_csv() const {
 
 namespace {
 
-std::string escape_html(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '&':
-        o += "&amp;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += c;
-    }
-  }
-  return o;
-}
-
 // A line chart of one series against the block index; log10 scale for probabilities.
 std::string svg_chart(const std::string& title, const std::vector<double>& ys, bool log_scale, int block_size) {
   const int w = 640, h = 220, l = 60, r = 10, t = 24, b = 30;
@@ -158,7 +137,7 @@ std::string svg_chart(const std::string& title, const std::vector<double>& ys, b
   char buf[256];
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
-  o << "<text x=\"" << l << "\" y=\"16\" font-size=\"13\" font-family=\"sans-serif\">" << escape_html(title)
+  o << "<text x=\"" << l << "\" y=\"16\" font-size=\"13\" font-family=\"sans-serif\">" << lab::svg::escape(title)
     << (log_scale ? " (log10)" : "") << "</text>";
   o << "<rect x=\"" << l << "\" y=\"" << t << "\" width=\"" << (w - l - r) << "\" height=\"" << (h - t - b)
     << "\" fill=\"none\" stroke=\"#999\"/>";
@@ -197,8 +176,8 @@ std::string Analysis::to_html(const std::string& title) const {
     var.push_back(b.varentropy);
   }
   std::ostringstream o;
-  o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>" << escape_html(title)
-    << "</title></head><body style=\"font-family:sans-serif\"><h1>" << escape_html(title) << "</h1><p>" << sequences
+  o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>" << lab::svg::escape(title)
+    << "</title></head><body style=\"font-family:sans-serif\"><h1>" << lab::svg::escape(title) << "</h1><p>" << sequences
     << " generations, blocks of " << block_size << " tokens.</p>";
   o << svg_chart("EOS probability", eos, true, block_size) << "<br>";
   o << svg_chart("information content (nats)", ic, false, block_size) << "<br>";
@@ -211,7 +190,7 @@ std::string Analysis::to_html(const std::string& title) const {
     if (++shown > 200) break;
     o << "<tr><td>" << c.sequence << "</td><td>" << c.i << "</td><td>" << c.eos_prob << "</td><td>" << c.eos_rank
       << "</td><td>";
-    for (const auto& [piece, lp] : c.top) o << "<code>" << escape_html(piece) << "</code> " << std::exp(lp) << "; ";
+    for (const auto& [piece, lp] : c.top) o << "<code>" << lab::svg::escape(piece) << "</code> " << std::exp(lp) << "; ";
     o << "</td></tr>";
   }
   o << "</table></body></html>\n";

@@ -1,8 +1,9 @@
 #include "lab/prompts.h"
 
+#include "core/strings.h"
+
 #include <fstream>
 #include <map>
-#include <sstream>
 
 namespace coda::lab {
 
@@ -58,15 +59,6 @@ const std::map<std::pair<std::string, std::string>, std::vector<const char*>>& b
         "Q : Combien d'octets y a-t-il dans un kibioctet ?\nR :", "Q : Que fait le mot-clé SQL JOIN ?\nR :"}},
   };
   return sets;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 }  // namespace

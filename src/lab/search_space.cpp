@@ -1,9 +1,10 @@
 #include "lab/search_space.h"
 
+#include "core/strings.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <sstream>
 
 namespace coda::lab {
 
@@ -14,14 +15,6 @@ bool parse_double(const std::string& s, double& out) {
   char* end = nullptr;
   out = std::strtod(s.c_str(), &end);
   return *end == 0 && std::isfinite(out);
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) out.push_back(item);
-  return out;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "lab/stats.h"
+#include "sampling/params.h"
 
 namespace coda::lab {
 
@@ -20,12 +21,21 @@ nlohmann::ordered_json params_json(const std::map<std::string, double>& p) {
 }  // namespace
 
 Expected<double> neutral_value(const std::string& p) {
-  static const std::map<std::string, double> neutral = {
-      {"temperature", 1.0},      {"top_p", 1.0},           {"top_k", 0.0},          {"min_p", 0.0},
-      {"typical_p", 1.0},        {"repetition_penalty", 1.0}, {"frequency_penalty", 0.0}, {"presence_penalty", 0.0},
-      {"top_n_sigma", 0.0},      {"dynatemp_range", 0.0},  {"dynatemp_exponent", 1.0}, {"dry_multiplier", 0.0},
-      {"dry_base", 1.75},        {"dry_allowed_length", 2.0}, {"xtc_probability", 0.0}, {"xtc_threshold", 0.1},
-      {"no_repeat_ngram_size", 0.0}, {"repeat_last_n", 0.0}, {"min_tokens", 0.0}};
+  // The request fields' neutral values are coda's own sampling defaults (src/sampling/params.h).
+  const SamplingParams d;
+  // Floats widened to double: 0.1f is 0.100000001...; six decimals give back the written value.
+  auto w = [](float v) { return std::round(static_cast<double>(v) * 1e6) / 1e6; };
+  const std::map<std::string, double> neutral = {
+      {"temperature", w(d.temperature)},       {"top_p", w(d.top_p)},
+      {"top_k", 0.0},                       {"min_p", w(d.min_p)},
+      {"typical_p", w(d.typical_p)},           {"repetition_penalty", w(d.repetition_penalty)},
+      {"frequency_penalty", w(d.frequency_penalty)}, {"presence_penalty", w(d.presence_penalty)},
+      {"top_n_sigma", w(d.top_n_sigma)},       {"dynatemp_range", w(d.dynatemp_range)},
+      {"dynatemp_exponent", w(d.dynatemp_exponent)}, {"dry_multiplier", w(d.dry_multiplier)},
+      {"dry_base", w(d.dry_base)},             {"dry_allowed_length", static_cast<double>(d.dry_allowed_length)},
+      {"xtc_probability", w(d.xtc_probability)}, {"xtc_threshold", w(d.xtc_threshold)},
+      {"no_repeat_ngram_size", static_cast<double>(d.no_repeat_ngram_size)},
+      {"repeat_last_n", static_cast<double>(d.repetition_window)}, {"min_tokens", static_cast<double>(d.min_tokens)}};
   auto it = neutral.find(p);
   if (it == neutral.end()) return Error("no known default for '" + p + "'");
   return it->second;

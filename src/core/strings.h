@@ -1,0 +1,30 @@
+// Small string helpers shared by the command line and the lab.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace coda {
+
+// Splits on `sep`, keeping empty fields ("a,,b" -> {"a", "", "b"}; "" -> {""}).
+inline std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (true) {
+    const size_t b = s.find(sep, a);
+    out.emplace_back(s.substr(a, b == std::string_view::npos ? std::string_view::npos : b - a));
+    if (b == std::string_view::npos) return out;
+    a = b + 1;
+  }
+}
+
+// A comma-separated list without its empty items ("a,,b," -> {"a", "b"}).
+inline std::vector<std::string> split_list(std::string_view s) {
+  std::vector<std::string> out;
+  for (auto& x : split(s, ','))
+    if (!x.empty()) out.push_back(std::move(x));
+  return out;
+}
+
+}  // namespace coda
