@@ -9,7 +9,8 @@ g(1 - sqrt(x1/g))) and failure (the study's shape: a failure probability over te
 and repetition_penalty seen through Binomial(120, p)/120, and repetition_penalty - 1). Both start
 from the same baseline trial and 10 random trials.
 
-Usage: /usr/bin/python3 bench/tune_vs_optuna.py build/coda [SEEDS] > docs/lab/tune-vs-optuna.md
+Usage: /usr/bin/python3 bench/tune_vs_optuna.py build/coda [SEEDS]
+CODA_TUNE_ARGS="--multivariate" (or any coda tune flags) tries a variant on coda's side.
 """
 import json
 import math
