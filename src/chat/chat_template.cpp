@@ -121,6 +121,30 @@ Expected<ChatTemplate> ChatTemplate::for_model(const GgufFile& gguf, const Vocab
 Expected<std::string> ChatTemplate::apply(const nlohmann::ordered_json& messages, const ChatOptions& opts) const {
   auto norm = normalize_messages(messages);
   if (!norm) return norm.error();
+  if (opts.continue_final_message) {
+    const auto& last = norm->back();
+    if (last.value("role", "") != "assistant")
+      return Error("messages: continue_final_message needs the last message to be the assistant's");
+    const std::string content = last.contains("content") && last["content"].is_string()
+                                    ? last["content"].get<std::string>() : std::string();
+    ChatOptions o = opts;
+    o.continue_final_message = false;
+    if (content.empty()) {  // nothing to continue: the turn starts fresh
+      nlohmann::ordered_json before = *norm;
+      before.erase(before.size() - 1);
+      o.add_generation_prompt = true;
+      if (before.empty()) return Error("messages: continue_final_message needs a message before the assistant's");
+      return apply(before, o);
+    }
+    o.add_generation_prompt = false;
+    auto full = apply(*norm, o);
+    if (!full) return full;
+    const size_t at = full->rfind(content);
+    if (at == std::string::npos)
+      return Error("messages: the chat template does not write the final message's content as given, so it "
+                   "cannot be continued");
+    return full->substr(0, at + content.size());
+  }
   jinja::Object vars;
   try {
     vars.set("messages", jinja::Value::from_json(*norm));

@@ -20,6 +20,9 @@ class Vocab;
 
 struct ChatOptions {
   bool add_generation_prompt = true;
+  // vLLM's continue_final_message: the last message (the assistant's) is left open so the model
+  // continues it; the rendering is cut right after its content.
+  bool continue_final_message = false;
   std::string bos_token;
   std::string eos_token;
   nlohmann::ordered_json tools;                                     // null: no tools variable

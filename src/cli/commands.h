@@ -22,6 +22,7 @@ void add_template(CLI::App& app, std::vector<Command>& out);
 void add_chat(CLI::App& app, std::vector<Command>& out);
 void add_analyze(CLI::App& app, std::vector<Command>& out);
 void add_serve(CLI::App& app, std::vector<Command>& out);
+void add_proxy(CLI::App& app, std::vector<Command>& out);  // coda proxy
 void add_lab_bench(CLI::App& app, std::vector<Command>& out);  // coda bench
 void add_lab_tune(CLI::App& app, std::vector<Command>& out);   // coda tune
 

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   coda::cli::add_chat(app, commands);
   coda::cli::add_analyze(app, commands);
   coda::cli::add_serve(app, commands);
+  coda::cli::add_proxy(app, commands);
   coda::cli::add_lab_bench(app, commands);
   coda::cli::add_lab_tune(app, commands);
   try {

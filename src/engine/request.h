@@ -68,11 +68,13 @@ struct GenerationResult {
 };
 
 // One streamed piece: the text that became final with this token (may be empty while a partial
-// stop-string match or an incomplete UTF-8 sequence is held back).
+// stop-string match or an incomplete UTF-8 sequence is held back), and, when logprobs were
+// requested, the logprobs of the tokens whose text is now wholly streamed (so a rolled-back token
+// never shows, and a client can line tokens up with text).
 struct StreamChunk {
   int32_t token;
   std::string text;
-  const TokenLogprob* logprob;  // null unless requested
+  std::vector<TokenLogprob> logprobs;
 };
 // Returns false to stop generation (finish_reason "abort"), e.g. when a client disconnected.
 using StreamCallback = std::function<bool(const StreamChunk&)>;

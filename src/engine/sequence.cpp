@@ -171,11 +171,7 @@ void Sequence::step() {
   }
   res_.tokens.push_back(token);
   history_.generated.push_back(token);
-  const TokenLogprob* lp = nullptr;
-  if (req_.logprobs >= 0) {
-    res_.logprobs.push_back(logprob_of(logits_.data(), n_vocab, token, req_.logprobs, vocab_));
-    lp = &res_.logprobs.back();
-  }
+  if (req_.logprobs >= 0) res_.logprobs.push_back(logprob_of(logits_.data(), n_vocab, token, req_.logprobs, vocab_));
   const bool is_stop_token =
       contains(sv_.stop_ids, token) || (!req_.sampling.ignore_eos && contains(sv_.eos_ids, token));
   if (!is_stop_token) stops_.push(decoder_->push(token));
@@ -214,9 +210,23 @@ void Sequence::step() {
   const size_t delay = static_cast<size_t>(std::max(0, req_.stream_delay_tokens));
   const size_t limit = delay == 0 ? std::string::npos : n > delay ? text_after_[n - 1 - delay] : 0;
   std::string ready = stops_.take_ready(limit);
-  if (on_chunk_ && !on_chunk_(StreamChunk{token, std::move(ready), lp})) return end("abort");
+  if (on_chunk_ && !on_chunk_(StreamChunk{token, std::move(ready), streamed_logprobs(false)})) return end("abort");
   if (static_cast<int>(res_.tokens.size()) >= max_tokens_ || res_.tokens_sampled >= max_steps_) return end("length");
   pending_.assign(1, token);
+}
+
+// The logprobs not yet streamed of the tokens whose text is wholly streamed (all of them at the end).
+std::vector<TokenLogprob> Sequence::streamed_logprobs(bool all) {
+  if (req_.logprobs < 0) return {};
+  size_t n = res_.logprobs.size();
+  if (!all)
+    n = std::min(n, static_cast<size_t>(std::upper_bound(text_after_.begin(), text_after_.end(), stops_.streamed()) -
+                                        text_after_.begin()));
+  if (n <= logprobs_streamed_) return {};
+  std::vector<TokenLogprob> out(res_.logprobs.begin() + static_cast<std::ptrdiff_t>(logprobs_streamed_),
+                                res_.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+  logprobs_streamed_ = n;
+  return out;
 }
 
 Expected<GenerationResult> Sequence::finish() {
@@ -225,7 +235,10 @@ Expected<GenerationResult> Sequence::finish() {
   // sequence, delayed tokens) belongs to the completion unless a stop string ended it.
   if (stops_.matched().empty()) stops_.push(decoder_->flush());
   std::string rest = stops_.take_rest();
-  if (!rest.empty() && res_.finish_reason != "abort" && on_chunk_) on_chunk_(StreamChunk{-1, std::move(rest), nullptr});
+  if (res_.finish_reason != "abort" && on_chunk_) {
+    std::vector<TokenLogprob> lps = streamed_logprobs(true);
+    if (!rest.empty() || !lps.empty()) on_chunk_(StreamChunk{-1, std::move(rest), std::move(lps)});
+  }
   res_.text = stops_.text();
   res_.completion_tokens = static_cast<int>(res_.tokens.size());
   auto& t = res_.timings;

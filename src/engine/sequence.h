@@ -59,6 +59,8 @@ class Sequence {
   SamplerVocab sv_;
   SamplerRng rng_;
   StreamCallback on_chunk_;
+  size_t logprobs_streamed_ = 0;  // res_.logprobs already handed to on_chunk_
+  std::vector<TokenLogprob> streamed_logprobs(bool all);
   StepObserver* observer_ = nullptr;
   int max_tokens_ = 0;
   int64_t prefill_chunk_ = 0;

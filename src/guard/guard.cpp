@@ -77,7 +77,7 @@ bool Guard::same_episode(const std::string& type, int64_t onset) const {
   return false;
 }
 
-std::optional<GuardEvent> Guard::detect(const StepView& v) {
+std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) {
   const int64_t n = static_cast<int64_t>(periods_.tokens().size());
   const int64_t i = n - 1;
   auto event = [&](const char* type, int64_t onset, double confidence, nlohmann::ordered_json evidence,
@@ -97,7 +97,7 @@ std::optional<GuardEvent> Guard::detect(const StepView& v) {
   const int64_t flood = periods_.run(1) + 1;
   if (flood >= cfg_.flood_min_run && !cooling_down("flooding", i))
     return event("flooding", n - flood, static_cast<double>(flood) / (2.0 * cfg_.flood_min_run),
-                 {{"token", v.token}, {"run", flood}}, flood);
+                 {{"token", token}, {"run", flood}}, flood);
   // Exact loops of period >= 2 (a flood also repeats at every period; it is reported above).
   const Loop loop = periods_.exact(cfg_.loop_min_repeats, cfg_.loop_min_span, 2);
   if (loop.period > 0 && flood < loop.span && !cooling_down("loop", i))
@@ -114,7 +114,7 @@ std::optional<GuardEvent> Guard::detect(const StepView& v) {
                    near.span);
   }
   // Entropy collapse: near-certain steps over a repetitive window.
-  if (cfg_.collapse_window > 0 && n >= cfg_.collapse_window && !cooling_down("entropy_collapse", i)) {
+  if (signals_known_ && cfg_.collapse_window > 0 && n >= cfg_.collapse_window && !cooling_down("entropy_collapse", i)) {
     const double h = mean_of(signals_, static_cast<size_t>(cfg_.collapse_window), &StepSignals::entropy);
     if (h < cfg_.collapse_entropy) {
       const double d3 = distinct_ngrams(periods_.tokens(), 3, static_cast<size_t>(cfg_.collapse_window));
@@ -124,7 +124,7 @@ std::optional<GuardEvent> Guard::detect(const StepView& v) {
     }
   }
   // Gibberish: the model keeps picking tokens it finds unlikely from flat distributions.
-  if (cfg_.gibberish_window > 0 && n >= cfg_.gibberish_window && !cooling_down("gibberish", i)) {
+  if (signals_known_ && cfg_.gibberish_window > 0 && n >= cfg_.gibberish_window && !cooling_down("gibberish", i)) {
     const size_t w = static_cast<size_t>(cfg_.gibberish_window);
     const double s = mean_of(signals_, w, &StepSignals::surprisal);
     const double h = mean_of(signals_, w, &StepSignals::entropy);
@@ -136,7 +136,7 @@ std::optional<GuardEvent> Guard::detect(const StepView& v) {
   // Language or script drift against the prompt, every 16 tokens.
   if (cfg_.drift_window_chars > 0 && n % 16 == 0 && !cooling_down("language_drift", i) &&
       (!prompt_language_.empty() || !prompt_script_.empty())) {
-    const LanguageProfile recent = language_profile(tail(v.text, cfg_.drift_window_chars));
+    const LanguageProfile recent = language_profile(tail(text, cfg_.drift_window_chars));
     const std::string lang = recent.language(cfg_.drift_min_words, 0.6);
     const std::string script = recent.letters >= 40 && recent.script_share() >= 0.7 ? recent.script() : "";
     const bool lang_drift = !prompt_language_.empty() && !lang.empty() && lang != prompt_language_;
@@ -159,7 +159,7 @@ std::optional<GuardEvent> Guard::detect(const StepView& v) {
   if (cfg_.runaway_tokens > 0 && n >= cfg_.runaway_tokens && !cooling_down("runaway", i))
     return event("runaway", cfg_.runaway_tokens - 1, 1.0, {{"tokens", n}, {"limit", cfg_.runaway_tokens}},
                  INT64_MAX / 2);
-  if (cfg_.eos_starvation_after > 0 && n >= cfg_.eos_starvation_after && !cooling_down("eos_starvation", i)) {
+  if (signals_known_ && cfg_.eos_starvation_after > 0 && n >= cfg_.eos_starvation_after && !cooling_down("eos_starvation", i)) {
     const size_t w = static_cast<size_t>(std::min<int64_t>(cfg_.eos_starvation_window, n));
     float max_p = 0;
     for (size_t k = signals_.size() - w; k < signals_.size(); ++k) max_p = std::max(max_p, signals_[k].eos_prob);
@@ -172,12 +172,18 @@ std::optional<GuardEvent> Guard::detect(const StepView& v) {
 
 StepVerdict Guard::on_step(const StepView& v) {
   const StepSignals sig = step_signals(v.logits, v.n_vocab, v.token, eos_ids_);
+  return observe(v.token, &sig, v.text);
+}
+
+StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::string& text) {
+  if (!given) signals_known_ = false;
+  const StepSignals sig = given ? *given : StepSignals{};
   signals_.push_back(sig);
-  periods_.push(v.token);
+  periods_.push(token);
   const int64_t i = static_cast<int64_t>(periods_.tokens().size()) - 1;
   if (cfg_.trace)
     trace_.push_back({{"i", i},
-                      {"token", v.token},
+                      {"token", token},
                       {"entropy", sig.entropy},
                       {"varentropy", sig.varentropy},
                       {"surprisal", sig.surprisal},
@@ -186,7 +192,7 @@ StepVerdict Guard::on_step(const StepView& v) {
                       {"top1_prob", sig.top1_prob},
                       {"top1_margin", sig.top1_margin}});
   StepVerdict verdict;
-  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), v.token) != eos_ids_.end();
+  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
   if (is_eos && i < cfg_.perpetual_min_tokens && static_cast<int>(repairs_.size()) < cfg_.max_repairs) {
     RepairAction r = cfg_.repair;
     r.keep = std::max<int64_t>(0, i - cfg_.eos_backstep);
@@ -194,7 +200,25 @@ StepVerdict Guard::on_step(const StepView& v) {
     verdict.repair = r;
     return verdict;
   }
-  std::optional<GuardEvent> e = detect(v);
+  if (cfg_.rd_max_pattern > 0 && cfg_.rd_min_count >= 2) {
+    const int hi = std::min(cfg_.rd_max_pattern, cfg_.max_period);
+    for (int p = std::max(1, cfg_.rd_min_pattern); p <= hi; ++p) {
+      const int64_t need = static_cast<int64_t>(cfg_.rd_min_count - 1) * p;  // matches at period p
+      if (periods_.run(p) < need) continue;
+      GuardEvent e;
+      e.type = "loop";
+      e.onset = i + 1 - need - p;
+      e.detected_at = i;
+      e.confidence = 1.0;
+      e.evidence = {{"rule", "repetition_detection"}, {"period", p}, {"repeats", cfg_.rd_min_count}};
+      e.action = "stop";
+      events_.push_back(std::move(e));
+      verdict.stop = true;
+      verdict.finish_reason = "repetition";
+      return verdict;
+    }
+  }
+  std::optional<GuardEvent> e = detect(token, text);
   if (!e) return verdict;
   const bool loop_type = is_loop_type(e->type);
   const char* stop_reason = loop_type ? "repetition" : "degenerate";
@@ -241,6 +265,7 @@ GuardReport Guard::report() const {
   r.events = events_;
   r.repairs = repairs_;
   r.tokens = static_cast<int64_t>(signals_.size());
+  r.has_signals = signals_known_;
   for (const auto& s : signals_) {
     r.mean_entropy += s.entropy;
     r.mean_varentropy += s.varentropy;
@@ -273,13 +298,16 @@ nlohmann::ordered_json GuardReport::to_json() const {
                   {"evidence", e.evidence}});
   auto& rp = j["repairs"] = nlohmann::ordered_json::array();
   for (const auto& r : repairs) rp.push_back({{"at", r.at}, {"keep", r.keep}, {"reason", r.reason}});
-  j["signals"] = {{"tokens", tokens},
-                  {"mean_entropy", mean_entropy},
-                  {"mean_varentropy", mean_varentropy},
-                  {"mean_surprisal", mean_surprisal},
-                  {"mean_eos_prob", mean_eos_prob},
-                  {"max_eos_prob", max_eos_prob},
-                  {"distinct2", distinct2}};
+  if (has_signals)
+    j["signals"] = {{"tokens", tokens},
+                    {"mean_entropy", mean_entropy},
+                    {"mean_varentropy", mean_varentropy},
+                    {"mean_surprisal", mean_surprisal},
+                    {"mean_eos_prob", mean_eos_prob},
+                    {"max_eos_prob", max_eos_prob},
+                    {"distinct2", distinct2}};
+  else
+    j["signals"] = {{"tokens", tokens}, {"distinct2", distinct2}};
   return j;
 }
 

@@ -60,6 +60,10 @@ struct GuardConfig {
   int64_t perpetual_min_tokens = 0;
   int64_t eos_backstep = 8;
   bool trace = false;  // keep a per-token trace
+  // vLLM's `repetition_detection` request object: stop with finish_reason "repetition" as soon as
+  // an n-gram of min_pattern..max_pattern tokens has repeated min_count times back to back, under
+  // any policy (the request asked for it). max_pattern 0: off.
+  int rd_min_pattern = 0, rd_max_pattern = 0, rd_min_count = 0;
 };
 
 struct GuardEvent {
@@ -84,6 +88,7 @@ struct GuardReport {
   int64_t tokens = 0;
   double mean_entropy = 0, mean_varentropy = 0, mean_surprisal = 0, mean_eos_prob = 0, max_eos_prob = 0;
   double distinct2 = 1;
+  bool has_signals = true;  // false when some step came without a distribution (the proxy, text only)
   nlohmann::ordered_json to_json() const;
 };
 
@@ -94,13 +99,18 @@ class Guard : public StepObserver {
   void on_start(const std::vector<int32_t>& prompt, const std::string& prompt_text) override;
   StepVerdict on_step(const StepView& step) override;
   void on_rollback(int64_t keep) override;
+  // The same step for a caller that has no logits (the proxy, which sees an upstream's stream):
+  // `token` is any stable id of the token's text, `signals` what could be estimated from the
+  // upstream's top logprobs, or null when it sent none. Without signals the detectors that need
+  // them (entropy collapse, gibberish, EOS starvation) stay quiet for the rest of the generation.
+  StepVerdict observe(int32_t token, const StepSignals* signals, const std::string& text);
 
   GuardReport report() const;
   // One JSON object per step (when config.trace), rollbacks included as {"rollback_to": k}.
   const std::vector<nlohmann::ordered_json>& trace() const { return trace_; }
 
  private:
-  std::optional<GuardEvent> detect(const StepView& v);
+  std::optional<GuardEvent> detect(int32_t token, const std::string& text);
   bool cooling_down(const std::string& type, int64_t index) const;
   bool same_episode(const std::string& type, int64_t onset) const;
 
@@ -109,6 +119,7 @@ class Guard : public StepObserver {
   std::string prompt_language_, prompt_script_;
   PeriodTracker periods_;
   std::vector<StepSignals> signals_;
+  bool signals_known_ = true;  // every step so far came with signals
   std::vector<GuardEvent> events_;
   std::vector<GuardRepair> repairs_;
   std::vector<std::pair<std::string, int64_t>> fired_;  // (type, index until which it stays quiet)

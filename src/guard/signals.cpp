@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "kernels/kernels.h"
 
@@ -33,6 +34,44 @@ StepSignals step_signals(const float* logits, int32_t n, int32_t chosen, const s
   if (top + 1 < n) second = std::max(second, k.max_f32(logits + top + 1, n - top - 1));
   const double p2 = std::isfinite(second) ? std::exp(static_cast<double>(second) - max) / m.z : 0.0;
   s.top1_margin = static_cast<float>(1.0 / m.z - p2);
+  return s;
+}
+
+StepSignals top_k_signals(double chosen_logprob, const std::vector<double>& top_logprobs,
+                          std::optional<double> eos_logprob) {
+  StepSignals s;
+  s.surprisal = static_cast<float>(std::max(0.0, -chosen_logprob));
+  std::vector<double> p;
+  p.reserve(top_logprobs.size() + 1);
+  for (double lp : top_logprobs)
+    if (std::isfinite(lp)) p.push_back(std::exp(std::min(0.0, lp)));
+  if (p.empty()) p.push_back(std::exp(std::min(0.0, chosen_logprob)));  // only the chosen token is known
+  std::sort(p.begin(), p.end(), std::greater<>());
+  double seen = 0, h = 0, s2 = 0;
+  for (double q : p) {
+    if (q <= 0) continue;
+    seen += q;
+    h -= q * std::log(q);
+    s2 += q * std::log(q) * std::log(q);
+  }
+  const double unseen = std::max(0.0, 1.0 - seen);
+  const double p_min = p.back();
+  if (unseen > 0 && p_min > 0) {
+    const double l = -std::log(p_min);
+    h += unseen * l;
+    s2 += unseen * l * l;
+  }
+  s.entropy = static_cast<float>(std::max(0.0, h));
+  s.varentropy = static_cast<float>(std::max(0.0, s2 - h * h));
+  s.top1_prob = static_cast<float>(p[0]);
+  s.top1_margin = static_cast<float>(p[0] - (p.size() > 1 ? p[1] : std::min(p[0], unseen)));
+  if (eos_logprob) {
+    const double pe = std::exp(std::min(0.0, *eos_logprob));
+    s.eos_prob = static_cast<float>(pe);
+    s.eos_rank = static_cast<int32_t>(std::count_if(p.begin(), p.end(), [&](double q) { return q > pe; }));
+  } else {
+    s.eos_prob = static_cast<float>(unseen > 0 ? std::min(unseen, p_min) : 0.0);
+  }
   return s;
 }
 

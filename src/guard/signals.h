@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace coda {
@@ -18,5 +19,15 @@ struct StepSignals {
 };
 
 StepSignals step_signals(const float* logits, int32_t n_vocab, int32_t chosen, const std::vector<int32_t>& eos_ids);
+
+// The same signals estimated from what an OpenAI-compatible server shows: the chosen token's
+// logprob and the top-k logprobs (any order; at most 20 from vLLM and OpenAI). The mass the top k
+// leave unseen is counted as if spread over tokens each as likely as the least likely one seen:
+// every unseen token is at most that likely, so its share of the entropy is at least
+// -m ln p_min, and the estimate is a lower bound of the true entropy (exact when the top k hold
+// everything). `eos_logprob` is the EOS token's logprob when it is among the top k; otherwise
+// its probability is bounded by p_min and reported as that bound.
+StepSignals top_k_signals(double chosen_logprob, const std::vector<double>& top_logprobs,
+                          std::optional<double> eos_logprob);
 
 }  // namespace coda

@@ -46,9 +46,10 @@ client::Completion EngineTarget::send(const nlohmann::json& body, bool chat, con
     return reject(e);
   }
   std::string text;
+  std::vector<TokenLogprob> logprobs;  // unused: the lab reads the result's
   bool done = false;
   while (!done) {
-    ticket->wait(text, done, std::chrono::milliseconds(50));
+    ticket->wait(text, logprobs, done, std::chrono::milliseconds(50));
     if (!text.empty()) {
       const double at = since();
       if (c.ttft_ms < 0) c.ttft_ms = at;

@@ -1,36 +1,48 @@
-// Server metrics in the Prometheus text format, named like vLLM's where they overlap and prefixed
+// Metrics in the Prometheus text format, named like vLLM's where they overlap and prefixed
 // `coda:`: both planes, the system (requests, queue, KV use, latencies) and the output quality
-// (finish reasons including the guard's, guard events by type, repairs).
+// (finish reasons including the guard's, guard events by type, repairs). `coda serve` and
+// `coda proxy` share the names where they measure the same thing; the proxy labels its series
+// with the upstream and the model.
 #pragma once
 
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace coda {
 
+using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+
 class Metrics {
  public:
-  Metrics();
-  void set_gauge(const std::string& name, double v);
+  // `server`: the series `coda serve` exports (declared at zero so dashboards see them at once).
+  explicit Metrics(bool server = true);
+  void set_help(const std::string& name, const std::string& help);
+  void define_histogram(const std::string& name, std::vector<double> bounds, const std::string& help);
+
+  void set_gauge(const std::string& name, double v, const MetricLabels& labels = {});
   void add(const std::string& name, double v = 1, const std::string& label_key = "", const std::string& label = "");
-  void observe(const std::string& name, double value);  // seconds, or a count for coda:iteration_sequences
+  void add(const std::string& name, double v, const MetricLabels& labels);
+  void observe(const std::string& name, double value, const MetricLabels& labels = {});  // unknown names: ignored
   std::string prometheus() const;
-  double value(const std::string& name, const std::string& label = "") const;  // tests
+  // For tests: a gauge or counter summed over the series with `label` as one of its label values
+  // (all series when empty); a histogram's count.
+  double value(const std::string& name, const std::string& label = "") const;
 
  private:
   struct Histogram {
-    std::vector<double> bounds;
     std::vector<uint64_t> counts;  // per bucket, cumulative when printed
     double sum = 0;
     uint64_t count = 0;
   };
+  static std::string render(const MetricLabels& labels);
   mutable std::mutex mu_;
-  std::map<std::string, double> gauges_;
-  std::map<std::string, std::map<std::string, double>> counters_;  // name -> label -> value
-  std::map<std::string, std::string> counter_label_key_;
-  std::map<std::string, Histogram> histograms_;
+  // name -> rendered labels (`k="v",k2="v2"`, "" for none) -> value
+  std::map<std::string, std::map<std::string, double>> gauges_, counters_;
+  std::map<std::string, std::vector<double>> bounds_;
+  std::map<std::string, std::map<std::string, Histogram>> histograms_;
   std::map<std::string, std::string> help_;
 };
 

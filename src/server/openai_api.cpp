@@ -207,6 +207,18 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     }
   }
   if (chat) {
+    bool continue_final = false;
+    rd.boolean("add_generation_prompt", g.chat.add_generation_prompt);
+    rd.boolean("continue_final_message", continue_final);
+    if (rd.error) return *rd.error;
+    if (continue_final) {
+      if (rd.get("add_generation_prompt") && g.chat.add_generation_prompt)
+        return bad("continue_final_message",
+                   "continue_final_message: cannot be true together with add_generation_prompt; set "
+                   "add_generation_prompt to false");
+      g.chat.add_generation_prompt = false;
+      g.chat.continue_final_message = true;
+    }
     rd.boolean("logprobs", r.logprobs);
     rd.number("top_logprobs", r.top_logprobs);
     if (rd.error) return *rd.error;
@@ -232,6 +244,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     }
   }
   if (rd.error) return *rd.error;
+  if (const auto* rdp = rd.get("repetition_detection")) {
+    auto p = parse_repetition_detection(*rdp, r.guard);
+    if (p) return *p;
+  }
   if (const auto* c = rd.get("coda")) {
     if (!c->is_object()) return bad("coda", "coda: expected an object");
     if (c->contains("trace")) {
@@ -246,6 +262,37 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     }
   }
   return r;
+}
+
+std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json& v, GuardConfig& g) {
+  if (!v.is_object())
+    return bad("repetition_detection",
+               "repetition_detection: expected an object with max_pattern_size, min_pattern_size, min_count");
+  int values[3] = {0, 0, 0};
+  const char* keys[3] = {"max_pattern_size", "min_pattern_size", "min_count"};
+  for (int k = 0; k < 3; ++k) {
+    auto it = v.find(keys[k]);
+    if (it == v.end() || it->is_null()) continue;
+    const std::string name = std::string("repetition_detection.") + keys[k];
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 100000)
+      return bad(name, name + ": expected a non-negative integer");
+    values[k] = static_cast<int>(it->get<int64_t>());
+  }
+  const int max_p = values[0], min_p = values[1] == 0 ? 1 : values[1], count = values[2];
+  if (max_p == 0) return std::nullopt;  // off, as in vLLM
+  if (count < 2)
+    return bad("repetition_detection.min_count", "repetition_detection.min_count: must be at least 2 when "
+                                                 "max_pattern_size is set");
+  if (min_p > max_p)
+    return bad("repetition_detection.min_pattern_size",
+               "repetition_detection.min_pattern_size: must be <= max_pattern_size");
+  if (max_p > g.max_period)
+    return bad("repetition_detection.max_pattern_size", "repetition_detection.max_pattern_size: at most " +
+                                                            std::to_string(g.max_period) + " tokens");
+  g.rd_max_pattern = max_p;
+  g.rd_min_pattern = min_p;
+  g.rd_min_count = count;
+  return std::nullopt;
 }
 
 nlohmann::ordered_json usage_json(const GenerationResult& g) {
@@ -270,41 +317,43 @@ nlohmann::ordered_json bytes_of(const std::string& s) {
 
 }  // namespace
 
+nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& lps, const Vocab& vocab,
+                                    size_t& text_offset) {
+  if (r.chat) {
+    auto content = nlohmann::ordered_json::array();
+    for (const auto& lp : lps) {
+      const std::string text = utf8_sanitize(lp.text);
+      nlohmann::ordered_json e{{"token", text}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.text)}};
+      auto& top = e["top_logprobs"] = nlohmann::ordered_json::array();
+      for (const auto& [tid, l] : lp.top) {
+        const std::string b = vocab.token_bytes(tid);
+        top.push_back({{"token", utf8_sanitize(b)}, {"logprob", l}, {"bytes", bytes_of(b)}});
+      }
+      content.push_back(std::move(e));
+    }
+    return {{"content", content}};
+  }
+  auto tokens = nlohmann::ordered_json::array(), token_lps = nlohmann::ordered_json::array(),
+       tops = nlohmann::ordered_json::array(), offsets = nlohmann::ordered_json::array();
+  for (const auto& lp : lps) {
+    tokens.push_back(utf8_sanitize(lp.text));
+    token_lps.push_back(lp.logprob);
+    nlohmann::ordered_json top = nlohmann::ordered_json::object();
+    for (const auto& [tid, l] : lp.top) top[utf8_sanitize(vocab.token_bytes(tid))] = l;
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += lp.text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& id,
                                        int64_t created, const Vocab& vocab) {
   const GenerationResult& res = g.result;
   nlohmann::ordered_json choice{{"index", 0}};
-  nlohmann::ordered_json logprobs = nullptr;
-  if (r.logprobs) {
-    if (r.chat) {
-      auto content = nlohmann::ordered_json::array();
-      for (const auto& lp : res.logprobs) {
-        const std::string text = utf8_sanitize(lp.text);
-        nlohmann::ordered_json e{{"token", text}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.text)}};
-        auto& top = e["top_logprobs"] = nlohmann::ordered_json::array();
-        for (const auto& [tid, l] : lp.top) {
-          const std::string b = vocab.token_bytes(tid);
-          top.push_back({{"token", utf8_sanitize(b)}, {"logprob", l}, {"bytes", bytes_of(b)}});
-        }
-        content.push_back(std::move(e));
-      }
-      logprobs = {{"content", content}};
-    } else {
-      auto tokens = nlohmann::ordered_json::array(), token_lps = nlohmann::ordered_json::array(),
-           tops = nlohmann::ordered_json::array(), offsets = nlohmann::ordered_json::array();
-      size_t offset = 0;
-      for (const auto& lp : res.logprobs) {
-        tokens.push_back(utf8_sanitize(lp.text));
-        token_lps.push_back(lp.logprob);
-        nlohmann::ordered_json top = nlohmann::ordered_json::object();
-        for (const auto& [tid, l] : lp.top) top[utf8_sanitize(vocab.token_bytes(tid))] = l;
-        tops.push_back(std::move(top));
-        offsets.push_back(offset);
-        offset += lp.text.size();
-      }
-      logprobs = {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-    }
-  }
+  size_t offset = 0;
+  const nlohmann::ordered_json logprobs =
+      r.logprobs ? logprobs_json(r, res.logprobs, vocab, offset) : nlohmann::ordered_json(nullptr);
   if (r.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", res.text}};
   } else {

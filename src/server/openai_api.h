@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -40,12 +41,20 @@ struct ServerDefaults {
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body. Unknown fields are ignored.
 std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d);
 
+// vLLM's `repetition_detection` object ({max_pattern_size, min_pattern_size, min_count}) into the
+// guard's exact-loop stop; an error names the field.
+std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json& v, GuardConfig& guard);
+
 // Response bodies.
 nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& id,
                                        int64_t created, const class Vocab& vocab);
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
                                     const std::string& text, const char* finish_reason, bool first);
 nlohmann::ordered_json usage_json(const GenerationResult& g);
+// Logprobs in the route's shape: chat `content[]`, or the legacy arrays with `text_offset` counted
+// from `text_offset` (advanced past these tokens, so a stream's chunks continue the count).
+nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& logprobs,
+                                     const class Vocab& vocab, size_t& text_offset);
 
 // JSON text that is always valid UTF-8 (invalid bytes become U+FFFD).
 std::string dump_json(const nlohmann::ordered_json& j);

@@ -4,11 +4,12 @@
 
 namespace coda {
 
-void Ticket::push(std::string text) {
-  if (text.empty()) return;
+void Ticket::push(std::string text, std::vector<TokenLogprob> logprobs) {
+  if (text.empty() && logprobs.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     chunks_.push_back(std::move(text));
+    for (auto& l : logprobs) logprobs_.push_back(std::move(l));
   }
   cv_.notify_all();
 }
@@ -21,7 +22,8 @@ void Ticket::finish(Expected<GuardedResult> result) {
   cv_.notify_all();
 }
 
-bool Ticket::wait(std::string& text, bool& done, std::chrono::milliseconds timeout) {
+bool Ticket::wait(std::string& text, std::vector<TokenLogprob>& logprobs, bool& done,
+                  std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !chunks_.empty() || result_.has_value(); });
   text.clear();
@@ -29,8 +31,10 @@ bool Ticket::wait(std::string& text, bool& done, std::chrono::milliseconds timeo
     text += chunks_.front();
     chunks_.pop_front();
   }
+  logprobs.clear();
+  logprobs.swap(logprobs_);
   done = result_.has_value();
-  return !text.empty() || done;
+  return !text.empty() || !logprobs.empty() || done;
 }
 
 const Expected<GuardedResult>& Ticket::result() {
@@ -154,7 +158,7 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
     auto seq = Sequence::create(
         gen_, req,
         [raw](const StreamChunk& c) {
-          raw->push(c.text);
+          raw->push(c.text, c.logprobs);
           return !raw->cancelled.load();
         },
         guard.get(), opts_.prefill_chunk);

@@ -34,10 +34,11 @@ class Ticket {
   std::atomic<bool> cancelled{false};
 
   // Worker side.
-  void push(std::string text);
+  void push(std::string text, std::vector<TokenLogprob> logprobs = {});
   void finish(Expected<GuardedResult> result);
   // HTTP side: waits up to `timeout` for text or the end; returns false when nothing came.
-  bool wait(std::string& text, bool& done, std::chrono::milliseconds timeout);
+  // `logprobs` gets the logprobs that came with the text (when requested).
+  bool wait(std::string& text, std::vector<TokenLogprob>& logprobs, bool& done, std::chrono::milliseconds timeout);
   // Waits for the end and returns the result.
   const Expected<GuardedResult>& result();
 
@@ -45,6 +46,7 @@ class Ticket {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> chunks_;
+  std::vector<TokenLogprob> logprobs_;
   std::optional<Expected<GuardedResult>> result_;
 };
 

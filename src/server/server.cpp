@@ -173,21 +173,27 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   }
   res.set_header("Cache-Control", "no-cache");
   auto first = std::make_shared<bool>(true);
+  auto text_offset = std::make_shared<size_t>(0);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ticket, r, id, created, first](size_t, httplib::DataSink& sink) {
+      [this, ticket, r, id, created, first, text_offset](size_t, httplib::DataSink& sink) {
         auto send = [&](const nlohmann::ordered_json& j) {
           const std::string line = "data: " + dump_json(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
         std::string text;
+        std::vector<TokenLogprob> lps;
         bool done = false;
-        ticket->wait(text, done, std::chrono::milliseconds(200));
-        if (*first && (!text.empty() || done)) {
+        ticket->wait(text, lps, done, std::chrono::milliseconds(200));
+        if (*first && (!text.empty() || !lps.empty() || done)) {
           *first = false;
           if (r.chat && !send(stream_chunk(r, id, created, "", nullptr, true))) return false;
         }
-        if (!text.empty() && !send(stream_chunk(r, id, created, text, nullptr, false))) return false;
+        if (!text.empty() || (r.logprobs && !lps.empty())) {
+          auto chunk = stream_chunk(r, id, created, text, nullptr, false);
+          if (r.logprobs && !lps.empty()) chunk["choices"][0]["logprobs"] = logprobs_json(r, lps, gen_.vocab(), *text_offset);
+          if (!send(chunk)) return false;
+        }
         if (!done) {
           // An SSE comment while nothing else is sent (queued, prefilling): a client that left is
           // noticed by the failed write, and its request is cancelled even before it starts.

@@ -1,0 +1,91 @@
+// `coda proxy`: the guard in front of an OpenAI-compatible server (vLLM, llama.cpp, coda serve).
+#include <csignal>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "proxy/proxy_server.h"
+
+namespace coda::cli {
+
+namespace {
+
+struct ProxyFlags {
+  std::string guard = "observe";
+  int max_repairs = 8;
+  int repair_window = 256;
+  proxy::ProxyOptions opts;
+};
+
+proxy::ProxyServer* g_proxy = nullptr;
+
+int run_proxy(ProxyFlags& f) {
+  auto policy = parse_guard_policy(f.guard);
+  if (!policy) return fail("--guard: " + policy.message());
+  f.opts.guard.policy = *policy;
+  f.opts.guard.max_repairs = f.max_repairs;
+  f.opts.guard.stream_delay_tokens = f.repair_window;
+  auto server = proxy::ProxyServer::create(f.opts);
+  if (!server) return fail(server.message());
+  auto port = (*server)->bind();
+  if (!port) return fail(port.message());
+  std::fprintf(stderr,
+               "coda proxy: upstream %s; guard %s; default max_tokens %lld; up to %d requests in flight; top %d "
+               "logprobs asked upstream\n",
+               f.opts.upstream.url.c_str(), f.guard.c_str(), static_cast<long long>(f.opts.default_max_tokens),
+               f.opts.max_connections, f.opts.top_logprobs);
+  std::printf("coda proxy: listening on http://%s:%d\n", f.opts.host.c_str(), *port);
+  std::fflush(stdout);
+  g_proxy = server->get();
+  std::signal(SIGINT, [](int) {
+    if (g_proxy) g_proxy->shutdown();
+  });
+  std::signal(SIGTERM, [](int) {
+    if (g_proxy) g_proxy->shutdown();
+  });
+  (*server)->serve();
+  g_proxy = nullptr;
+  (*server)->stop();
+  return 0;
+}
+
+}  // namespace
+
+void add_proxy(CLI::App& app, std::vector<Command>& out) {
+  auto f = std::make_shared<ProxyFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "proxy", "The degeneration guard in front of an OpenAI-compatible server (vLLM, llama.cpp, coda serve)");
+  sub->add_option("--upstream", f->opts.upstream.url, "The upstream server, http(s)://HOST:PORT[/v1]")->required();
+  sub->add_option("--upstream-api-key", f->opts.upstream.api_key, "Sent upstream as 'Authorization: Bearer KEY'");
+  sub->add_option("--host", f->opts.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", f->opts.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
+  sub->add_option("--api-key", f->opts.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  sub->add_option("--guard", f->guard, "Guard policy: observe, stop or repair")->capture_default_str();
+  sub->add_flag("--finish-reason-compat", f->opts.finish_reason_compat,
+                "Report the guard's finish reasons (repetition, degenerate) as 'stop' for strict clients");
+  sub->add_option("--default-max-tokens", f->opts.default_max_tokens, "max_tokens for requests that name none")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--max-connections", f->opts.max_connections, "Requests in flight before 429")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--max-repairs", f->max_repairs, "Repairs per request before the guard stops it")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--repair-window", f->repair_window, "Tokens held back from the client under --guard repair")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--upstream-top-logprobs", f->opts.top_logprobs,
+                  "top_logprobs asked of the upstream for the guard's signals (0: guard on text alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 20));
+  sub->add_option("--upstream-timeout", f->opts.upstream.read_timeout_s,
+                  "Seconds the upstream may stay silent before the request fails with 504")
+      ->capture_default_str();
+  sub->add_option("--connect-timeout", f->opts.upstream.connect_timeout_s, "Seconds to connect to the upstream")
+      ->capture_default_str();
+  sub->add_option("--max-body", f->opts.max_body_bytes, "Largest request body in bytes (413 beyond)")
+      ->capture_default_str();
+  out.push_back({sub, [f] { return run_proxy(*f); }});
+}
+
+}  // namespace coda::cli

@@ -1,0 +1,512 @@
+#include "proxy/proxy_server.h"
+
+#include <chrono>
+#include <ctime>
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "server/http_listen.h"
+#include "server/openai_api.h"
+
+namespace coda::proxy {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
+                const std::string& code, const std::string& param = "") {
+  ApiError e;
+  e.status = status;
+  e.message = message;
+  e.type = type;
+  e.code = code;
+  e.param = param;
+  res.status = status;
+  res.set_content(dump_json(e.body()), "application/json");
+}
+
+// The client's answer for an upstream that failed before anything reached the client.
+void send_upstream_failure(httplib::Response& res, const client::Completion& c, const std::string& upstream) {
+  switch (c.error_kind) {
+    case client::ErrorKind::Timeout:
+      return send_error(res, 504, "The upstream " + upstream + " timed out: " + c.error, "upstream_error",
+                        "upstream_timeout");
+    case client::ErrorKind::Http:
+      if (c.error_body.is_object() && c.error_body.contains("error")) {
+        res.status = c.status;
+        res.set_content(dump(c.error_body), "application/json");
+        return;
+      }
+      return send_error(res, c.status, c.error, c.status >= 500 ? "upstream_error" : "invalid_request_error",
+                        "upstream_http_" + std::to_string(c.status));
+    case client::ErrorKind::Connection:
+      return send_error(res, 502, "The upstream " + upstream + " is unreachable: " + c.error, "upstream_error",
+                        "upstream_unreachable");
+    default:
+      return send_error(res, 502, "The upstream " + upstream + " failed: " + c.error, "upstream_error",
+                        "bad_upstream_response");
+  }
+}
+
+json error_event(const client::Completion& c, const std::string& upstream) {
+  return {{"error",
+           {{"message", "The upstream " + upstream + " failed mid-stream: " + c.error},
+            {"type", "upstream_error"},
+            {"param", nullptr},
+            {"code", c.error_kind == client::ErrorKind::Timeout ? "upstream_timeout" : "upstream_error"}}}};
+}
+
+std::string client_finish_reason(const std::string& r, bool compat) {
+  if (compat && (r == "repetition" || r == "degenerate")) return "stop";
+  return r;
+}
+
+json bytes_of(const std::string& s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+// Logprobs in the shape of the client's route: chat `content[]`, or the legacy arrays.
+json logprobs_json(const std::vector<client::TokenLogprob>& lps, bool chat, size_t& text_offset) {
+  if (chat) {
+    json content = json::array();
+    for (const auto& t : lps) {
+      json e{{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}};
+      json top = json::array();
+      for (const auto& a : t.top) top.push_back({{"token", a.token}, {"logprob", a.logprob}, {"bytes", bytes_of(a.token)}});
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  for (const auto& t : lps) {
+    tokens.push_back(t.token);
+    values.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& a : t.top) top[a.token] = a.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += t.token.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// What a client sees of one request: the chunk and body shapes, built on the upstream's own chunk
+// (its id, model, created and any field coda does not know), with the text the proxy released.
+struct Shaper {
+  bool chat;
+  ClientView view;
+  std::string fallback_id;
+  size_t text_offset = 0;
+  bool first = true;
+
+  json head(const json& upstream_chunk, bool chunk) const {
+    json j = upstream_chunk.is_object() ? upstream_chunk : json::object();
+    j.erase("usage");
+    j.erase("choices");
+    j.erase("coda");
+    if (!j.contains("id")) j["id"] = fallback_id;
+    if (!j.contains("created")) j["created"] = static_cast<int64_t>(std::time(nullptr));
+    if (!j.contains("model")) j["model"] = "unknown";
+    j["object"] = chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return j;
+  }
+  json chunk(const json& upstream_chunk, const std::string& text, const std::vector<client::TokenLogprob>& lps,
+             const char* finish_reason) {
+    json j = head(upstream_chunk, true);
+    json choice{{"index", 0}};
+    if (chat) {
+      json delta = json::object();
+      if (first) delta["role"] = "assistant";
+      if (!text.empty() || first) delta["content"] = text;
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = text;
+    }
+    first = false;
+    choice["logprobs"] = view.logprobs && !lps.empty() ? logprobs_json(lps, chat, text_offset) : json(nullptr);
+    choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
+    j["choices"] = json::array({choice});
+    return j;
+  }
+};
+
+json usage_of(const SessionResult& r) {
+  const int64_t p = std::max<int64_t>(0, r.prompt_tokens), c = std::max<int64_t>(0, r.completion_tokens);
+  return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+}
+
+json report_of(const SessionResult& r) {
+  json j = json::parse(dump_json(r.report.to_json()));
+  j["proxy"] = {{"upstream_requests", r.upstream_requests},
+                {"upstream_cancellations", r.upstream_cancellations},
+                {"guarded_on", r.text_only ? "text" : "tokens"},
+                {"logprobs_refused", r.logprobs_refused},
+                {"usage_estimated", r.usage_estimated}};
+  return j;
+}
+
+// Everything one streaming request passes between its session thread and its HTTP thread.
+struct StreamState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> events;  // SSE lines, ready to write
+  bool started = false;            // the first text went out: the status is 200 from here
+  bool finished = false;
+  std::atomic<bool> client_gone{false};
+  SessionResult result;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<ProxyServer>> ProxyServer::create(ProxyOptions options) {
+  auto up = client::OpenAIClient::create(options.upstream);
+  if (!up) return Error("--upstream: " + up.message());
+  if (options.max_connections < 1) return Error("--max-connections: must be at least 1");
+  if (options.default_max_tokens < 1) return Error("--default-max-tokens: must be at least 1");
+  if (options.top_logprobs < 0 || options.top_logprobs > 20)
+    return Error("--upstream-top-logprobs: must be in 0..20");
+  return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(options), std::move(*up)));
+}
+
+ProxyServer::ProxyServer(ProxyOptions options, client::OpenAIClient upstream)
+    : opts_(std::move(options)), upstream_(std::move(upstream)), upstream_label_(upstream_.describe()) {
+  const int threads = opts_.max_connections + 8;
+  http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_.set_payload_max_length(opts_.max_body_bytes);
+  http_.set_read_timeout(opts_.read_timeout_s, 0);
+  const std::vector<double> tokens = {16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768};
+  const std::vector<double> latency = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+  metrics_.define_histogram("coda:request_generation_tokens", tokens, "Tokens the client received per request.");
+  metrics_.define_histogram("coda:guard_tokens_saved", tokens,
+                            "Tokens of max_tokens left ungenerated because the guard stopped the request.");
+  metrics_.define_histogram("coda:e2e_request_latency_seconds", latency, "End-to-end request latency.");
+  metrics_.define_histogram("coda:time_to_first_token_seconds", latency, "Time to the first text sent to the client.");
+  metrics_.set_help("coda:num_requests_running", "Requests in flight through the proxy.");
+  metrics_.set_help("coda:request_success_total", "Finished requests by finish_reason.");
+  metrics_.set_help("coda:request_rejected_total", "Requests refused by the proxy itself, by HTTP status.");
+  metrics_.set_help("coda:guard_events_total", "Degeneration guard events by type.");
+  metrics_.set_help("coda:guard_stops_total", "Requests the guard stopped (finish_reason repetition or degenerate).");
+  metrics_.set_help("coda:guard_repairs_total", "Repairs made by the guard.");
+  metrics_.set_help("coda:upstream_requests_total", "Requests sent upstream (a repair sends more than one).");
+  metrics_.set_help("coda:upstream_cancellations_total",
+                    "Upstream generations the proxy cancelled by closing the stream (guard or client).");
+  metrics_.set_help("coda:upstream_errors_total", "Upstream failures by HTTP status or kind (connection, timeout).");
+  metrics_.set_help("coda:guard_text_only_total",
+                    "Requests guarded on text alone (the upstream sent no logprobs): no entropy signals.");
+  metrics_.set_help("coda:upstream_logprobs_refused_total", "Requests the upstream refused with logprobs (retried "
+                                                            "without).");
+  metrics_.set_help("coda:prompt_tokens_total", "Prompt tokens reported by the upstream.");
+  metrics_.set_help("coda:generation_tokens_total", "Tokens the clients received.");
+  metrics_.set_gauge("coda:num_requests_running", 0, {{"upstream", upstream_label_}});
+  routes();
+}
+
+ProxyServer::~ProxyServer() {
+  stop();
+}
+
+Expected<int> ProxyServer::bind() {
+  return bind_http(http_, opts_.host, opts_.port);
+}
+
+void ProxyServer::serve() {
+  http_.listen_after_bind();
+}
+
+void ProxyServer::shutdown() {
+  http_.stop();
+}
+
+void ProxyServer::stop() {
+  http_.stop();
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [this] { return streams_ == 0; });
+}
+
+void ProxyServer::record_failure(const client::Completion& c, const std::string& model) {
+  std::string what = c.error_kind == client::ErrorKind::Http ? std::to_string(c.status) : client::to_string(c.error_kind);
+  metrics_.add("coda:upstream_errors_total", 1, {{"upstream", upstream_label_}, {"model", model}, {"status", what}});
+  metrics_.add("coda:request_success_total", 1,
+               {{"finished_reason", "error"}, {"upstream", upstream_label_}, {"model", model}});
+}
+
+void ProxyServer::record(const SessionResult& r, const std::string& model, double seconds, double ttft_s) {
+  const MetricLabels l{{"upstream", upstream_label_}, {"model", model}};
+  auto with = [&](const char* k, const std::string& v) {
+    MetricLabels x{{k, v}};
+    x.insert(x.end(), l.begin(), l.end());
+    return x;
+  };
+  metrics_.add("coda:upstream_requests_total", r.upstream_requests, l);
+  if (r.upstream_cancellations) metrics_.add("coda:upstream_cancellations_total", r.upstream_cancellations, l);
+  if (!r.ok) {
+    record_failure(r.failure, model);
+    return;
+  }
+  metrics_.add("coda:request_success_total", 1, with("finished_reason", r.finish_reason));
+  for (const auto& e : r.report.events) metrics_.add("coda:guard_events_total", 1, with("type", e.type));
+  if (!r.report.repairs.empty()) metrics_.add("coda:guard_repairs_total", static_cast<double>(r.report.repairs.size()), l);
+  if (r.finish_reason == "repetition" || r.finish_reason == "degenerate") {
+    metrics_.add("coda:guard_stops_total", 1, l);
+    metrics_.observe("coda:guard_tokens_saved", static_cast<double>(r.tokens_saved), l);
+  }
+  if (r.text_only) metrics_.add("coda:guard_text_only_total", 1, l);
+  if (r.logprobs_refused) metrics_.add("coda:upstream_logprobs_refused_total", 1, l);
+  if (r.prompt_tokens > 0) metrics_.add("coda:prompt_tokens_total", static_cast<double>(r.prompt_tokens), l);
+  metrics_.add("coda:generation_tokens_total", static_cast<double>(std::max<int64_t>(0, r.completion_tokens)), l);
+  metrics_.observe("coda:request_generation_tokens", static_cast<double>(std::max<int64_t>(0, r.completion_tokens)), l);
+  metrics_.observe("coda:e2e_request_latency_seconds", seconds, l);
+  if (ttft_s >= 0) metrics_.observe("coda:time_to_first_token_seconds", ttft_s, l);
+}
+
+void ProxyServer::routes() {
+  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opts_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    metrics_.add("coda:request_rejected_total", 1, {{"status", "401"}});
+    send_error(res, 401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.", "invalid_request_error",
+               "invalid_api_key");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(res.status)}});
+    if (res.status == 404)
+      send_error(res, 404, "Unknown route " + req.method + " " + req.path +
+                               "; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics",
+                 "invalid_request_error", "not_found");
+    else if (res.status == 413)
+      send_error(res, 413, "The request body is larger than " + std::to_string(opts_.max_body_bytes) + " bytes.",
+                 "invalid_request_error", "request_too_large");
+    else
+      send_error(res, res.status, "The request could not be processed (HTTP " + std::to_string(res.status) + ").",
+                 "invalid_request_error", "");
+  });
+  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, 500, "Internal error.", "server_error", "");
+  });
+  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    int status = 0;
+    auto models = upstream_.get_json("/v1/models", &status);
+    json body{{"status", models ? "ok" : "unavailable"}, {"upstream", upstream_label_}};
+    if (!models) body["error"] = models.message();
+    res.status = models ? 200 : 503;
+    res.set_content(dump(body), "application/json");
+  });
+  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
+  });
+  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    int status = 0;
+    auto models = upstream_.get_json("/v1/models", &status);
+    if (!models) {
+      metrics_.add("coda:upstream_errors_total", 1,
+                   {{"upstream", upstream_label_}, {"model", ""}, {"status", status ? std::to_string(status) : "connection"}});
+      return send_error(res, status >= 400 ? status : 502, "The upstream " + upstream_label_ + ": " + models.message(),
+                        "upstream_error", "upstream_models");
+    }
+    res.set_content(dump(*models), "application/json");
+  });
+  http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });
+  http_.Post("/v1/chat/completions",
+             [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true); });
+}
+
+void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  auto reject = [&](int status, const std::string& message, const std::string& param, const std::string& code = "") {
+    metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
+    send_error(res, status, message, status == 429 ? "rate_limit_exceeded" : "invalid_request_error", code, param);
+  };
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return reject(400, "The request body is not valid JSON.", "");
+  if (!body.is_object()) return reject(400, "The request body must be a JSON object.", "");
+  if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1) && !body["n"].is_null())
+    return reject(400, "n: only n = 1 is supported through the guard proxy", "n");
+
+  ClientView view;
+  view.chat = chat;
+  if (chat) {
+    view.logprobs = body.value("logprobs", json(false)).is_boolean() && body.value("logprobs", false);
+    if (body.contains("top_logprobs") && body["top_logprobs"].is_number_integer())
+      view.top_logprobs = static_cast<int>(std::clamp<int64_t>(body["top_logprobs"].get<int64_t>(), 0, 1000));
+  } else if (body.contains("logprobs") && body["logprobs"].is_number_integer()) {
+    view.logprobs = true;
+    view.top_logprobs = static_cast<int>(std::clamp<int64_t>(body["logprobs"].get<int64_t>(), 0, 1000));
+  }
+  // Safety default: a request without a cap gets the operator's.
+  if (!(body.contains("max_tokens") && !body["max_tokens"].is_null()) &&
+      !(body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()))
+    body["max_tokens"] = opts_.default_max_tokens;
+
+  // The guard for this request: the operator's, with what the request may choose clamped to it.
+  SessionOptions so;
+  so.guard = opts_.guard;
+  so.top_logprobs = opts_.top_logprobs;
+  so.hot_tokens = opts_.hot_tokens;
+  if (body.contains("coda") && body["coda"].is_object()) {
+    const json& c = body["coda"];
+    if (c.contains("guard")) {
+      auto p = c["guard"].is_string() ? parse_guard_policy(c["guard"].get<std::string>())
+                                      : Expected<GuardPolicy>(Error("coda.guard: expected observe, stop or repair"));
+      if (!p) return reject(400, p.message(), "coda.guard");
+      so.guard.policy = *p;
+    }
+    if (c.contains("max_repairs") && c["max_repairs"].is_number_integer())
+      so.guard.max_repairs = static_cast<int>(std::clamp<int64_t>(c["max_repairs"].get<int64_t>(), 0, opts_.guard.max_repairs));
+  }
+  if (body.contains("repetition_detection") && !body["repetition_detection"].is_null()) {
+    nlohmann::ordered_json rd = nlohmann::ordered_json::parse(dump(body["repetition_detection"]));
+    if (rd.is_object() && rd.contains("max_pattern_size") && rd["max_pattern_size"].is_number_integer() &&
+        rd["max_pattern_size"].get<int64_t>() > so.guard.max_period)
+      rd["max_pattern_size"] = so.guard.max_period;  // the proxy watches up to its window; the upstream gets all
+    if (auto e = parse_repetition_detection(rd, so.guard)) return reject(400, e->message, e->param);
+  }
+  std::string model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
+
+  if (in_flight_.fetch_add(1) >= opts_.max_connections) {
+    in_flight_.fetch_sub(1);
+    res.set_header("Retry-After", "1");
+    return reject(429, "The proxy is at capacity (" + std::to_string(opts_.max_connections) +
+                           " requests in flight); retry shortly.", "", "rate_limit_exceeded");
+  }
+  metrics_.set_gauge("coda:num_requests_running", in_flight_.load(), {{"upstream", upstream_label_}});
+  const auto t0 = Clock::now();
+  auto seconds = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto done_in_flight = [this] {
+    in_flight_.fetch_sub(1);
+    metrics_.set_gauge("coda:num_requests_running", in_flight_.load(), {{"upstream", upstream_label_}});
+  };
+  const bool stream = body.value("stream", json(false)).is_boolean() && body.value("stream", false);
+  const bool include_usage = body.contains("stream_options") && body["stream_options"].is_object() &&
+                             body["stream_options"].value("include_usage", json(false)).is_boolean() &&
+                             body["stream_options"].value("include_usage", false);
+  Shaper shaper{chat, view, (chat ? "chatcmpl-proxy-" : "cmpl-proxy-") + std::to_string(next_id_.fetch_add(1))};
+
+  if (!stream) {
+    double ttft = -1;
+    std::vector<client::TokenLogprob> all_lps;
+    SessionResult r = run_session(upstream_, body, view, so,
+                                  [&](const std::string&, const std::vector<client::TokenLogprob>& lps, const json&) {
+                                    if (ttft < 0) ttft = seconds();
+                                    all_lps.insert(all_lps.end(), lps.begin(), lps.end());
+                                    return true;
+                                  });
+    const std::string m = model.empty() ? r.last_chunk.value("model", std::string()) : model;
+    record(r, m, seconds(), ttft);
+    done_in_flight();
+    if (!r.ok) return send_upstream_failure(res, r.failure, upstream_label_);
+    json j = shaper.head(r.last_chunk, false);
+    json choice{{"index", 0}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    else
+      choice["text"] = r.text;
+    size_t offset = 0;
+    choice["logprobs"] = view.logprobs && !all_lps.empty() ? logprobs_json(all_lps, chat, offset) : json(nullptr);
+    choice["finish_reason"] = client_finish_reason(r.finish_reason, opts_.finish_reason_compat);
+    j["choices"] = json::array({choice});
+    j["usage"] = usage_of(r);
+    j["coda"] = report_of(r);
+    res.set_content(dump(j), "application/json");
+    return;
+  }
+
+  // Streaming: the session runs on its own thread and hands SSE lines over; the HTTP thread waits
+  // for the first text (until then an upstream error can still be answered with its status).
+  auto st = std::make_shared<StreamState>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++streams_;
+  }
+  std::thread([this, st, body, view, so, chat, include_usage, shaper, model, seconds, done_in_flight]() mutable {
+    double ttft = -1;
+    auto push = [&](const json& j) {
+      std::lock_guard<std::mutex> lock(st->mu);
+      st->events.push_back("data: " + dump(j) + "\n\n");
+      st->started = true;
+      st->cv.notify_all();
+    };
+    SessionResult r = run_session(
+        upstream_, body, view, so,
+        [&](const std::string& text, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
+          if (st->client_gone) return false;
+          if (ttft < 0) ttft = seconds();
+          push(shaper.chunk(chunk, text, lps, nullptr));
+          return !st->client_gone.load();
+        });
+    const std::string m = model.empty() ? r.last_chunk.value("model", std::string()) : model;
+    record(r, m, seconds(), ttft);
+    if (r.ok && !r.client_gone) {
+      json last = shaper.chunk(r.last_chunk, "", {}, client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
+      if (chat) last["choices"][0]["delta"] = json::object();
+      last["coda"] = report_of(r);
+      push(last);
+      if (include_usage) {
+        json u = shaper.head(r.last_chunk, true);
+        u["choices"] = json::array();
+        u["usage"] = usage_of(r);
+        push(u);
+      }
+    } else if (!r.ok && r.emitted) {
+      push(error_event(r.failure, upstream_label_));
+    }
+    done_in_flight();
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      st->result = std::move(r);
+      st->finished = true;
+      st->cv.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--streams_ == 0) idle_.notify_all();
+  }).detach();
+
+  {
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->cv.wait(lock, [&] { return st->started || st->finished; });
+    if (!st->started && !st->result.ok) return send_upstream_failure(res, st->result.failure, upstream_label_);
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t, httplib::DataSink& sink) {
+        std::deque<std::string> out;
+        bool finished = false;
+        {
+          std::unique_lock<std::mutex> lock(st->mu);
+          st->cv.wait_for(lock, std::chrono::seconds(1), [&] { return !st->events.empty() || st->finished; });
+          out.swap(st->events);
+          finished = st->finished;
+        }
+        for (const auto& e : out)
+          if (!sink.write(e.data(), e.size())) {
+            st->client_gone = true;
+            return false;
+          }
+        if (out.empty() && !finished && !sink.is_writable()) {
+          st->client_gone = true;
+          return false;
+        }
+        if (finished) {
+          sink.write("data: [DONE]\n\n", 14);
+          sink.done();
+        }
+        return true;
+      },
+      [st](bool success) {
+        if (!success) st->client_gone = true;
+      });
+}
+
+}  // namespace coda::proxy

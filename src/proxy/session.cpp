@@ -1,0 +1,252 @@
+#include "proxy/session.h"
+
+#include <algorithm>
+
+#include "proxy/stream_guard.h"
+
+namespace coda::proxy {
+
+namespace {
+
+int64_t max_tokens_of(const nlohmann::json& body) {
+  for (const char* k : {"max_tokens", "max_completion_tokens"})
+    if (body.contains(k) && body[k].is_number_integer()) return body[k].get<int64_t>();
+  return 1 << 30;
+}
+
+double number_or(const nlohmann::json& body, const char* key, double fallback) {
+  return body.contains(key) && body[key].is_number() ? body[key].get<double>() : fallback;
+}
+
+std::string content_text(const nlohmann::json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  std::string out;
+  if (content.is_array())
+    for (const auto& part : content)
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+        if (!out.empty()) out += '\n';
+        out += part["text"].get<std::string>();
+      }
+  return out;
+}
+
+// The completion prompt as one string, when it is one (a token-id prompt cannot be continued as text).
+const nlohmann::json* prompt_string(const nlohmann::json& body) {
+  if (!body.contains("prompt")) return nullptr;
+  const auto& p = body["prompt"];
+  if (p.is_string()) return &p;
+  if (p.is_array() && p.size() == 1 && p[0].is_string()) return &p[0];
+  return nullptr;
+}
+
+bool can_continue(const nlohmann::json& body, bool chat) {
+  if (!chat) return prompt_string(body) != nullptr;
+  return body.contains("messages") && body["messages"].is_array() && !body["messages"].empty();
+}
+
+void ask_logprobs(nlohmann::json& b, bool chat, int top) {
+  if (chat) {
+    b["logprobs"] = true;
+    b["top_logprobs"] = top;
+  } else {
+    b["logprobs"] = top;
+  }
+}
+
+void drop_logprobs(nlohmann::json& b) {
+  b.erase("logprobs");
+  b.erase("top_logprobs");
+}
+
+// The request that continues `accepted` (everything the generation has kept so far).
+nlohmann::json continuation(const nlohmann::json& base, const nlohmann::json& original, bool chat,
+                            const std::string& accepted, int64_t max_tokens) {
+  nlohmann::json b = base;
+  if (chat) {
+    nlohmann::json messages = original["messages"];
+    const bool continuing = original.value("continue_final_message", false) && messages.back().is_object() &&
+                            messages.back().value("role", "") == "assistant";
+    if (continuing)
+      messages.back()["content"] = content_text(messages.back().value("content", nlohmann::json())) + accepted;
+    else
+      messages.push_back({{"role", "assistant"}, {"content", accepted}});
+    b["messages"] = std::move(messages);
+    b["continue_final_message"] = true;
+    b["add_generation_prompt"] = false;
+  } else {
+    b["prompt"] = prompt_string(original)->get<std::string>() + accepted;
+  }
+  b.erase("max_completion_tokens");
+  b["max_tokens"] = max_tokens;
+  return b;
+}
+
+}  // namespace
+
+std::string prompt_text_of(const nlohmann::json& body, bool chat) {
+  if (!chat) {
+    const auto* p = prompt_string(body);
+    return p ? p->get<std::string>() : std::string();
+  }
+  std::string out;
+  if (body.contains("messages") && body["messages"].is_array())
+    for (const auto& m : body["messages"])
+      if (m.is_object() && m.contains("content")) out += content_text(m["content"]) + "\n";
+  return out;
+}
+
+SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::json& body, const ClientView& view,
+                          const SessionOptions& opt, const Emit& emit) {
+  SessionResult r;
+  const bool chat = view.chat;
+  const int64_t max_tokens = max_tokens_of(body);
+  GuardConfig gc = opt.guard;
+  if (gc.policy == GuardPolicy::Repair && !can_continue(body, chat)) gc.policy = GuardPolicy::Stop;
+  const bool repair = gc.policy == GuardPolicy::Repair;
+  const size_t hold = repair ? static_cast<size_t>(std::max(0, gc.stream_delay_tokens)) : 0;
+  StreamGuard sg(gc, prompt_text_of(body, chat));
+
+  // The upstream always streams (to be cancellable) and reports usage; coda's own options stay here.
+  nlohmann::json base = body;
+  base.erase("coda");
+  base["stream"] = true;
+  if (!base.contains("stream_options") || !base["stream_options"].is_object()) base["stream_options"] = nlohmann::json::object();
+  base["stream_options"]["include_usage"] = true;
+  const int top = std::max(opt.top_logprobs, view.top_logprobs);
+  nlohmann::json with_lp = base;
+  if (opt.top_logprobs > 0) ask_logprobs(with_lp, chat, top);
+
+  size_t released_units = 0, released_bytes = 0;
+  // Hands the client what is final: everything (observe, stop, the end) or all but the held units.
+  auto release = [&](bool all, const nlohmann::json& chunk) {
+    const std::string full = sg.text();
+    size_t units_to = sg.units(), bytes_to = full.size();
+    if (!all && repair) {
+      units_to = std::max(released_units, sg.units() > hold ? sg.units() - hold : 0);
+      bytes_to = std::max(released_bytes, sg.text_end(units_to));
+    }
+    if (bytes_to <= released_bytes && units_to <= released_units) return true;
+    std::vector<client::TokenLogprob> lps;
+    if (view.logprobs) {
+      lps = sg.logprobs(released_units, units_to);
+      for (auto& t : lps)
+        if (t.top.size() > static_cast<size_t>(view.top_logprobs)) t.top.resize(static_cast<size_t>(view.top_logprobs));
+    }
+    const std::string piece = bytes_to > released_bytes ? full.substr(released_bytes, bytes_to - released_bytes) : "";
+    released_units = std::max(released_units, units_to);
+    released_bytes = bytes_to;
+    r.text += piece;
+    if (piece.empty() && lps.empty()) return true;
+    r.emitted = true;
+    if (!emit(piece, lps, chunk)) {
+      r.client_gone = true;
+      return false;
+    }
+    return true;
+  };
+
+  nlohmann::json request = opt.top_logprobs > 0 ? with_lp : base;
+  bool hot = false;
+  int64_t first_prompt_tokens = -1, derived_prompt_tokens = -1;
+  size_t units_at_segment_start = 0;
+  for (;;) {
+    StepVerdict verdict;
+    bool acted = false;
+    std::string seg_finish;
+    auto on_delta = [&](const client::Delta& d) {
+      if (d.chunk) r.last_chunk = *d.chunk;
+      if (!d.finish_reason.empty()) seg_finish = d.finish_reason;
+      StepVerdict v = sg.feed(d.text, d.logprobs);
+      if (v.stop || v.repair) {
+        verdict = std::move(v);
+        acted = true;
+        return false;  // closes the upstream connection: the upstream aborts the generation
+      }
+      return release(false, r.last_chunk);
+    };
+    ++r.upstream_requests;
+    const client::Completion c = upstream.complete(request, chat, on_delta);
+    if (c.prompt_tokens >= 0) {
+      if (r.upstream_requests == 1) first_prompt_tokens = c.prompt_tokens;
+      else if (derived_prompt_tokens < 0)
+        derived_prompt_tokens = std::max<int64_t>(0, c.prompt_tokens - static_cast<int64_t>(units_at_segment_start));
+    }
+    if (r.client_gone) {
+      ++r.upstream_cancellations;
+      r.finish_reason = "abort";
+      break;
+    }
+    if (acted && c.error_kind == client::ErrorKind::Cancelled) ++r.upstream_cancellations;
+    if (!acted) {
+      if (!c.ok) {
+        // An upstream that refuses logprobs: once more without, guarding on text alone.
+        if (c.error_kind == client::ErrorKind::Http && c.status == 400 && !r.logprobs_refused &&
+            r.upstream_requests == 1 && opt.top_logprobs > 0 && sg.units() == 0 && sg.text().empty()) {
+          r.logprobs_refused = true;
+          drop_logprobs(base);
+          request = base;
+          continue;
+        }
+        r.failure = c;
+        r.text_only = sg.text_only();
+        r.report = sg.report();
+        return r;
+      }
+      StepVerdict v = sg.finish();
+      if (v.stop || v.repair) {
+        verdict = std::move(v);
+        acted = true;
+      } else if (hot && seg_finish == "length" && static_cast<int64_t>(sg.units()) < max_tokens) {
+        // The hot stretch is over: the rest with the request's own sampling.
+        hot = false;
+        units_at_segment_start = sg.units();
+        request = continuation(r.logprobs_refused ? base : with_lp, body, chat, sg.text(),
+                               max_tokens - static_cast<int64_t>(sg.units()));
+        continue;
+      } else {
+        r.finish_reason = seg_finish.empty() ? "stop" : seg_finish;
+        if (!release(true, r.last_chunk)) r.finish_reason = "abort";
+        if (r.upstream_requests == 1 && c.completion_tokens >= 0) r.completion_tokens = c.completion_tokens;
+        break;
+      }
+    }
+    if (verdict.stop || !verdict.repair) {
+      r.finish_reason = verdict.finish_reason.empty() ? "stop" : verdict.finish_reason;
+      r.tokens_saved = std::max<int64_t>(0, max_tokens - static_cast<int64_t>(sg.units()));
+      if (!release(true, r.last_chunk)) r.finish_reason = "abort";
+      break;
+    }
+    // Repair: back to before the loop (never before what the client has), then continue hotter.
+    const size_t kept = sg.rollback(static_cast<size_t>(std::max<int64_t>(0, verdict.repair->keep)), released_units);
+    const int64_t remaining = max_tokens - static_cast<int64_t>(kept);
+    if (remaining <= 0) {
+      r.finish_reason = "length";
+      if (!release(true, r.last_chunk)) r.finish_reason = "abort";
+      break;
+    }
+    const RepairAction& a = *verdict.repair;
+    const double t0 = number_or(body, "temperature", 1.0);
+    // coda's repair starts at `factor` and decays to 1 over the hot stretch; one request has one
+    // temperature, so it gets the stretch's mean.
+    const double factor = 1.0 + (a.factor - 1.0) / 2.0;
+    nlohmann::json next = continuation(r.logprobs_refused ? base : with_lp, body, chat, sg.text(),
+                                       std::min<int64_t>(remaining, opt.hot_tokens));
+    next["temperature"] = std::min(2.0, std::max(t0, static_cast<double>(a.min_temperature)) * factor);
+    next["repetition_penalty"] = std::max(number_or(body, "repetition_penalty", 1.0), static_cast<double>(a.penalty));
+    hot = true;
+    units_at_segment_start = kept;
+    request = std::move(next);
+  }
+  r.ok = true;
+  r.text_only = sg.text_only();
+  r.report = sg.report();
+  if (r.completion_tokens < 0) {
+    r.completion_tokens = static_cast<int64_t>(released_units);
+    r.usage_estimated = r.text_only;
+  }
+  r.prompt_tokens = first_prompt_tokens >= 0 ? first_prompt_tokens : derived_prompt_tokens;
+  if (first_prompt_tokens < 0) r.usage_estimated = true;
+  return r;
+}
+
+}  // namespace coda::proxy

@@ -1,0 +1,72 @@
+// One client request through the proxy: the upstream generation (always streamed, so it can be
+// cancelled the moment the guard decides), the guard on its tokens, and the policy.
+//
+// - observe: text goes to the client as it arrives; the guard only reports.
+// - stop: as observe until the guard fires; then the upstream connection is closed (vLLM and
+//   llama.cpp abort a generation whose client left) and the client gets finish_reason
+//   "repetition" or "degenerate".
+// - repair: the last `hold_back` units are held from the client. On an event the upstream is
+//   cancelled, the held text is rolled back to before the loop, and the upstream is asked to
+//   continue the accepted text: hotter (temperature and repetition_penalty raised, as coda's own
+//   repair does) for `hot_tokens`, then with the request's own sampling. Continuation is the
+//   prompt plus the accepted text on /v1/completions, and the accepted text as a final assistant
+//   message with continue_final_message on chat (vLLM; llama.cpp continues a trailing assistant
+//   message by itself). Rolled-back text never reaches the client.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "client/openai_client.h"
+#include "guard/guard.h"
+
+namespace coda::proxy {
+
+struct SessionOptions {
+  GuardConfig guard;
+  int top_logprobs = 20;  // asked of the upstream (vLLM's default --max-logprobs, OpenAI's cap)
+  int hot_tokens = 50;    // tokens sampled hotter after a repair
+};
+
+// What the client asked to see.
+struct ClientView {
+  bool chat = false;
+  bool logprobs = false;  // chat logprobs=true, completions logprobs=N
+  int top_logprobs = 0;
+};
+
+// Text for the client and the logprobs of the tokens it completes (when the client asked).
+// Returns false when the client is gone.
+using Emit = std::function<bool(const std::string& text, const std::vector<client::TokenLogprob>& logprobs,
+                                const nlohmann::json& upstream_chunk)>;
+
+struct SessionResult {
+  bool ok = false;
+  client::Completion failure;  // when !ok: what the upstream said
+  bool emitted = false;        // some text reached the client before a failure
+  bool client_gone = false;
+  std::string text;            // what the client received
+  std::string finish_reason;
+  int64_t prompt_tokens = -1, completion_tokens = -1;
+  bool usage_estimated = false;
+  GuardReport report;
+  int upstream_requests = 0;
+  int upstream_cancellations = 0;
+  bool text_only = false;         // guarded on text pieces, without token signals
+  bool logprobs_refused = false;  // the upstream refused logprobs; retried without
+  int64_t tokens_saved = 0;       // max_tokens minus what was generated, when the guard stopped
+  nlohmann::json last_chunk;      // the upstream's last chunk (id, model, created, ...)
+};
+
+// Runs `body` (the client's request, max_tokens already set) against `upstream`.
+SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::json& body, const ClientView& view,
+                          const SessionOptions& options, const Emit& emit);
+
+// The prompt text the guard compares languages against: the completion prompt, or the chat's
+// message contents.
+std::string prompt_text_of(const nlohmann::json& body, bool chat);
+
+}  // namespace coda::proxy
