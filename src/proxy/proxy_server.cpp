@@ -68,6 +68,12 @@ std::string client_finish_reason(const std::string& r, bool compat) {
   return r;
 }
 
+std::string model_of(const std::string& asked, const json& chunk) {
+  if (!asked.empty()) return asked;
+  if (chunk.is_object() && chunk.contains("model") && chunk["model"].is_string()) return chunk["model"].get<std::string>();
+  return "";
+}
+
 json bytes_of(const std::string& s) {
   json a = json::array();
   for (unsigned char c : s) a.push_back(static_cast<int>(c));
@@ -402,7 +408,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                                     all_lps.insert(all_lps.end(), lps.begin(), lps.end());
                                     return true;
                                   });
-    const std::string m = model.empty() ? r.last_chunk.value("model", std::string()) : model;
+    const std::string m = model_of(model, r.last_chunk);
     record(r, m, seconds(), ttft);
     done_in_flight();
     if (!r.ok) return send_upstream_failure(res, r.failure, upstream_label_);
@@ -437,15 +443,22 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       st->started = true;
       st->cv.notify_all();
     };
-    SessionResult r = run_session(
-        upstream_, body, view, so,
-        [&](const std::string& text, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
-          if (st->client_gone) return false;
-          if (ttft < 0) ttft = seconds();
-          push(shaper.chunk(chunk, text, lps, nullptr));
-          return !st->client_gone.load();
-        });
-    const std::string m = model.empty() ? r.last_chunk.value("model", std::string()) : model;
+    SessionResult r;
+    try {
+      r = run_session(upstream_, body, view, so,
+                      [&](const std::string& text, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
+                        if (st->client_gone) return false;
+                        if (ttft < 0) ttft = seconds();
+                        push(shaper.chunk(chunk, text, lps, nullptr));
+                        return !st->client_gone.load();
+                      });
+    } catch (const std::exception& e) {  // a bug, not user input: the stream ends with an error, the proxy stays up
+      r = SessionResult{};
+      r.failure.error_kind = client::ErrorKind::Protocol;
+      r.failure.error = std::string("internal error: ") + e.what();
+      r.emitted = st->started;
+    }
+    const std::string m = model_of(model, r.last_chunk);
     record(r, m, seconds(), ttft);
     if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, "", {}, client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());

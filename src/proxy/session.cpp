@@ -119,8 +119,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   size_t released_units = 0, released_bytes = 0;
   // Hands the client what is final: everything (observe, stop, the end) or all but the held units.
   auto release = [&](bool all, const nlohmann::json& chunk) {
-    const std::string full = sg.text();
-    size_t units_to = sg.units(), bytes_to = full.size();
+    size_t units_to = sg.units(), bytes_to = sg.text_size();
     if (!all && repair) {
       units_to = std::max(released_units, sg.units() > hold ? sg.units() - hold : 0);
       bytes_to = std::max(released_bytes, sg.text_end(units_to));
@@ -132,7 +131,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       for (auto& t : lps)
         if (t.top.size() > static_cast<size_t>(view.top_logprobs)) t.top.resize(static_cast<size_t>(view.top_logprobs));
     }
-    const std::string piece = bytes_to > released_bytes ? full.substr(released_bytes, bytes_to - released_bytes) : "";
+    const std::string piece = sg.slice(released_bytes, bytes_to);
     released_units = std::max(released_units, units_to);
     released_bytes = bytes_to;
     r.text += piece;

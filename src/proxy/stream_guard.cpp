@@ -130,6 +130,18 @@ size_t StreamGuard::rollback(size_t keep, size_t floor) {
   return k;
 }
 
+std::string StreamGuard::slice(size_t from, size_t to) const {
+  to = std::min(to, text_size());
+  if (from >= to) return {};
+  std::string out;
+  if (from < text_.size()) out = text_.substr(from, std::min(to, text_.size()) - from);
+  if (to > text_.size()) {
+    const size_t p0 = from > text_.size() ? from - text_.size() : 0;
+    out += pieces_.pending().substr(p0, to - text_.size() - p0);
+  }
+  return out;
+}
+
 std::vector<client::TokenLogprob> StreamGuard::logprobs(size_t from, size_t to) const {
   std::vector<client::TokenLogprob> out;
   for (size_t i = from; i < std::min(to, logprobs_.size()); ++i)

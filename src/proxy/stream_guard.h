@@ -48,6 +48,9 @@ class StreamGuard {
 
   // Accepted text: the units' text, then the piece not yet complete (text mode).
   std::string text() const { return text_ + pieces_.pending(); }
+  size_t text_size() const { return text_.size() + pieces_.pending().size(); }
+  // Bytes [from, to) of text() without copying the rest.
+  std::string slice(size_t from, size_t to) const;
   size_t units() const { return ends_.size(); }
   size_t text_end(size_t units) const { return units == 0 ? 0 : ends_[units - 1]; }
   // The logprobs of the units in [from, to) that came with them (tokens, not pieces), for the client.

@@ -1,0 +1,114 @@
+// The official openai npm SDK through `coda proxy` in front of `coda serve`: models, completions,
+// chat, streaming with usage, a loop stopped by the guard, and errors as the SDK's typed errors,
+// the upstream's (400, 404) passed through and the proxy's own (401, 502).
+// Usage: node tests/node/openai_sdk_proxy.mjs build/coda
+import { spawn } from "node:child_process";
+import { createServer } from "node:net";
+import { createInterface } from "node:readline";
+import OpenAI from "openai";
+
+const coda = process.argv[2];
+let failures = 0;
+const check = (cond, what) => {
+  if (!cond) {
+    failures++;
+    console.log("FAIL:", what);
+  } else {
+    console.log("ok:", what);
+  }
+};
+
+function start(args) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(coda, args, { stdio: ["ignore", "pipe", "pipe"] });
+    const rl = createInterface({ input: proc.stdout });
+    rl.once("line", (line) => {
+      const m = line.match(/listening on (http:\/\/[^\s]+)/);
+      if (!m) reject(new Error("did not start: " + line));
+      else resolve({ proc, url: m[1] });
+    });
+    proc.once("exit", (code) => reject(new Error(args[0] + " exited " + code)));
+  });
+}
+
+// A port nothing listens on: bound, then closed.
+const deadPort = await new Promise((resolve) => {
+  const s = createServer();
+  s.listen(0, "127.0.0.1", () => {
+    const { port } = s.address();
+    s.close(() => resolve(port));
+  });
+});
+
+async function expectError(promise, cls, status, what) {
+  try {
+    await promise;
+    check(false, what + " (no error)");
+  } catch (e) {
+    check(e instanceof cls && e.status === status, `${what}: ${e.constructor.name} ${e.status} ${e.message}`);
+  }
+}
+
+const upstream = await start(["serve", "--port", "0", "-t", "1", "--api-key", "upstream-key"]);
+const proxy = await start(["proxy", "--upstream", upstream.url, "--upstream-api-key", "upstream-key", "--port", "0",
+  "--api-key", "proxy-key", "--guard", "stop"]);
+const dead = await start(["proxy", "--upstream", `http://127.0.0.1:${deadPort}`, "--port", "0"]);
+try {
+  const client = new OpenAI({ baseURL: proxy.url + "/v1", apiKey: "proxy-key", maxRetries: 0 });
+  const models = await client.models.list();
+  check(models.data.length === 1 && models.data[0].id === "coda", "models.list from the upstream");
+
+  const c = await client.completions.create({ model: "coda", prompt: "The king said", max_tokens: 12, temperature: 0 });
+  check(typeof c.choices[0].text === "string" && c.choices[0].finish_reason === "length", "completions.create");
+  check(c.usage.completion_tokens === 12, "completion usage");
+
+  const chat = await client.chat.completions.create({
+    model: "coda", messages: [{ role: "user", content: "Hello" }], max_tokens: 16, temperature: 0.7, seed: 1,
+    logprobs: true, top_logprobs: 2,
+  });
+  check(typeof chat.choices[0].message.content === "string" && chat.choices[0].message.role === "assistant",
+    "chat.completions.create");
+  check(chat.choices[0].logprobs.content.every((t) => t.top_logprobs.length === 2), "chat logprobs through the proxy");
+
+  const stream = await client.chat.completions.create({
+    model: "coda", messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 24, temperature: 0.7, seed: 1,
+    stream: true, stream_options: { include_usage: true },
+  });
+  let text = "", usage = null, finish = null;
+  for await (const chunk of stream) {
+    if (chunk.choices.length) {
+      text += chunk.choices[0].delta?.content ?? "";
+      finish = chunk.choices[0].finish_reason ?? finish;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  const same = await client.chat.completions.create({
+    model: "coda", messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 24, temperature: 0.7, seed: 1,
+  });
+  check(text === same.choices[0].message.content, "streamed text equals the non-streamed one (same seed)");
+  check(usage && usage.completion_tokens > 0 && finish !== null, "stream usage and finish_reason");
+
+  const loop = await client.completions.create({ model: "coda", prompt: "In the beginning God", max_tokens: 500,
+    temperature: 0, stream: true });
+  let loopFinish = null;
+  for await (const chunk of loop) loopFinish = chunk.choices[0]?.finish_reason ?? loopFinish;
+  check(loopFinish === "repetition", "a loop ends with finish_reason repetition: " + loopFinish);
+
+  await expectError(client.chat.completions.create({ model: "coda", messages: [{ role: "user", content: "x" }], temperature: 9 }),
+    OpenAI.BadRequestError, 400, "the upstream's 400 -> BadRequestError");
+  await expectError(client.completions.create({ model: "gpt-4o", prompt: "x" }), OpenAI.NotFoundError, 404,
+    "the upstream's 404 -> NotFoundError");
+  const wrong = new OpenAI({ baseURL: proxy.url + "/v1", apiKey: "wrong", maxRetries: 0 });
+  await expectError(wrong.models.list(), OpenAI.AuthenticationError, 401, "the proxy's key -> AuthenticationError");
+  const nowhere = new OpenAI({ baseURL: dead.url + "/v1", apiKey: "x", maxRetries: 0 });
+  await expectError(nowhere.completions.create({ model: "coda", prompt: "x" }), OpenAI.InternalServerError, 502,
+    "an unreachable upstream -> 502");
+  await expectError(nowhere.chat.completions.create({ model: "coda", messages: [{ role: "user", content: "x" }], stream: true }),
+    OpenAI.InternalServerError, 502, "an unreachable upstream, streaming -> 502");
+} catch (e) {
+  check(false, "unexpected: " + e.stack);
+} finally {
+  for (const p of [dead, proxy, upstream]) p.proc.kill("SIGTERM");
+}
+console.log(`${failures} failure(s)`);
+process.exit(failures ? 1 : 0);

@@ -1,0 +1,241 @@
+"""A small OpenAI-compatible server written for the proxy's tests: deterministic text, loops and
+logprobs, and the failures a real upstream shows, chosen by a marker in the prompt (or the last
+message on chat):
+
+  [loop]       a sentence repeated until max_tokens; hot sampling (temperature >= 1) gives fresh
+               words instead, and a continuation at normal temperature ends the text (completion
+               prompts end with "|": what follows it is text the proxy is continuing)
+  [text]       a short text that ends with finish_reason "stop"
+  [llamacpp]   logprobs in the chat shape on /v1/completions, as llama.cpp sends them
+  [hang-first] no response at all (the proxy's read timeout answers)
+  [hang-mid]   five tokens, then silence
+  [malformed]  three tokens, then a data line that is not JSON
+  [drop]       three tokens, then the connection closes without an end
+  [error500]   HTTP 500 with an OpenAI error body
+  [pace:N]     N milliseconds between tokens, like an engine decoding (the proxy benchmark)
+
+Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do.
+GET /stats reports requests, streams open now and streams the client closed (cancellations).
+Prints "listening on PORT" when ready.
+"""
+import argparse
+import json
+import re
+import select
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOOP = " The cat sat on the mat and looked at the door."
+INTRO = " Once upon a time there was a house."
+TEXT = " It is a fine day, and the work is done."
+STATS = {"requests": 0, "open": 0, "cancelled": 0, "completed": 0, "bodies": []}
+LOCK = threading.Lock()
+STOP = threading.Event()
+
+
+def wait_for_close(conn, limit_s=60):
+    """Blocks like a hung engine until the client closes the connection (or the limit)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and not STOP.is_set():
+        r, _, _ = select.select([conn], [], [], 0.5)
+        if r:
+            try:
+                if not conn.recv(1, socket.MSG_PEEK):
+                    return True
+            except OSError:
+                return True
+    return False
+
+
+def words(text):
+    return re.findall(r" ?[A-Za-z]+|[.,]", text)
+
+
+def top_alternatives(tok, k):
+    alts = [(tok, -0.05)] + [(f" alt{i}", -3.0 - i) for i in range(max(0, k - 1))]
+    return alts[:max(k, 0)]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    refuse_logprobs = False
+
+    def log_message(self, *a):
+        pass
+
+    def send_json(self, status, obj):
+        raw = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            return self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        if self.path == "/stats":
+            with LOCK:
+                return self.send_json(200, {k: v for k, v in STATS.items() if k != "bodies"})
+        if self.path == "/last-bodies":
+            with LOCK:
+                return self.send_json(200, STATS["bodies"][-10:])
+        self.send_json(404, {"error": {"message": "no route", "type": "invalid_request_error"}})
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(n) or b"{}")
+        chat = self.path.endswith("/chat/completions")
+        with LOCK:
+            STATS["requests"] += 1
+            STATS["bodies"].append(body)
+        if chat:
+            msgs = body.get("messages", [])
+            user = " ".join(m.get("content") or "" for m in msgs if m.get("role") == "user")
+            prior = msgs[-1]["content"] if body.get("continue_final_message") and msgs[-1]["role"] == "assistant" else ""
+        else:
+            user = body.get("prompt", "")
+            prior = user.split("|", 1)[1] if "|" in user else ""  # the proxy's continuation: prompt + accepted text
+        wants_lp = (body.get("logprobs") not in (None, False))
+        if self.refuse_logprobs and wants_lp:
+            return self.send_json(400, {"error": {"message": "logprobs are not enabled on this server",
+                                                  "type": "invalid_request_error", "param": "logprobs"}})
+        if "[error500]" in user:
+            return self.send_json(500, {"error": {"message": "the engine failed", "type": "server_error"}})
+        if "[hang-first]" in user:
+            wait_for_close(self.connection)
+            self.close_connection = True
+            return
+        k = body.get("top_logprobs", 0) if chat else (body.get("logprobs") or 0)
+        max_tokens = body.get("max_tokens") or 10 ** 6
+        temp = body.get("temperature", 0.7)
+        # What to say: the loop, fresh words when sampled hot, an end when continued at normal temperature.
+        if "[loop]" in user:
+            if temp >= 1.0:
+                toks = [f" w{i}" for i in range(max_tokens)]
+                finish = "length"
+            elif prior:
+                toks, finish = words(" The end."), "stop"
+            else:
+                toks = words(INTRO)
+                while len(toks) < max_tokens:
+                    toks += words(LOOP)
+                finish = "length"
+        else:
+            toks, finish = words(TEXT), "stop"
+        tag = re.search(r"\[tag:(\w+)\]", user)
+        if tag:  # the load test tells streams apart by a word only their own text has
+            toks = [" " + tag.group(1)] + toks
+        if len(toks) >= max_tokens:
+            toks, finish = toks[:max_tokens], "length"
+        llamacpp = "[llamacpp]" in user
+        pace = re.search(r"\[pace:(\d+)\]", user)
+        pace_s = int(pace.group(1)) / 1000.0 if pace else 0.0
+        stream = body.get("stream", False)
+        cid = f"scripted-{STATS['requests']}"
+        created = int(time.time())
+
+        def choice_for(tok):
+            c = {"index": 0, "finish_reason": None}
+            if chat:
+                c["delta"] = {"content": tok}
+            else:
+                c["text"] = tok
+            if wants_lp:
+                alts = top_alternatives(tok, k)
+                if chat or llamacpp:
+                    c["logprobs"] = {"content": [{"token": tok, "logprob": -0.05,
+                                                  "top_logprobs": [{"token": t, "logprob": l} for t, l in alts]}]}
+                else:
+                    c["logprobs"] = {"tokens": [tok], "token_logprobs": [-0.05],
+                                     "top_logprobs": [{t: l for t, l in alts}]}
+            return c
+
+        if not stream:
+            text = "".join(toks)
+            c = {"index": 0, "finish_reason": finish}
+            if chat:
+                c["message"] = {"role": "assistant", "content": text}
+            else:
+                c["text"] = text
+            return self.send_json(200, {"id": cid, "object": "text_completion", "created": created, "model": "scripted",
+                                        "choices": [c], "usage": {"prompt_tokens": 7, "completion_tokens": len(toks),
+                                                                  "total_tokens": 7 + len(toks)}})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with LOCK:
+            STATS["open"] += 1
+        try:
+            def event(obj):
+                self.chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+            base = {"id": cid, "object": "chat.completion.chunk" if chat else "text_completion",
+                    "created": created, "model": "scripted", "system_fingerprint": "fp-scripted"}
+            if chat:
+                event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                            "finish_reason": None}]})
+            for i, tok in enumerate(toks):
+                if "[hang-mid]" in user and i == 5:
+                    if wait_for_close(self.connection):
+                        with LOCK:
+                            STATS["cancelled"] += 1
+                    self.close_connection = True
+                    return
+                if "[malformed]" in user and i == 3:
+                    self.chunk(b"data: {not json\n\n")
+                    self.chunk(b"")
+                    return
+                if "[drop]" in user and i == 3:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if pace_s:
+                    time.sleep(pace_s)
+                event({**base, "choices": [choice_for(tok)]})
+            event({**base, "choices": [{"index": 0, "finish_reason": finish,
+                                        **({"delta": {}} if chat else {"text": ""})}]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                event({**base, "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(toks),
+                                                        "total_tokens": 7 + len(toks)}})
+            self.chunk(b"data: [DONE]\n\n")
+            self.chunk(b"")
+            with LOCK:
+                STATS["completed"] += 1
+        except (BrokenPipeError, ConnectionResetError):
+            with LOCK:
+                STATS["cancelled"] += 1
+        finally:
+            with LOCK:
+                STATS["open"] -= 1
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # listen(2)'s backlog is set while binding: the default 5 resets bursts
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--refuse-logprobs", action="store_true")
+    a = ap.parse_args()
+    Handler.refuse_logprobs = a.refuse_logprobs
+    srv = Server(("127.0.0.1", a.port), Handler)
+    print(f"listening on {srv.server_address[1]}", flush=True)
+    try:
+        srv.serve_forever()
+    finally:
+        STOP.set()
+
+
+if __name__ == "__main__":
+    main()

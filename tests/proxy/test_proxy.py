@@ -1,0 +1,371 @@
+#!/usr/bin/python3
+"""coda proxy over real HTTP on loopback, in front of two upstreams: `coda serve` on the bundled
+model, and a scripted OpenAI-compatible server (scripted_upstream.py) with deterministic loops,
+logprobs in both shapes and the failures of a real deployment. Checks the policies (stop cancels
+the upstream and its KV cache empties; repair gives one coherent stream without a loop),
+passthrough (byte-identical content to a direct request), client disconnects, 502/504, refused
+logprobs, malformed and hung streams, and 64 concurrent streams with random disconnects. Every
+wait is on a condition; deadlines only bound a hang.
+
+Usage: /usr/bin/python3 tests/proxy/test_proxy.py build/coda WORK_DIR
+"""
+import http.client
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "server"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import test_server as ts  # noqa: E402  (SseParser, Server, check)
+from guard_eval import reference_loop  # noqa: E402  (the guard-eval reference definition of a loop)
+
+check = ts.check
+
+
+class Proc(ts.Server):
+    """A `coda proxy` (or any process printing 'listening on ...:PORT')."""
+
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError("did not start: " + line + self.proc.stderr.read())
+        self.port = int(line.strip().split(":")[-1].split()[-1])
+
+    def metric_sum(self, name, **labels):
+        """Sum of a metric's samples whose labels include `labels` (histograms: use name_count)."""
+        _, _, raw = self.request("GET", "/metrics")
+        total = 0.0
+        for line in raw.decode().splitlines():
+            if not line.startswith(name + "{") and not line.startswith(name + " "):
+                continue
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def wait_until(self, what, cond, deadline_s=60):
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if cond():
+                return True
+            time.sleep(0.02)
+        check(False, f"condition never held within {deadline_s} s: {what}")
+        return False
+
+
+def proxy(coda, upstream_port, *args):
+    return Proc([coda, "proxy", "--upstream", f"http://127.0.0.1:{upstream_port}", "--port", "0", *args])
+
+
+def scripted(*args):
+    p = Proc([sys.executable, os.path.join(HERE, "scripted_upstream.py"), *args])
+    return p
+
+
+def stream_text(events, chat):
+    out = ""
+    for e in events:
+        for c in e.get("choices", []):
+            out += (c.get("delta", {}).get("content") or "") if chat else (c.get("text") or "")
+    return out
+
+
+def finish_of(events):
+    for e in events:
+        for c in e.get("choices", []):
+            if c.get("finish_reason"):
+                return c["finish_reason"]
+    return None
+
+
+def ids_of(tokens):
+    table = {}
+    return [table.setdefault(t, len(table)) for t in tokens]
+
+
+def socket_count(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+LOOP_PROMPT = "In the beginning God"
+
+
+def coda_upstream_tests(coda, up, px):
+    # Stop: the greedy loop ends with "repetition"; the upstream aborts it and frees its KV cache.
+    aborts = up.metric('coda:request_success_total{finished_reason="abort"}')
+    st, events, done = px.stream("/v1/completions", {"prompt": LOOP_PROMPT, "max_tokens": 1500, "temperature": 0,
+                                                     "ignore_eos": True, "stream": True, "coda": {"guard": "stop"}})
+    t_end = time.monotonic()
+    check(st == 200 and done and finish_of(events) == "repetition", f"proxy stop: {st} {finish_of(events)}")
+    report = next((e["coda"] for e in events if "coda" in e), {})
+    check(report.get("proxy", {}).get("guarded_on") == "tokens", f"guarded on coda's streamed tokens: {report}")
+    up.wait_for("the upstream aborted the stopped request",
+                lambda m: m('coda:request_success_total{finished_reason="abort"}') == aborts + 1)
+    up.wait_for("the upstream is idle with an empty KV cache",
+                lambda m: m("coda:num_requests_running") == 0 and m("coda:kv_cache_usage_perc") == 0)
+    print(f"stop -> upstream idle, KV 0 after {time.monotonic() - t_end:.3f} s")
+
+    # Repair: streamed and not, the same seed gives the same text; no loop by the reference definition.
+    req = {"prompt": LOOP_PROMPT, "max_tokens": 300, "temperature": 0, "seed": 11, "logprobs": 0,
+           "coda": {"guard": "repair"}}
+    st, _, body = px.json("POST", "/v1/completions", req)
+    text = body["choices"][0]["text"]
+    tokens = body["choices"][0]["logprobs"]["tokens"]
+    check(st == 200 and len(body["coda"]["repairs"]) >= 1, f"repair happened: {body.get('coda')}")
+    check("".join(tokens) == text, "repair: the logprobs' tokens spell the text")
+    check(reference_loop(ids_of(tokens)) is None, f"repair: no loop by the reference definition: {text[:300]!r}")
+    check(body["usage"]["completion_tokens"] == len(tokens), f"usage counts what the client got: {body['usage']}")
+    st, events, done = px.stream("/v1/completions", {**req, "stream": True})
+    check(done and stream_text(events, False) == text, "repair: the stream equals the non-streamed text")
+    lp_tokens = [t for e in events for c in e.get("choices", []) if c.get("logprobs") for t in c["logprobs"]["tokens"]]
+    check(lp_tokens == tokens, "repair: the streamed logprobs are the kept tokens, none rolled back")
+
+    # Passthrough: content byte-identical to a direct request with the same seed, chat and not.
+    for chat, path, body in [
+        (False, "/v1/completions", {"prompt": "The king said", "max_tokens": 40, "temperature": 0.9, "seed": 5}),
+        (True, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me"}], "max_tokens": 40,
+                                        "temperature": 0.8, "seed": 3}),
+    ]:
+        direct = up.json("POST", path, body)[2]
+        via = px.json("POST", path, body)[2]
+        key = (lambda b: b["choices"][0]["message"]["content"]) if chat else (lambda b: b["choices"][0]["text"])
+        check(key(direct) == key(via), f"passthrough {path}: {key(direct)!r} vs {key(via)!r}")
+        check(direct["choices"][0]["finish_reason"] == via["choices"][0]["finish_reason"], "passthrough finish")
+        check(via["choices"][0]["logprobs"] is None, "logprobs the client did not ask for are stripped")
+        check(via["usage"]["completion_tokens"] == direct["usage"]["completion_tokens"], "passthrough usage")
+        _, events, done = px.stream(path, {**body, "stream": True})
+        check(done and stream_text(events, chat) == key(direct), f"passthrough stream {path}")
+    # Logprobs the client asked for, trimmed to its top_logprobs.
+    st, _, body = px.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                           "max_tokens": 8, "temperature": 0, "logprobs": True,
+                                                           "top_logprobs": 2})
+    content = body["choices"][0]["logprobs"]["content"]
+    check(len(content) >= 1 and all(len(c["top_logprobs"]) == 2 for c in content), "top_logprobs trimmed to 2")
+
+    # The client going away cancels the upstream.
+    aborts = up.metric('coda:request_success_total{finished_reason="abort"}')
+    px.stream("/v1/completions", {"prompt": "The king", "max_tokens": 1500, "temperature": 0.9, "ignore_eos": True,
+                                  "stream": True}, disconnect_after=3)
+    up.wait_for("a client disconnect aborts the upstream request",
+                lambda m: m('coda:request_success_total{finished_reason="abort"}') == aborts + 1)
+    up.wait_for("the upstream is idle again", lambda m: m("coda:num_requests_running") == 0)
+
+    # vLLM's repetition_detection, in coda serve and through the proxy.
+    rd = {"prompt": LOOP_PROMPT, "max_tokens": 300, "temperature": 0,
+          "repetition_detection": {"max_pattern_size": 10, "min_count": 3}}
+    for who in (up, px):
+        st, _, body = who.json("POST", "/v1/completions", rd)
+        check(st == 200 and body["choices"][0]["finish_reason"] == "repetition", f"repetition_detection: {body}")
+    st, _, body = up.json("POST", "/v1/completions", {**rd, "repetition_detection": {"max_pattern_size": 5}})
+    check(st == 400 and body["error"]["param"] == "repetition_detection.min_count", "repetition_detection checked")
+
+    # Routes: models from the upstream, health, metrics with upstream and model labels.
+    st, _, body = px.json("GET", "/v1/models")
+    check(st == 200 and body["data"][0]["id"] == "coda", f"/v1/models from the upstream: {body}")
+    st, _, body = px.json("GET", "/health")
+    check(st == 200 and body["status"] == "ok", f"/health: {body}")
+    check(px.metric_sum("coda:request_success_total", finished_reason="repetition", model="") >= 0, "metrics")
+    check(px.metric_sum("coda:guard_stops_total") >= 1 and px.metric_sum("coda:guard_repairs_total") >= 1,
+          "stops and repairs counted")
+    _, _, raw = px.request("GET", "/metrics")
+    check(f'upstream="http://127.0.0.1:{up.port}"' in raw.decode(), "series carry the upstream label")
+    return raw.decode()
+
+
+def scripted_tests(coda, work):
+    up = scripted()
+    refuse = scripted("--refuse-logprobs")
+    px = proxy(coda, up.port, "--upstream-timeout", "2", "--guard", "stop")
+    px_refuse = proxy(coda, refuse.port, "--guard", "stop")
+    dead_sock = socket.socket()
+    dead_sock.bind(("127.0.0.1", 0))
+    dead_port = dead_sock.getsockname()[1]
+    dead_sock.close()  # nothing listens there now
+    px_dead = proxy(coda, dead_port)
+    px_strict = proxy(coda, up.port, "--finish-reason-compat", "--max-repairs", "0")
+    procs = [up, refuse, px, px_refuse, px_dead, px_strict]
+    try:
+        sockets_before = socket_count(px.proc.pid)
+        # Loops in both logprob shapes, stopped on tokens with signals.
+        for prompt in ("[loop] go|", "[loop][llamacpp] go|"):
+            st, events, done = px.stream("/v1/completions", {"prompt": prompt, "max_tokens": 500, "stream": True})
+            rep = next((e["coda"] for e in events if "coda" in e), {})
+            check(done and finish_of(events) == "repetition", f"scripted loop {prompt}: {finish_of(events)}")
+            check(rep.get("proxy", {}).get("guarded_on") == "tokens" and "mean_entropy" in rep.get("signals", {}),
+                  f"tokens and signals from {prompt}: {rep}")
+        # What went upstream: stream on, usage on, top 20 logprobs, max_tokens injected, coda's field out,
+        # repetition_detection forwarded.
+        px.json("POST", "/v1/completions", {"prompt": "[text] hi|", "coda": {"guard": "observe"},
+                                            "repetition_detection": {"max_pattern_size": 4, "min_count": 3}})
+        sent = up.json("GET", "/last-bodies")[2][-1]
+        check(sent.get("stream") is True and sent["stream_options"]["include_usage"] is True and
+              sent.get("logprobs") == 20 and sent.get("max_tokens") == 8192 and "coda" not in sent and
+              sent.get("repetition_detection", {}).get("max_pattern_size") == 4, f"upstream body: {sent}")
+        # Repair, completions and chat: rolled back, continued hot, then normally; no loop reaches the client.
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
+                                                          "coda": {"guard": "repair"}})
+        text = body["choices"][0]["text"]
+        check(st == 200 and body["choices"][0]["finish_reason"] == "stop" and text.endswith(" The end."),
+              f"scripted repair: {body['choices'][0]}")
+        check(text.count("The cat sat on the mat") <= 3, f"repair kept at most the copies before the loop: {text!r}")
+        st, events, done = px.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "[loop] go|"}],
+                                                              "max_tokens": 400, "stream": True,
+                                                              "coda": {"guard": "repair"}})
+        chat_text = stream_text(events, True)
+        check(done and chat_text.endswith(" The end."), f"chat repair: {chat_text!r}")
+        bodies = up.json("GET", "/last-bodies")[2]
+        last = bodies[-1]
+        check(last.get("continue_final_message") is True and last.get("add_generation_prompt") is False and
+              last["messages"][-1]["role"] == "assistant", f"chat continuation request: {last}")
+        hot = bodies[-2]
+        check(hot.get("temperature", 0) > 0.7 and hot.get("repetition_penalty", 1) > 1, f"hot continuation: {hot}")
+        # The operator's bounds: a request asking for 5 repairs gets the operator's 0, so the guard stops;
+        # --finish-reason-compat reports that as "stop" for strict clients.
+        st, _, body = px_strict.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
+                                                                 "coda": {"guard": "repair", "max_repairs": 5}})
+        ch = body["choices"][0]
+        check(st == 200 and ch["finish_reason"] == "stop" and not body["coda"]["repairs"] and
+              body["coda"]["events"][0]["action"] == "stop" and "The end." not in ch["text"],
+              f"max_repairs clamped, finish reason mapped: {ch['finish_reason']} {body['coda']}")
+        # A refused logprobs request is retried without; the guard works on text alone.
+        refused0 = px_refuse.metric_sum("coda:upstream_logprobs_refused_total")
+        st, events, done = px_refuse.stream("/v1/completions", {"prompt": "[loop] go|", "max_tokens": 500,
+                                                                "stream": True})
+        rep = next((e["coda"] for e in events if "coda" in e), {})
+        check(done and finish_of(events) == "repetition" and rep.get("proxy", {}).get("guarded_on") == "text",
+              f"refused logprobs: {finish_of(events)} {rep}")
+        check(px_refuse.metric_sum("coda:upstream_logprobs_refused_total") == refused0 + 1, "refusal counted")
+        # Failures, in OpenAI's shape with the right status.
+        for who, body, status, code in [
+            (px_dead, {"prompt": "x"}, 502, "upstream_unreachable"),
+            (px, {"prompt": "[hang-first] x"}, 504, "upstream_timeout"),
+            (px, {"prompt": "[hang-mid] x"}, 504, "upstream_timeout"),
+            (px, {"prompt": "[malformed] x"}, 502, None),
+            (px, {"prompt": "[drop] x"}, 502, None),
+            (px, {"prompt": "[error500] x"}, 500, None),
+        ]:
+            for stream in (False, True):
+                st, _, raw = who.request("POST", "/v1/completions", {**body, "stream": stream})
+                try:
+                    if st == 200:  # failed after text went out: an error event ends the stream
+                        datas = [ln[6:] for ln in raw.decode().splitlines() if ln.startswith("data: ")]
+                        err = json.loads(datas[-2] if datas[-1] == "[DONE]" else datas[-1])["error"]
+                        ok = stream and status in (502, 504) and isinstance(err["message"], str)
+                    else:
+                        err = json.loads(raw)["error"]
+                        ok = st == status and isinstance(err["message"], str) and (code is None or err["code"] == code)
+                except (ValueError, KeyError, IndexError):
+                    ok = False
+                check(ok, f"{body['prompt']} stream={stream} -> {st} {raw[:300]!r}")
+        check(px.metric_sum("coda:upstream_errors_total", status="timeout") >= 2, "timeouts counted")
+        st, _, body = px_dead.json("GET", "/health")
+        check(st == 503 and body["status"] == "unavailable", f"/health of a dead upstream: {st} {body}")
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "n": 2})
+        check(st == 400 and body["error"]["param"] == "n", "n > 1 refused with a clear error")
+        for raw in (b"{not json", b"[1]"):
+            st, _, body = px.json("POST", "/v1/completions", raw)
+            check(st == 400 and "error" in body, f"malformed body {raw!r} -> {st}")
+        load_test(px, up)
+        # Nothing leaked: the proxy holds no more sockets than before, nothing runs, upstream streams closed.
+        px.wait_until("the proxy's sockets are back to before",
+                      lambda: socket_count(px.proc.pid) <= sockets_before)
+        px.wait_until("no request in flight", lambda: px.metric_sum("coda:num_requests_running") == 0)
+        up.wait_until("every upstream stream closed", lambda: up.json("GET", "/stats")[2]["open"] == 0)
+    finally:
+        for p in procs:
+            err = p.stop()
+            if p.proc.returncode not in (0, -15):
+                check(False, f"process exited with {p.proc.returncode}: {err[-2000:]}")
+
+
+def load_test(px, up, n_streams=64, rounds=6):
+    """64 concurrent streams, half looping (stopped by the guard), some clients leaving early. Each
+    stream's text carries its own tag word, so a mixed-up stream shows."""
+    errors = []
+    rss = []
+    lock = threading.Lock()
+
+    def one(i):
+        rng = random.Random(i)
+        for r in range(rounds):
+            tag = f"t{i}x{r}"
+            looping = i % 2 == 0
+            prompt = f"[tag:{tag}]" + ("[loop] go|" if looping else "[text] go|")
+            leave = rng.random() < 0.2
+            st, events, done = px.stream("/v1/completions", {"prompt": prompt, "max_tokens": 2000, "stream": True},
+                                         disconnect_after=2 if leave else None)
+            if leave:
+                continue
+            text = stream_text(events, False)
+            want = "repetition" if looping else "stop"
+            if st != 200 or not done or finish_of(events) != want or not text.startswith(" " + tag + " "):
+                with lock:
+                    errors.append((i, r, st, finish_of(events), text[:80]))
+            if not looping and text != f" {tag} It is a fine day, and the work is done.":
+                with lock:
+                    errors.append((i, r, "text", text))
+        with lock:
+            rss.append(rss_kib(px.proc.pid))
+
+    base_rss = rss_kib(px.proc.pid)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n_streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(not errors, f"64 streams: {len(errors)} lost or mixed, e.g. {errors[:3]}")
+    print(f"load: RSS {base_rss} KiB before, {max(rss)} KiB at most after {n_streams * rounds} streams")
+
+
+def main():
+    coda, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    up = ts.Server(coda, "--guard", "observe")
+    px = proxy(coda, up.port)
+    try:
+        metrics_text = coda_upstream_tests(coda, up, px)
+        with open(os.path.join(work, "proxy-metrics.txt"), "w") as f:
+            f.write(metrics_text)
+        promtool = "/usr/bin/promtool"
+        if os.path.exists(promtool):
+            r = subprocess.run([promtool, "check", "metrics"], input=metrics_text, capture_output=True, text=True)
+            # coda names its series like vLLM ("coda:..."); promtool's linter flags the colon, which the
+            # exposition format allows. Anything else it says is a failure.
+            problems = [ln for ln in (r.stdout + r.stderr).splitlines()
+                        if ln.strip() and not ln.endswith("metric names should not contain ':'")]
+            check(not problems, f"promtool check metrics: {problems}")
+        else:
+            check(False, "promtool is missing: run scripts/bootstrap.sh test")
+    finally:
+        for p in (px, up):
+            p.stop()
+    scripted_tests(coda, work)
+    if ts.failures:
+        print(f"{len(ts.failures)} failure(s)")
+        sys.exit(1)
+    print("proxy: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
