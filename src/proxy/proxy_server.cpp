@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/openai_api.h"
 
@@ -20,23 +21,11 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
-                const std::string& code, const std::string& param = "") {
-  ApiError e;
-  e.status = status;
-  e.message = message;
-  e.type = type;
-  e.code = code;
-  e.param = param;
-  res.status = status;
-  res.set_content(dump_json(e.body()), "application/json");
-}
-
 // The client's answer for an upstream that failed before anything reached the client.
 void send_upstream_failure(httplib::Response& res, const client::Completion& c, const std::string& upstream) {
   switch (c.error_kind) {
     case client::ErrorKind::Timeout:
-      return send_error(res, 504, "The upstream " + upstream + " timed out: " + c.error, "upstream_error",
+      return send_api_error(res, 504, "The upstream " + upstream + " timed out: " + c.error, "upstream_error",
                         "upstream_timeout");
     case client::ErrorKind::Http:
       if (c.error_body.is_object() && c.error_body.contains("error")) {
@@ -44,13 +33,13 @@ void send_upstream_failure(httplib::Response& res, const client::Completion& c, 
         res.set_content(dump(c.error_body), "application/json");
         return;
       }
-      return send_error(res, c.status, c.error, c.status >= 500 ? "upstream_error" : "invalid_request_error",
+      return send_api_error(res, c.status, c.error, c.status >= 500 ? "upstream_error" : "invalid_request_error",
                         "upstream_http_" + std::to_string(c.status));
     case client::ErrorKind::Connection:
-      return send_error(res, 502, "The upstream " + upstream + " is unreachable: " + c.error, "upstream_error",
+      return send_api_error(res, 502, "The upstream " + upstream + " is unreachable: " + c.error, "upstream_error",
                         "upstream_unreachable");
     default:
-      return send_error(res, 502, "The upstream " + upstream + " failed: " + c.error, "upstream_error",
+      return send_api_error(res, 502, "The upstream " + upstream + " failed: " + c.error, "upstream_error",
                         "bad_upstream_response");
   }
 }
@@ -276,31 +265,8 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 }
 
 void ProxyServer::routes() {
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opts_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    metrics_.add("coda:request_rejected_total", 1, {{"status", "401"}});
-    send_error(res, 401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.", "invalid_request_error",
-               "invalid_api_key");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(res.status)}});
-    if (res.status == 404)
-      send_error(res, 404, "Unknown route " + req.method + " " + req.path +
-                               "; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics",
-                 "invalid_request_error", "not_found");
-    else if (res.status == 413)
-      send_error(res, 413, "The request body is larger than " + std::to_string(opts_.max_body_bytes) + " bytes.",
-                 "invalid_request_error", "request_too_large");
-    else
-      send_error(res, res.status, "The request could not be processed (HTTP " + std::to_string(res.status) + ").",
-                 "invalid_request_error", "");
-  });
-  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, 500, "Internal error.", "server_error", "");
+  install_api_handlers(http_, {opts_.api_key, {"/v1/"}, opts_.max_body_bytes}, [this](int status) {
+    metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
   });
   http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     int status = 0;
@@ -319,7 +285,7 @@ void ProxyServer::routes() {
     if (!models) {
       metrics_.add("coda:upstream_errors_total", 1,
                    {{"upstream", upstream_label_}, {"model", ""}, {"status", status ? std::to_string(status) : "connection"}});
-      return send_error(res, status >= 400 ? status : 502, "The upstream " + upstream_label_ + ": " + models.message(),
+      return send_api_error(res, status >= 400 ? status : 502, "The upstream " + upstream_label_ + ": " + models.message(),
                         "upstream_error", "upstream_models");
     }
     res.set_content(dump(*models), "application/json");
@@ -332,7 +298,7 @@ void ProxyServer::routes() {
 void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
   auto reject = [&](int status, const std::string& message, const std::string& param, const std::string& code = "") {
     metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
-    send_error(res, status, message, status == 429 ? "rate_limit_exceeded" : "invalid_request_error", code, param);
+    send_api_error(res, status, message, status == 429 ? "rate_limit_exceeded" : "invalid_request_error", code, param);
   };
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return reject(400, "The request body is not valid JSON.", "");

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include "server/http_api.h"
 #include "server/http_listen.h"
 
 #include <chrono>
@@ -12,15 +13,6 @@ namespace {
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(dump_json(e.body()), "application/json");
-}
-
-ApiError error_for(int status, const std::string& message, const std::string& type, const std::string& code = "") {
-  ApiError e;
-  e.status = status;
-  e.message = message;
-  e.type = type;
-  e.code = code;
-  return e;
 }
 
 // A generation-layer error as the API reports it.
@@ -72,38 +64,9 @@ void Server::stop() {
 }
 
 void Server::routes() {
-  // API key on /v1/*; /health and /metrics stay open.
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0;
-    if (opts_.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    metrics_.add("coda:request_rejected_total", 1, "status", "401");
-    send_error(res, error_for(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.",
-                              "invalid_request_error", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Whatever httplib answers on its own (413, 404, 400 on a malformed request) gets the API shape.
-  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(res.status));
-    if (res.status == 404) {
-      send_error(res, error_for(404,
-                                "Unknown route " + req.method + " " + req.path +
-                                    "; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics",
-                                "invalid_request_error", "not_found"));
-    } else if (res.status == 413) {
-      send_error(res,
-                 error_for(413, "The request body is larger than " + std::to_string(opts_.max_body_bytes) + " bytes.",
-                           "invalid_request_error", "request_too_large"));
-    } else {
-      send_error(res,
-                 error_for(res.status, "The request could not be processed (HTTP " + std::to_string(res.status) + ").",
-                           "invalid_request_error"));
-    }
-  });
-  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, error_for(500, "Internal error.", "server_error"));
+  // API key on /v1/* and /admin/*; /health and /metrics stay open.
+  install_api_handlers(http_, {opts_.api_key, {"/v1/", "/admin/"}, opts_.max_body_bytes}, [this](int status) {
+    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status));
   });
   http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
@@ -156,10 +119,10 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   if (!ticket) {
     metrics_.add("coda:request_rejected_total", 1, "status", "429");
     res.set_header("Retry-After", "1");
-    return send_error(res, error_for(429,
-                                     "The server is at capacity (" + std::to_string(opts_.max_queue) +
-                                         " requests waiting); retry shortly.",
-                                     "rate_limit_exceeded", "rate_limit_exceeded"));
+    return send_api_error(res, 429,
+                          "The server is at capacity (" + std::to_string(opts_.max_queue) +
+                              " requests waiting); retry shortly.",
+                          "rate_limit_exceeded", "rate_limit_exceeded");
   }
   const std::string id =
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(next_id_.fetch_add(1));

@@ -1,44 +1,11 @@
 // coda serve driven by the official openai npm SDK: models, completions, chat, streaming with
 // usage, and errors surfacing as the SDK's typed errors.
 // Usage: node tests/node/openai_sdk.mjs build/coda
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import OpenAI from "openai";
+import { check, checkStreamEqualsWhole, expectError, failures, startCoda } from "./sdk_common.mjs";
 
 const coda = process.argv[2];
-let failures = 0;
-const check = (cond, what) => {
-  if (!cond) {
-    failures++;
-    console.log("FAIL:", what);
-  } else {
-    console.log("ok:", what);
-  }
-};
-
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(coda, ["serve", "--port", "0", "-t", "1", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    const rl = createInterface({ input: proc.stdout });
-    rl.once("line", (line) => {
-      const m = line.match(/listening on (http:\/\/[^\s]+)/);
-      if (!m) reject(new Error("server did not start: " + line));
-      else resolve({ proc, url: m[1] });
-    });
-    proc.once("exit", (code) => reject(new Error("server exited " + code)));
-  });
-}
-
-async function expectError(promise, cls, status, what) {
-  try {
-    await promise;
-    check(false, what + " (no error)");
-  } catch (e) {
-    check(e instanceof cls && e.status === status, `${what}: ${e.constructor.name} ${e.status} ${e.message}`);
-  }
-}
-
-const { proc, url } = await startServer(["--api-key", "test-key"]);
+const { proc, url } = await startCoda(coda, ["serve", "--port", "0", "-t", "1", "--api-key", "test-key"]);
 try {
   const client = new OpenAI({ baseURL: url + "/v1", apiKey: "test-key", maxRetries: 0 });
   const models = await client.models.list();
@@ -55,23 +22,7 @@ try {
   check(typeof chat.choices[0].message.content === "string" && chat.choices[0].message.role === "assistant", "chat.completions.create");
   check(chat.choices[0].logprobs.content.length === chat.usage.completion_tokens, "chat logprobs");
 
-  const stream = await client.chat.completions.create({
-    model: "coda", messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 24, temperature: 0.7, seed: 1,
-    stream: true, stream_options: { include_usage: true },
-  });
-  let text = "", usage = null, finish = null;
-  for await (const chunk of stream) {
-    if (chunk.choices.length) {
-      text += chunk.choices[0].delta?.content ?? "";
-      finish = chunk.choices[0].finish_reason ?? finish;
-    }
-    if (chunk.usage) usage = chunk.usage;
-  }
-  const same = await client.chat.completions.create({
-    model: "coda", messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 24, temperature: 0.7, seed: 1,
-  });
-  check(text === same.choices[0].message.content, "streamed text equals the non-streamed one (same seed)");
-  check(usage && usage.completion_tokens > 0 && finish !== null, "stream usage and finish_reason");
+  await checkStreamEqualsWhole(client);
 
   const cstream = await client.completions.create({ model: "coda", prompt: "And Moses", max_tokens: 10, stream: true });
   let n = 0;

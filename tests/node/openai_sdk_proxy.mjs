@@ -2,35 +2,11 @@
 // chat, streaming with usage, a loop stopped by the guard, and errors as the SDK's typed errors,
 // the upstream's (400, 404) passed through and the proxy's own (401, 502).
 // Usage: node tests/node/openai_sdk_proxy.mjs build/coda
-import { spawn } from "node:child_process";
 import { createServer } from "node:net";
-import { createInterface } from "node:readline";
 import OpenAI from "openai";
+import { check, checkStreamEqualsWhole, expectError, failures, startCoda } from "./sdk_common.mjs";
 
 const coda = process.argv[2];
-let failures = 0;
-const check = (cond, what) => {
-  if (!cond) {
-    failures++;
-    console.log("FAIL:", what);
-  } else {
-    console.log("ok:", what);
-  }
-};
-
-function start(args) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(coda, args, { stdio: ["ignore", "pipe", "pipe"] });
-    const rl = createInterface({ input: proc.stdout });
-    rl.once("line", (line) => {
-      const m = line.match(/listening on (http:\/\/[^\s]+)/);
-      if (!m) reject(new Error("did not start: " + line));
-      else resolve({ proc, url: m[1] });
-    });
-    proc.once("exit", (code) => reject(new Error(args[0] + " exited " + code)));
-  });
-}
-
 // A port nothing listens on: bound, then closed.
 const deadPort = await new Promise((resolve) => {
   const s = createServer();
@@ -40,19 +16,10 @@ const deadPort = await new Promise((resolve) => {
   });
 });
 
-async function expectError(promise, cls, status, what) {
-  try {
-    await promise;
-    check(false, what + " (no error)");
-  } catch (e) {
-    check(e instanceof cls && e.status === status, `${what}: ${e.constructor.name} ${e.status} ${e.message}`);
-  }
-}
-
-const upstream = await start(["serve", "--port", "0", "-t", "1", "--api-key", "upstream-key"]);
-const proxy = await start(["proxy", "--upstream", upstream.url, "--upstream-api-key", "upstream-key", "--port", "0",
+const upstream = await startCoda(coda, ["serve", "--port", "0", "-t", "1", "--api-key", "upstream-key"]);
+const proxy = await startCoda(coda, ["proxy", "--upstream", upstream.url, "--upstream-api-key", "upstream-key", "--port", "0",
   "--api-key", "proxy-key", "--guard", "stop"]);
-const dead = await start(["proxy", "--upstream", `http://127.0.0.1:${deadPort}`, "--port", "0"]);
+const dead = await startCoda(coda, ["proxy", "--upstream", `http://127.0.0.1:${deadPort}`, "--port", "0"]);
 try {
   const client = new OpenAI({ baseURL: proxy.url + "/v1", apiKey: "proxy-key", maxRetries: 0 });
   const models = await client.models.list();
@@ -70,23 +37,7 @@ try {
     "chat.completions.create");
   check(chat.choices[0].logprobs.content.every((t) => t.top_logprobs.length === 2), "chat logprobs through the proxy");
 
-  const stream = await client.chat.completions.create({
-    model: "coda", messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 24, temperature: 0.7, seed: 1,
-    stream: true, stream_options: { include_usage: true },
-  });
-  let text = "", usage = null, finish = null;
-  for await (const chunk of stream) {
-    if (chunk.choices.length) {
-      text += chunk.choices[0].delta?.content ?? "";
-      finish = chunk.choices[0].finish_reason ?? finish;
-    }
-    if (chunk.usage) usage = chunk.usage;
-  }
-  const same = await client.chat.completions.create({
-    model: "coda", messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 24, temperature: 0.7, seed: 1,
-  });
-  check(text === same.choices[0].message.content, "streamed text equals the non-streamed one (same seed)");
-  check(usage && usage.completion_tokens > 0 && finish !== null, "stream usage and finish_reason");
+  await checkStreamEqualsWhole(client);
 
   const loop = await client.completions.create({ model: "coda", prompt: "In the beginning God", max_tokens: 500,
     temperature: 0, stream: true });
