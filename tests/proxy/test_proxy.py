@@ -203,7 +203,8 @@ def scripted_tests(coda, work):
     dead_port = dead_sock.getsockname()[1]
     dead_sock.close()  # nothing listens there now
     px_dead = proxy(coda, dead_port)
-    px_strict = proxy(coda, up.port, "--finish-reason-compat", "--max-repairs", "0")
+    px_strict = proxy(coda, up.port, "--finish-reason-compat", "--max-repairs", "0", "--max-connections", "1",
+                      "--upstream-timeout", "2")
     procs = [up, refuse, px, px_refuse, px_dead, px_strict]
     try:
         sockets_before = socket_count(px.proc.pid)
@@ -248,6 +249,14 @@ def scripted_tests(coda, work):
         check(st == 200 and ch["finish_reason"] == "stop" and not body["coda"]["repairs"] and
               body["coda"]["events"][0]["action"] == "stop" and "The end." not in ch["text"],
               f"max_repairs clamped, finish reason mapped: {ch['finish_reason']} {body['coda']}")
+        # --max-connections 1: while one request hangs upstream, the next gets 429.
+        held = threading.Thread(target=px_strict.request, args=("POST", "/v1/completions", {"prompt": "[hang-first] x"}))
+        held.start()
+        px_strict.wait_until("one request in flight", lambda: px_strict.metric_sum("coda:num_requests_running") == 1)
+        st, hdrs, body = px_strict.json("POST", "/v1/completions", {"prompt": "[text] x|"})
+        check(st == 429 and body["error"]["code"] == "rate_limit_exceeded" and hdrs.get("Retry-After") == "1",
+              f"beyond --max-connections -> {st} {body}")
+        held.join()
         # A refused logprobs request is retried without; the guard works on text alone.
         refused0 = px_refuse.metric_sum("coda:upstream_logprobs_refused_total")
         st, events, done = px_refuse.stream("/v1/completions", {"prompt": "[loop] go|", "max_tokens": 500,
