@@ -42,48 +42,84 @@ const char* const kMistral =
 
 const char* const kRoles[] = {"system", "user", "assistant", "tool", "ipython", "developer"};
 
+// What a message needs beyond a copy of itself: its content replaced by the joined text of its
+// parts, or by null where an assistant message with tool_calls has none.
+struct ContentFix {
+  bool replace = false;
+  nlohmann::ordered_json content;
+};
+
+Expected<bool> check_messages_array(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) return Error("messages: expected an array of message objects");
+  if (messages.empty()) return Error("messages: the conversation is empty; give at least one message");
+  return true;
+}
+
+// The schema check of message `i` (see normalize_messages).
+Expected<ContentFix> check_message(const nlohmann::ordered_json& m, size_t i) {
+  const std::string where = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) return Error(where + ": expected an object with 'role' and 'content'");
+  if (!m.contains("role") || !m["role"].is_string()) return Error(where + ".role: missing or not a string");
+  const std::string& role = m["role"].get_ref<const std::string&>();
+  bool known = false;
+  for (const char* r : kRoles) known = known || role == r;
+  if (!known)
+    return Error(where + ".role: '" + role + "' is not a supported role; use system, user, assistant or tool");
+  ContentFix fix;
+  if (!m.contains("content")) {
+    if (role != "assistant" || !m.contains("tool_calls"))
+      return Error(where + ".content: missing (only an assistant message with tool_calls may omit it)");
+    fix.replace = true;  // null
+  } else if (m["content"].is_array()) {
+    std::string text;
+    for (size_t k = 0; k < m["content"].size(); ++k) {
+      const auto& part = m["content"][k];
+      const std::string pwhere = where + ".content[" + std::to_string(k) + "]";
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+        return Error(pwhere + ": expected {\"type\": \"text\", \"text\": ...}");
+      if (part["type"] != "text")
+        return Error(pwhere + ".type: '" + part["type"].get<std::string>() +
+                     "' is not supported by a text-only model; send text parts");
+      if (!part.contains("text") || !part["text"].is_string()) return Error(pwhere + ".text: missing or not a string");
+      if (k) text += "\n";
+      text += part["text"].get_ref<const std::string&>();
+    }
+    fix.replace = true;
+    fix.content = std::move(text);
+  } else if (!m["content"].is_string() && !m["content"].is_null()) {
+    return Error(where + ".content: expected a string, an array of text parts or null");
+  } else if (m["content"].is_null() && !(role == "assistant" && m.contains("tool_calls"))) {
+    return Error(where + ".content: null is only allowed for an assistant message with tool_calls");
+  }
+  return fix;
+}
+
+// The checks of normalize_messages, converting straight into the template's values: a long
+// conversation is then held as the request's JSON and these values, without a normalized copy.
+Expected<jinja::Value> message_values(const nlohmann::ordered_json& messages) {
+  if (auto ok = check_messages_array(messages); !ok) return ok.error();
+  jinja::Array out;
+  out.reserve(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    auto fix = check_message(messages[i], i);
+    if (!fix) return fix.error();
+    jinja::Value v = jinja::Value::from_json(messages[i], 1);
+    if (fix->replace) v.object_mut().set("content", jinja::Value::from_json(fix->content, 1));
+    out.push_back(std::move(v));
+  }
+  return jinja::Value(std::move(out));
+}
+
 }  // namespace
 
 Expected<nlohmann::ordered_json> normalize_messages(const nlohmann::ordered_json& messages) {
-  if (!messages.is_array()) return Error("messages: expected an array of message objects");
-  if (messages.empty()) return Error("messages: the conversation is empty; give at least one message");
+  if (auto ok = check_messages_array(messages); !ok) return ok.error();
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
-    const auto& m = messages[i];
-    const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return Error(where + ": expected an object with 'role' and 'content'");
-    if (!m.contains("role") || !m["role"].is_string()) return Error(where + ".role: missing or not a string");
-    const std::string role = m["role"].get<std::string>();
-    bool known = false;
-    for (const char* r : kRoles) known = known || role == r;
-    if (!known)
-      return Error(where + ".role: '" + role + "' is not a supported role; use system, user, assistant or tool");
-    nlohmann::ordered_json copy = m;
-    if (!m.contains("content")) {
-      if (role != "assistant" || !m.contains("tool_calls"))
-        return Error(where + ".content: missing (only an assistant message with tool_calls may omit it)");
-      copy["content"] = nullptr;
-    } else if (m["content"].is_array()) {
-      std::string text;
-      for (size_t k = 0; k < m["content"].size(); ++k) {
-        const auto& part = m["content"][k];
-        const std::string pwhere = where + ".content[" + std::to_string(k) + "]";
-        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-          return Error(pwhere + ": expected {\"type\": \"text\", \"text\": ...}");
-        if (part["type"] != "text")
-          return Error(pwhere + ".type: '" + part["type"].get<std::string>() +
-                       "' is not supported by a text-only model; send text parts");
-        if (!part.contains("text") || !part["text"].is_string())
-          return Error(pwhere + ".text: missing or not a string");
-        if (k) text += "\n";
-        text += part["text"].get<std::string>();
-      }
-      copy["content"] = text;
-    } else if (!m["content"].is_string() && !m["content"].is_null()) {
-      return Error(where + ".content: expected a string, an array of text parts or null");
-    } else if (m["content"].is_null() && !(role == "assistant" && m.contains("tool_calls"))) {
-      return Error(where + ".content: null is only allowed for an assistant message with tool_calls");
-    }
+    auto fix = check_message(messages[i], i);
+    if (!fix) return fix.error();
+    nlohmann::ordered_json copy = messages[i];
+    if (fix->replace) copy["content"] = std::move(fix->content);
     out.push_back(std::move(copy));
   }
   return out;
@@ -119,14 +155,14 @@ Expected<ChatTemplate> ChatTemplate::for_model(const GgufFile& gguf, const Vocab
 }
 
 Expected<std::string> ChatTemplate::apply(const nlohmann::ordered_json& messages, const ChatOptions& opts) const {
-  auto norm = normalize_messages(messages);
-  if (!norm) return norm.error();
   if (opts.continue_final_message) {
+    auto norm = normalize_messages(messages);
+    if (!norm) return norm.error();
     const auto& last = norm->back();
     if (last.value("role", "") != "assistant")
       return Error("messages: continue_final_message needs the last message to be the assistant's");
-    const std::string content = last.contains("content") && last["content"].is_string()
-                                    ? last["content"].get<std::string>() : std::string();
+    const std::string content =
+        last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : std::string();
     ChatOptions o = opts;
     o.continue_final_message = false;
     if (content.empty()) {  // nothing to continue: the turn starts fresh
@@ -141,13 +177,16 @@ Expected<std::string> ChatTemplate::apply(const nlohmann::ordered_json& messages
     if (!full) return full;
     const size_t at = full->rfind(content);
     if (at == std::string::npos)
-      return Error("messages: the chat template does not write the final message's content as given, so it "
-                   "cannot be continued");
+      return Error(
+          "messages: the chat template does not write the final message's content as given, so it "
+          "cannot be continued");
     return full->substr(0, at + content.size());
   }
   jinja::Object vars;
   try {
-    vars.set("messages", jinja::Value::from_json(*norm));
+    auto values = message_values(messages);
+    if (!values) return values.error();
+    vars.set("messages", std::move(*values));
     vars.set("add_generation_prompt", jinja::Value(opts.add_generation_prompt));
     vars.set("bos_token", jinja::Value(opts.bos_token));
     vars.set("eos_token", jinja::Value(opts.eos_token));

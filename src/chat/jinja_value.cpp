@@ -6,6 +6,8 @@
 
 namespace coda::jinja {
 
+static_assert(sizeof(Value) <= 72, "a long conversation holds one Value per field; keep it small");
+
 const Value* Object::find(const std::string& key) const {
   for (const auto& [k, v] : items)
     if (k == key) return &v;
@@ -59,12 +61,12 @@ Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
 }
 
 bool Value::reaches(const Object* o) const {
-  if ((kind_ == Kind::Object || kind_ == Kind::Namespace) && object_.get() == o) return true;
+  if ((kind_ == Kind::Object || kind_ == Kind::Namespace) && ref_.get() == o) return true;
   if (kind_ == Kind::Array)
-    for (const auto& v : *array_)
+    for (const auto& v : arr())
       if (v.reaches(o)) return true;
   if (kind_ == Kind::Object || kind_ == Kind::Namespace)
-    for (const auto& kv : object_->items)
+    for (const auto& kv : obj().items)
       if (kv.second.reaches(o)) return true;
   return false;
 }
@@ -82,9 +84,9 @@ bool Value::truthy() const {
     case Kind::String:
       return !str_.empty();
     case Kind::Array:
-      return !array_->empty();
+      return !arr().empty();
     case Kind::Object:
-      return !object_->items.empty();
+      return !obj().items.empty();
     default:
       return true;
   }
@@ -193,14 +195,14 @@ std::string Value::repr() const {
       return python_repr_string(str_);
     case Kind::Array: {
       std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < array_->size(); ++i) out += (i ? ", " : "") + (*array_)[i].repr();
-      if (tuple_) return out + (array_->size() == 1 ? ",)" : ")");
+      for (size_t i = 0; i < arr().size(); ++i) out += (i ? ", " : "") + arr()[i].repr();
+      if (tuple_) return out + (arr().size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::Object: {
       std::string out = "{";
       bool first = true;
-      for (const auto& [k, v] : object_->items) {
+      for (const auto& [k, v] : obj().items) {
         out += (first ? "" : ", ") + python_repr_string(k) + ": " + v.repr();
         first = false;
       }
@@ -264,15 +266,15 @@ void Value::to_json_at(std::string& out, int indent, int depth) const {
       json_string(out, str_);
       return;
     case Kind::Array: {
-      if (array_->empty()) {
+      if (arr().empty()) {
         out += "[]";
         return;
       }
       out += '[';
-      for (size_t i = 0; i < array_->size(); ++i) {
+      for (size_t i = 0; i < arr().size(); ++i) {
         if (i) out += indent < 0 ? ", " : ",";
         newline(depth + 1);
-        (*array_)[i].to_json_at(out, indent, depth + 1);
+        arr()[i].to_json_at(out, indent, depth + 1);
       }
       newline(depth);
       out += ']';
@@ -280,13 +282,13 @@ void Value::to_json_at(std::string& out, int indent, int depth) const {
     }
     case Kind::Object:
     case Kind::Namespace: {
-      if (object_->items.empty()) {
+      if (obj().items.empty()) {
         out += "{}";
         return;
       }
       out += '{';
       bool first = true;
-      for (const auto& [k, v] : object_->items) {
+      for (const auto& [k, v] : obj().items) {
         if (!first) out += indent < 0 ? ", " : ",";
         first = false;
         newline(depth + 1);
@@ -353,17 +355,17 @@ bool operator==(const Value& a, const Value& b) {
     case K::String:
       return a.str_ == b.str_;
     case K::Array:
-      return *a.array_ == *b.array_;
+      return a.arr() == b.arr();
     case K::Object: {
-      if (a.object_->items.size() != b.object_->items.size()) return false;
-      for (const auto& [k, v] : a.object_->items) {
-        const Value* other = b.object_->find(k);
+      if (a.obj().items.size() != b.obj().items.size()) return false;
+      for (const auto& [k, v] : a.obj().items) {
+        const Value* other = b.obj().find(k);
         if (!other || !(*other == v)) return false;
       }
       return true;
     }
     default:
-      return a.object_ == b.object_ && a.fn_ == b.fn_;
+      return a.ref_ == b.ref_;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/http_flags.h"
 #include "proxy/proxy_server.h"
 
 namespace coda::cli {
@@ -24,6 +25,7 @@ int run_proxy(ProxyFlags& f) {
   f.opts.guard.policy = *policy;
   f.opts.guard.max_repairs = f.max_repairs;
   f.opts.guard.stream_delay_tokens = f.repair_window;
+  tune_allocator_for_server();
   auto server = proxy::ProxyServer::create(f.opts);
   if (!server) return fail(server.message());
   auto port = (*server)->bind();
@@ -85,6 +87,11 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--max-body", f->opts.max_body_bytes, "Largest request body in bytes (413 beyond)")
       ->capture_default_str();
+  sub->add_option("--read-timeout", f->opts.read_timeout_s,
+                  "Seconds a client may take to send its request (408 for a body cut short)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  add_request_limit_flags(sub, f->opts.limits);
   out.push_back({sub, [f] { return run_proxy(*f); }});
 }
 

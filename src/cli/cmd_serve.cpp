@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/http_flags.h"
 #include "engine/generator.h"
 #include "server/server.h"
 
@@ -49,6 +50,7 @@ int serve(ServeFlags& f) {
                 " GiB; the largest context that fits is " + std::to_string(capacity) + " tokens: start with -c " +
                 std::to_string(capacity) + " or raise --kv-budget");
   if (f.server.defaults.model_id.empty()) f.server.defaults.model_id = "coda";
+  tune_allocator_for_server();
   f.server.kv_budget_tokens = capacity;
   coda::Server server(*loaded->generator, f.server);
   auto port = server.bind();
@@ -89,7 +91,14 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::Range(1, 256));
   sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 beyond)")
       ->capture_default_str();
-  sub->add_option("--timeout", f->server.read_timeout_s, "Read timeout in seconds")->capture_default_str();
+  sub->add_option("--read-timeout,--timeout", f->server.read_timeout_s,
+                  "Seconds a client may take to send its request (408 for a body cut short)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  sub->add_option("--max-connections", f->server.http_threads,
+                  "Connections served at once: the HTTP worker threads (default: --max-queue + --max-num-seqs + 8)")
+      ->check(CLI::Range(2, 4096));
+  add_request_limit_flags(sub, f->server.limits);
   sub->add_option("-t,--threads", f->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));

@@ -6,24 +6,44 @@ namespace coda {
 
 namespace {
 
-// Replaces every special-token string in message contents by filler bytes of the same length;
-// returns false if there was none.
-bool defuse_specials(nlohmann::ordered_json& messages, const Vocab& vocab) {
-  bool changed = false;
+// Whether any message's text (a string content or the text of its parts) holds a special-token
+// string. Reads in place: most conversations have none and then need no defused copy.
+bool mentions_specials(const nlohmann::ordered_json& messages, const Vocab& vocab) {
+  auto has = [&](const nlohmann::ordered_json& text) {
+    if (!text.is_string()) return false;
+    const auto& s = text.get_ref<const std::string&>();
+    for (int32_t id : vocab.special_ids()) {
+      const std::string& piece = vocab.piece(id);
+      if (!piece.empty() && s.find(piece) != std::string::npos) return true;
+    }
+    return false;
+  };
+  if (!messages.is_array()) return false;
+  for (const auto& m : messages) {
+    if (!m.is_object()) continue;
+    const auto c = m.find("content");
+    if (c == m.end()) continue;
+    if (has(*c)) return true;
+    if (c->is_array())
+      for (const auto& part : *c)
+        if (part.is_object() && part.contains("text") && has(part["text"])) return true;
+  }
+  return false;
+}
+
+// Replaces every special-token string in (normalized) message contents by filler bytes of the
+// same length.
+void defuse_specials(nlohmann::ordered_json& messages, const Vocab& vocab) {
   for (auto& m : messages) {
     if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) continue;
-    std::string content = m["content"].get<std::string>();
+    auto& content = m["content"].get_ref<std::string&>();
     for (int32_t id : vocab.special_ids()) {
       const std::string& piece = vocab.piece(id);
       if (piece.empty()) continue;
-      for (size_t at = content.find(piece); at != std::string::npos; at = content.find(piece, at + piece.size())) {
+      for (size_t at = content.find(piece); at != std::string::npos; at = content.find(piece, at + piece.size()))
         content.replace(at, piece.size(), std::string(piece.size(), '\x1a'));
-        changed = true;
-      }
     }
-    m["content"] = content;
   }
-  return changed;
 }
 
 }  // namespace
@@ -45,14 +65,16 @@ Expected<Prompt> prepare_prompt(const GenerationRequest& r, const Vocab& vocab, 
     ChatOptions opts = r.chat;
     if (vocab.bos() >= 0) opts.bos_token = vocab.piece(vocab.bos());
     if (vocab.eos() >= 0) opts.eos_token = vocab.piece(vocab.eos());
-    auto messages = normalize_messages(*r.messages);
-    if (!messages) return messages.error();
-    auto text = chat_template->apply(*messages, opts);
+    auto text = chat_template->apply(*r.messages, opts);  // validates the messages too
     if (!text) return text.error();
+    // Special-token strings inside user text must encode as text: render again with them replaced
+    // by filler of the same length, and the bytes that differ are the ones to encode as text.
     std::vector<std::pair<size_t, size_t>> text_only;
-    nlohmann::ordered_json defused = *messages;
-    if (defuse_specials(defused, vocab)) {
-      auto second = chat_template->apply(defused, opts);
+    if (mentions_specials(*r.messages, vocab)) {
+      auto defused = normalize_messages(*r.messages);
+      if (!defused) return defused.error();
+      defuse_specials(*defused, vocab);
+      auto second = chat_template->apply(*defused, opts);
       if (!second || second->size() != text->size())
         return Error(
             "messages: a special-token string in the content (e.g. \"<|im_end|>\") changes how the chat template "

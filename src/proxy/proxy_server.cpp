@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/malloc_tuning.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/openai_api.h"
@@ -26,7 +27,7 @@ void send_upstream_failure(httplib::Response& res, const client::Completion& c, 
   switch (c.error_kind) {
     case client::ErrorKind::Timeout:
       return send_api_error(res, 504, "The upstream " + upstream + " timed out: " + c.error, "upstream_error",
-                        "upstream_timeout");
+                            "upstream_timeout");
     case client::ErrorKind::Http:
       if (c.error_body.is_object() && c.error_body.contains("error")) {
         res.status = c.status;
@@ -34,13 +35,13 @@ void send_upstream_failure(httplib::Response& res, const client::Completion& c, 
         return;
       }
       return send_api_error(res, c.status, c.error, c.status >= 500 ? "upstream_error" : "invalid_request_error",
-                        "upstream_http_" + std::to_string(c.status));
+                            "upstream_http_" + std::to_string(c.status));
     case client::ErrorKind::Connection:
       return send_api_error(res, 502, "The upstream " + upstream + " is unreachable: " + c.error, "upstream_error",
-                        "upstream_unreachable");
+                            "upstream_unreachable");
     default:
       return send_api_error(res, 502, "The upstream " + upstream + " failed: " + c.error, "upstream_error",
-                        "bad_upstream_response");
+                            "bad_upstream_response");
   }
 }
 
@@ -59,7 +60,8 @@ std::string client_finish_reason(const std::string& r, bool compat) {
 
 std::string model_of(const std::string& asked, const json& chunk) {
   if (!asked.empty()) return asked;
-  if (chunk.is_object() && chunk.contains("model") && chunk["model"].is_string()) return chunk["model"].get<std::string>();
+  if (chunk.is_object() && chunk.contains("model") && chunk["model"].is_string())
+    return chunk["model"].get<std::string>();
   return "";
 }
 
@@ -76,7 +78,8 @@ json logprobs_json(const std::vector<client::TokenLogprob>& lps, bool chat, size
     for (const auto& t : lps) {
       json e{{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}};
       json top = json::array();
-      for (const auto& a : t.top) top.push_back({{"token", a.token}, {"logprob", a.logprob}, {"bytes", bytes_of(a.token)}});
+      for (const auto& a : t.top)
+        top.push_back({{"token", a.token}, {"logprob", a.logprob}, {"bytes", bytes_of(a.token)}});
       e["top_logprobs"] = std::move(top);
       content.push_back(std::move(e));
     }
@@ -168,8 +171,7 @@ Expected<std::unique_ptr<ProxyServer>> ProxyServer::create(ProxyOptions options)
   if (!up) return Error("--upstream: " + up.message());
   if (options.max_connections < 1) return Error("--max-connections: must be at least 1");
   if (options.default_max_tokens < 1) return Error("--default-max-tokens: must be at least 1");
-  if (options.top_logprobs < 0 || options.top_logprobs > 20)
-    return Error("--upstream-top-logprobs: must be in 0..20");
+  if (options.top_logprobs < 0 || options.top_logprobs > 20) return Error("--upstream-top-logprobs: must be in 0..20");
   return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(options), std::move(*up)));
 }
 
@@ -198,8 +200,9 @@ ProxyServer::ProxyServer(ProxyOptions options, client::OpenAIClient upstream)
   metrics_.set_help("coda:upstream_errors_total", "Upstream failures by HTTP status or kind (connection, timeout).");
   metrics_.set_help("coda:guard_text_only_total",
                     "Requests guarded on text alone (the upstream sent no logprobs): no entropy signals.");
-  metrics_.set_help("coda:upstream_logprobs_refused_total", "Requests the upstream refused with logprobs (retried "
-                                                            "without).");
+  metrics_.set_help("coda:upstream_logprobs_refused_total",
+                    "Requests the upstream refused with logprobs (retried "
+                    "without).");
   metrics_.set_help("coda:prompt_tokens_total", "Prompt tokens reported by the upstream.");
   metrics_.set_help("coda:generation_tokens_total", "Tokens the clients received.");
   metrics_.set_gauge("coda:num_requests_running", 0, {{"upstream", upstream_label_}});
@@ -229,7 +232,8 @@ void ProxyServer::stop() {
 }
 
 void ProxyServer::record_failure(const client::Completion& c, const std::string& model) {
-  std::string what = c.error_kind == client::ErrorKind::Http ? std::to_string(c.status) : client::to_string(c.error_kind);
+  std::string what =
+      c.error_kind == client::ErrorKind::Http ? std::to_string(c.status) : client::to_string(c.error_kind);
   metrics_.add("coda:upstream_errors_total", 1, {{"upstream", upstream_label_}, {"model", model}, {"status", what}});
   metrics_.add("coda:request_success_total", 1,
                {{"finished_reason", "error"}, {"upstream", upstream_label_}, {"model", model}});
@@ -250,7 +254,8 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
   }
   metrics_.add("coda:request_success_total", 1, with("finished_reason", r.finish_reason));
   for (const auto& e : r.report.events) metrics_.add("coda:guard_events_total", 1, with("type", e.type));
-  if (!r.report.repairs.empty()) metrics_.add("coda:guard_repairs_total", static_cast<double>(r.report.repairs.size()), l);
+  if (!r.report.repairs.empty())
+    metrics_.add("coda:guard_repairs_total", static_cast<double>(r.report.repairs.size()), l);
   if (r.finish_reason == "repetition" || r.finish_reason == "degenerate") {
     metrics_.add("coda:guard_stops_total", 1, l);
     metrics_.observe("coda:guard_tokens_saved", static_cast<double>(r.tokens_saved), l);
@@ -265,9 +270,10 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 }
 
 void ProxyServer::routes() {
-  install_api_handlers(http_, {opts_.api_key, {"/v1/"}, opts_.max_body_bytes}, [this](int status) {
-    metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
-  });
+  install_api_handlers(http_, {opts_.api_key, {"/v1/"}, opts_.max_body_bytes, opts_.read_timeout_s},
+                       [this](int status) {
+                         metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
+                       });
   http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     int status = 0;
     auto models = upstream_.get_json("/v1/models", &status);
@@ -283,10 +289,12 @@ void ProxyServer::routes() {
     int status = 0;
     auto models = upstream_.get_json("/v1/models", &status);
     if (!models) {
-      metrics_.add("coda:upstream_errors_total", 1,
-                   {{"upstream", upstream_label_}, {"model", ""}, {"status", status ? std::to_string(status) : "connection"}});
-      return send_api_error(res, status >= 400 ? status : 502, "The upstream " + upstream_label_ + ": " + models.message(),
-                        "upstream_error", "upstream_models");
+      metrics_.add(
+          "coda:upstream_errors_total", 1,
+          {{"upstream", upstream_label_}, {"model", ""}, {"status", status ? std::to_string(status) : "connection"}});
+      return send_api_error(res, status >= 400 ? status : 502,
+                            "The upstream " + upstream_label_ + ": " + models.message(), "upstream_error",
+                            "upstream_models");
     }
     res.set_content(dump(*models), "application/json");
   });
@@ -296,13 +304,17 @@ void ProxyServer::routes() {
 }
 
 void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const TrimAfterLargeBody trim(req.body.size());  // as coda serve
   auto reject = [&](int status, const std::string& message, const std::string& param, const std::string& code = "") {
     metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
     send_api_error(res, status, message, status == 429 ? "rate_limit_exceeded" : "invalid_request_error", code, param);
   };
+  if (auto e = check_request_limits(req.body, opts_.limits)) return reject(e->status, e->message, e->param);
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return reject(400, "The request body is not valid JSON.", "");
   if (!body.is_object()) return reject(400, "The request body must be a JSON object.", "");
+  if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
+    return reject(400, "stream: expected true or false", "stream");
   if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1) && !body["n"].is_null())
     return reject(400, "n: only n = 1 is supported through the guard proxy", "n");
 
@@ -335,7 +347,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       so.guard.policy = *p;
     }
     if (c.contains("max_repairs") && c["max_repairs"].is_number_integer())
-      so.guard.max_repairs = static_cast<int>(std::clamp<int64_t>(c["max_repairs"].get<int64_t>(), 0, opts_.guard.max_repairs));
+      so.guard.max_repairs =
+          static_cast<int>(std::clamp<int64_t>(c["max_repairs"].get<int64_t>(), 0, opts_.guard.max_repairs));
   }
   if (body.contains("repetition_detection") && !body["repetition_detection"].is_null()) {
     nlohmann::ordered_json rd = nlohmann::ordered_json::parse(dump(body["repetition_detection"]));
@@ -349,8 +362,10 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   if (in_flight_.fetch_add(1) >= opts_.max_connections) {
     in_flight_.fetch_sub(1);
     res.set_header("Retry-After", "1");
-    return reject(429, "The proxy is at capacity (" + std::to_string(opts_.max_connections) +
-                           " requests in flight); retry shortly.", "", "rate_limit_exceeded");
+    return reject(
+        429,
+        "The proxy is at capacity (" + std::to_string(opts_.max_connections) + " requests in flight); retry shortly.",
+        "", "rate_limit_exceeded");
   }
   metrics_.set_gauge("coda:num_requests_running", in_flight_.load(), {{"upstream", upstream_label_}});
   const auto t0 = Clock::now();
@@ -427,7 +442,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     const std::string m = model_of(model, r.last_chunk);
     record(r, m, seconds(), ttft);
     if (r.ok && !r.client_gone) {
-      json last = shaper.chunk(r.last_chunk, "", {}, client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
+      json last =
+          shaper.chunk(r.last_chunk, "", {}, client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
       if (chat) last["choices"][0]["delta"] = json::object();
       last["coda"] = report_of(r);
       push(last);

@@ -20,6 +20,7 @@
 #include "guard/guard.h"
 #include "proxy/session.h"
 #include "server/metrics.h"
+#include "server/request_limits.h"
 
 namespace coda::proxy {
 
@@ -28,7 +29,7 @@ struct ProxyOptions {
   std::string host = "127.0.0.1";
   int port = 8081;  // 0: any free port
   std::string api_key;
-  GuardConfig guard;                 // the operator's policy and thresholds
+  GuardConfig guard;                  // the operator's policy and thresholds
   bool finish_reason_compat = false;  // repetition/degenerate reported as "stop"
   int64_t default_max_tokens = 8192;
   int max_connections = 256;  // requests in flight; more get 429
@@ -36,6 +37,7 @@ struct ProxyOptions {
   int hot_tokens = 50;
   size_t max_body_bytes = size_t{8} << 20;
   int read_timeout_s = 30;  // for the client's request body
+  RequestLimits limits;     // what one request may contain, as coda serve
 };
 
 class ProxyServer {

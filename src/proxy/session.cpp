@@ -110,7 +110,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   nlohmann::json base = body;
   base.erase("coda");
   base["stream"] = true;
-  if (!base.contains("stream_options") || !base["stream_options"].is_object()) base["stream_options"] = nlohmann::json::object();
+  if (!base.contains("stream_options") || !base["stream_options"].is_object())
+    base["stream_options"] = nlohmann::json::object();
   base["stream_options"]["include_usage"] = true;
   const int top = std::max(opt.top_logprobs, view.top_logprobs);
   nlohmann::json with_lp = base;
@@ -166,7 +167,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     ++r.upstream_requests;
     const client::Completion c = upstream.complete(request, chat, on_delta);
     if (c.prompt_tokens >= 0) {
-      if (r.upstream_requests == 1) first_prompt_tokens = c.prompt_tokens;
+      if (r.upstream_requests == 1)
+        first_prompt_tokens = c.prompt_tokens;
       else if (derived_prompt_tokens < 0)
         derived_prompt_tokens = std::max<int64_t>(0, c.prompt_tokens - static_cast<int64_t>(units_at_segment_start));
     }
@@ -178,11 +180,14 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     if (acted && c.error_kind == client::ErrorKind::Cancelled) ++r.upstream_cancellations;
     if (!acted) {
       if (!c.ok) {
-        // An upstream that refuses logprobs: once more without, guarding on text alone.
+        // An upstream that refuses the logprobs the proxy asked for: once more as the client asked,
+        // which is without logprobs (the guard then works on text alone) or with the client's own
+        // smaller number. A refusal of what the client itself asked for is the client's answer.
         if (c.error_kind == client::ErrorKind::Http && c.status == 400 && !r.logprobs_refused &&
-            r.upstream_requests == 1 && opt.top_logprobs > 0 && sg.units() == 0 && sg.text().empty()) {
+            r.upstream_requests == 1 && opt.top_logprobs > 0 && sg.units() == 0 && sg.text().empty() &&
+            (!view.logprobs || top > view.top_logprobs)) {
           r.logprobs_refused = true;
-          drop_logprobs(base);
+          if (!view.logprobs) drop_logprobs(base);
           request = base;
           continue;
         }

@@ -1,5 +1,9 @@
 #include "server/http_api.h"
 
+#include <cstdint>
+#include <optional>
+#include <variant>
+
 #include "server/openai_api.h"
 
 namespace coda {
@@ -16,8 +20,56 @@ void send_api_error(httplib::Response& res, int status, const std::string& messa
   res.set_content(dump_json(e.body()), "application/json");
 }
 
+namespace {
+
+// A Content-Length as HTTP defines it (1*DIGIT); nullopt for anything else. A count past 64 bits
+// is still a count (of more than any limit): UINT64_MAX.
+std::optional<uint64_t> content_length(const std::string& v) {
+  if (v.empty()) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto d = static_cast<uint64_t>(c - '0');
+    n = n > (UINT64_MAX - d) / 10 ? UINT64_MAX : n * 10 + d;
+  }
+  return n;
+}
+
+// The request's declared body length: nullopt without the header; an error message when the
+// header is not a byte count, or is given twice with different values (a request smuggling
+// pattern: front ends and servers could disagree on where the body ends).
+std::optional<std::variant<uint64_t, std::string>> declared_length(const httplib::Request& req) {
+  const size_t count = req.get_header_value_count("Content-Length");
+  if (count == 0) return std::nullopt;
+  const std::string v = req.get_header_value("Content-Length");
+  for (size_t i = 1; i < count; ++i)
+    if (req.get_header_value("Content-Length", i) != v)
+      return "Content-Length is given " + std::to_string(count) + " times with different values.";
+  const auto n = content_length(v);
+  if (!n) return "Content-Length: '" + v.substr(0, 40) + "' is not a byte count.";
+  return *n;
+}
+
+}  // namespace
+
 void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function<void(int)> on_reject) {
   http.set_pre_routing_handler([o, on_reject](const httplib::Request& req, httplib::Response& res) {
+    if (const auto declared = declared_length(req)) {
+      const auto* n = std::get_if<uint64_t>(&*declared);
+      if (!n || (o.max_body_bytes > 0 && *n > o.max_body_bytes)) {
+        const int status = n ? 413 : 400;
+        on_reject(status);
+        if (n)
+          send_api_error(res, 413,
+                         "The request body (Content-Length " + req.get_header_value("Content-Length").substr(0, 40) +
+                             ") is larger than " + std::to_string(o.max_body_bytes) + " bytes.",
+                         "invalid_request_error", "request_too_large");
+        else
+          send_api_error(res, 400, std::get<std::string>(*declared), "invalid_request_error", "invalid_content_length");
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (o.api_key.empty()) return httplib::Server::HandlerResponse::Unhandled;
     bool guarded = false;
     for (const auto& p : o.guarded_prefixes) guarded = guarded || req.path.rfind(p, 0) == 0;
@@ -30,6 +82,18 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
   });
   http.set_error_handler([o, on_reject](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    const auto declared = content_length(req.get_header_value("Content-Length"));
+    if (res.status == 400 && declared && req.body.size() < *declared) {
+      // cpp-httplib gave up reading the body at the read timeout.
+      on_reject(408);
+      send_api_error(res, 408,
+                     "The request body stopped short of its Content-Length: " + std::to_string(req.body.size()) +
+                         " of " + std::to_string(*declared) + " bytes arrived within the read timeout of " +
+                         std::to_string(o.read_timeout_s) + " s.",
+                     "invalid_request_error", "request_timeout");
+      res.set_header("Connection", "close");
+      return;
+    }
     on_reject(res.status);
     if (res.status == 404)
       send_api_error(res, 404,
@@ -40,8 +104,7 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
       send_api_error(res, 413, "The request body is larger than " + std::to_string(o.max_body_bytes) + " bytes.",
                      "invalid_request_error", "request_too_large");
     else
-      send_api_error(res, res.status,
-                     "The request could not be processed (HTTP " + std::to_string(res.status) + ").",
+      send_api_error(res, res.status, "The request could not be processed (HTTP " + std::to_string(res.status) + ").",
                      "invalid_request_error");
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {

@@ -18,11 +18,19 @@ void send_api_error(httplib::Response& res, int status, const std::string& messa
 struct HttpApiOptions {
   std::string api_key;                        // empty: no key needed
   std::vector<std::string> guarded_prefixes;  // routes behind the key, e.g. "/v1/"
-  size_t max_body_bytes = 0;                  // named in the 413 message
+  size_t max_body_bytes = 0;                  // larger bodies: 413
+  int read_timeout_s = 30;                    // named in the 408 message
 };
 
-// Installs the key check, the error handler and the exception handler. `on_reject` is told the
-// status of every request refused there (for a rejection counter).
+// Installs, before any route:
+// - framing: a Content-Length that is not a plain byte count answers 400, one over the body limit
+//   413, before a byte of the body is read (cpp-httplib 0.11 would otherwise try to read or skip
+//   it and leave the client without an answer); the connection is closed after the answer, since
+//   the body that may follow is not read;
+// - the key check on the guarded routes (401);
+// and, for what cpp-httplib answers by itself, OpenAI-shaped bodies: 404, 413, 408 for a body that
+// stopped short of its Content-Length within the read timeout, 400 otherwise; 500 for an exception
+// that escaped a handler. `on_reject` is told the status of every request refused there.
 void install_api_handlers(httplib::Server& http, HttpApiOptions options, std::function<void(int)> on_reject);
 
 }  // namespace coda

@@ -96,9 +96,8 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     }
   }
   if (chat) {
-    const auto* m = rd.get("messages");
-    if (!m) return bad("messages", "messages: required");
-    g.messages = *m;
+    if (!rd.get("messages")) return bad("messages", "messages: required");
+    g.messages = std::move(j["messages"]);  // moved, not copied: a long conversation is parsed once
   } else {
     const auto* p = rd.get("prompt");
     if (!p) return bad("prompt", "prompt: required");
@@ -281,14 +280,15 @@ std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json&
   const int max_p = values[0], min_p = values[1] == 0 ? 1 : values[1], count = values[2];
   if (max_p == 0) return std::nullopt;  // off, as in vLLM
   if (count < 2)
-    return bad("repetition_detection.min_count", "repetition_detection.min_count: must be at least 2 when "
-                                                 "max_pattern_size is set");
+    return bad("repetition_detection.min_count",
+               "repetition_detection.min_count: must be at least 2 when "
+               "max_pattern_size is set");
   if (min_p > max_p)
     return bad("repetition_detection.min_pattern_size",
                "repetition_detection.min_pattern_size: must be <= max_pattern_size");
   if (max_p > g.max_period)
-    return bad("repetition_detection.max_pattern_size", "repetition_detection.max_pattern_size: at most " +
-                                                            std::to_string(g.max_period) + " tokens");
+    return bad("repetition_detection.max_pattern_size",
+               "repetition_detection.max_pattern_size: at most " + std::to_string(g.max_period) + " tokens");
   g.rd_max_pattern = max_p;
   g.rd_min_pattern = min_p;
   g.rd_min_count = count;
@@ -318,7 +318,7 @@ nlohmann::ordered_json bytes_of(const std::string& s) {
 }  // namespace
 
 nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& lps, const Vocab& vocab,
-                                    size_t& text_offset) {
+                                     size_t& text_offset) {
   if (r.chat) {
     auto content = nlohmann::ordered_json::array();
     for (const auto& lp : lps) {

@@ -1,5 +1,6 @@
 #include "server/scheduler.h"
 
+#include "core/malloc_tuning.h"
 #include "core/timer.h"
 
 namespace coda {
@@ -119,6 +120,8 @@ void Scheduler::work() {
         ++i;
       }
     }
+    // Idle now: hand the finished requests' freed memory back to the system.
+    if (active.empty() && running_ > 0) return_free_memory();
     running_ = active.size();
     int64_t in_cache = 0;
     for (const auto& a : active) in_cache += a.seq->tokens_in_cache();

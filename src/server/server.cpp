@@ -1,10 +1,11 @@
 #include "server/server.h"
 
-#include "server/http_api.h"
-#include "server/http_listen.h"
-
 #include <chrono>
 #include <ctime>
+
+#include "core/malloc_tuning.h"
+#include "server/http_api.h"
+#include "server/http_listen.h"
 
 namespace coda {
 
@@ -65,9 +66,9 @@ void Server::stop() {
 
 void Server::routes() {
   // API key on /v1/* and /admin/*; /health and /metrics stay open.
-  install_api_handlers(http_, {opts_.api_key, {"/v1/", "/admin/"}, opts_.max_body_bytes}, [this](int status) {
-    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status));
-  });
+  install_api_handlers(
+      http_, {opts_.api_key, {"/v1/", "/admin/"}, opts_.max_body_bytes, opts_.read_timeout_s},
+      [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
   http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
@@ -105,6 +106,13 @@ void Server::routes() {
 }
 
 void Server::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  // A large body leaves its parsed document's blocks free in this thread's arena; hand them back
+  // once the request is answered (the scheduler trims again when the engine goes idle).
+  const TrimAfterLargeBody trim(req.body.size());
+  if (auto e = check_request_limits(req.body, opts_.limits)) {
+    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e->status));
+    return send_error(res, *e);
+  }
   auto parsed = parse_api_request(req.body, chat, opts_.defaults);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e->status));
@@ -119,10 +127,10 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   if (!ticket) {
     metrics_.add("coda:request_rejected_total", 1, "status", "429");
     res.set_header("Retry-After", "1");
-    return send_api_error(res, 429,
-                          "The server is at capacity (" + std::to_string(opts_.max_queue) +
-                              " requests waiting); retry shortly.",
-                          "rate_limit_exceeded", "rate_limit_exceeded");
+    return send_api_error(
+        res, 429,
+        "The server is at capacity (" + std::to_string(opts_.max_queue) + " requests waiting); retry shortly.",
+        "rate_limit_exceeded", "rate_limit_exceeded");
   }
   const std::string id =
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(next_id_.fetch_add(1));
@@ -154,7 +162,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         }
         if (!text.empty() || (r.logprobs && !lps.empty())) {
           auto chunk = stream_chunk(r, id, created, text, nullptr, false);
-          if (r.logprobs && !lps.empty()) chunk["choices"][0]["logprobs"] = logprobs_json(r, lps, gen_.vocab(), *text_offset);
+          if (r.logprobs && !lps.empty())
+            chunk["choices"][0]["logprobs"] = logprobs_json(r, lps, gen_.vocab(), *text_offset);
           if (!send(chunk)) return false;
         }
         if (!done) {

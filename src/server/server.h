@@ -16,6 +16,7 @@
 #include "engine/generator.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/request_limits.h"
 #include "server/scheduler.h"
 
 namespace coda {
@@ -30,8 +31,9 @@ struct ServerOptions {
   size_t max_queue = 64;
   size_t max_batch = 8;                // sequences generated together
   int64_t kv_budget_tokens = 1 << 20;  // KV cache tokens all running sequences may hold
-  int http_threads = 0;                // 0: max_queue + max_batch + 8
-  bool admin_api = false;              // POST /admin/pause and /admin/resume (behind the API key)
+  int http_threads = 0;                // --max-connections; 0: max_queue + max_batch + 8
+  RequestLimits limits;
+  bool admin_api = false;  // POST /admin/pause and /admin/resume (behind the API key)
   ServerDefaults defaults;
 };
 
