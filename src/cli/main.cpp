@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   coda::cli::add_proxy(app, commands);
   coda::cli::add_lab_bench(app, commands);
   coda::cli::add_lab_tune(app, commands);
+  coda::cli::add_perplexity(app, commands);
+  coda::cli::add_quantize(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
