@@ -27,6 +27,7 @@ void add_lab_bench(CLI::App& app, std::vector<Command>& out);  // coda bench
 void add_lab_tune(CLI::App& app, std::vector<Command>& out);   // coda tune
 void add_perplexity(CLI::App& app, std::vector<Command>& out);
 void add_quantize(CLI::App& app, std::vector<Command>& out);
+void add_threshold(CLI::App& app, std::vector<Command>& out);
 
 // The bundled model: $CODA_MODEL, else ../share/coda/ beside an installed executable, else the nearest
 // models/ above the executable (a build tree), else the source tree's models/.

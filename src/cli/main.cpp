@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   coda::cli::add_lab_tune(app, commands);
   coda::cli::add_perplexity(app, commands);
   coda::cli::add_quantize(app, commands);
+  coda::cli::add_threshold(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

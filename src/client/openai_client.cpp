@@ -92,13 +92,20 @@ std::optional<nlohmann::json> read_object(const std::string& text, const std::st
 
 const char* to_string(ErrorKind k) {
   switch (k) {
-    case ErrorKind::None: return "none";
-    case ErrorKind::Connection: return "connection";
-    case ErrorKind::Timeout: return "timeout";
-    case ErrorKind::Http: return "http";
-    case ErrorKind::Upstream: return "upstream";
-    case ErrorKind::Protocol: return "protocol";
-    case ErrorKind::Cancelled: return "cancelled";
+    case ErrorKind::None:
+      return "none";
+    case ErrorKind::Connection:
+      return "connection";
+    case ErrorKind::Timeout:
+      return "timeout";
+    case ErrorKind::Http:
+      return "http";
+    case ErrorKind::Upstream:
+      return "upstream";
+    case ErrorKind::Protocol:
+      return "protocol";
+    case ErrorKind::Cancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -164,8 +171,7 @@ Expected<OpenAIClient> OpenAIClient::create(Endpoint ep) {
   if (hostport.size() > 2 && hostport.front() == '[' && hostport.back() == ']')
     hostport = hostport.substr(1, hostport.size() - 2);
   if (hostport.empty()) return Error("url " + ep.url + ": no host; expected http://HOST:PORT[/v1]");
-  if (!(ep.connect_timeout_s > 0) || !(ep.read_timeout_s > 0))
-    return Error("client timeouts must be > 0 seconds");
+  if (!(ep.connect_timeout_s > 0) || !(ep.read_timeout_s > 0)) return Error("client timeouts must be > 0 seconds");
   c.host_ = hostport;
   c.ep_ = std::move(ep);
   return c;
@@ -200,8 +206,8 @@ void configure(httplib::Client& cli, const Endpoint& ep) {
 Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const OnDelta& on_delta,
                                   const std::atomic<bool>* cancel) const {
   Completion c;
-  const bool streaming = body.is_object() && body.contains("stream") && body["stream"].is_boolean() &&
-                         body["stream"].get<bool>();
+  const bool streaming =
+      body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   httplib::Client cli(origin());
   configure(cli, ep_);
 
@@ -213,9 +219,9 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
   req.set_header("Accept", streaming ? "text/event-stream" : "application/json");
 
   const auto t0 = Clock::now();
-  std::string raw;             // non-streaming body, or an error body
-  bool stream_body = false;    // the response is a 200 event stream
-  bool done = false;           // `data: [DONE]` seen
+  std::string raw;           // non-streaming body, or an error body
+  bool stream_body = false;  // the response is a 200 event stream
+  bool done = false;         // `data: [DONE]` seen
   bool stopped_by_caller = false;
   SseParser sse;
   std::vector<SseEvent> events;
@@ -251,7 +257,8 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
         done = true;
         break;
       }
-      auto obj = read_object(ev.data, "malformed event in the stream: ", "the server reported an error mid-stream: ", c);
+      auto obj =
+          read_object(ev.data, "malformed event in the stream: ", "the server reported an error mid-stream: ", c);
       if (!obj) return false;
       const nlohmann::json& j = *obj;
       Delta d;
@@ -298,7 +305,8 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
           set_error(c, ErrorKind::Connection, "the response from " + describe() + " broke off");
         break;
       default:
-        set_error(c, ErrorKind::Connection, std::string("request to ") + describe() + " failed: " + httplib::to_string(err));
+        set_error(c, ErrorKind::Connection,
+                  std::string("request to ") + describe() + " failed: " + httplib::to_string(err));
     }
     // A stream that went silent past the read timeout is a timeout, whatever httplib called it.
     if (stream_body && c.error_kind == ErrorKind::Connection && !c.chunk_ms.empty() &&
@@ -348,12 +356,22 @@ Expected<nlohmann::json> OpenAIClient::get_json(const std::string& path, int* st
   if (!res) return Error("GET " + describe() + p + " failed: " + httplib::to_string(res.error()));
   if (status) *status = res->status;
   nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-  if (j.is_discarded()) return Error("GET " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
+  if (j.is_discarded())
+    return Error("GET " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
   if (res->status < 200 || res->status >= 300) {
     std::string m = error_message(j);
     return Error("GET " + p + ": HTTP " + std::to_string(res->status) + (m.empty() ? "" : ": " + m));
   }
   return j;
+}
+
+void ask_logprobs(nlohmann::json& body, bool chat, int top) {
+  if (chat) {
+    body["logprobs"] = true;
+    body["top_logprobs"] = top;
+  } else {
+    body["logprobs"] = top;
+  }
 }
 
 }  // namespace coda::client

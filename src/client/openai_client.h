@@ -23,8 +23,8 @@
 namespace coda::client {
 
 struct Endpoint {
-  std::string url;       // http(s)://host:port, optionally with a path prefix, with or without /v1
-  std::string api_key;   // sent as "Authorization: Bearer KEY" when not empty
+  std::string url;      // http(s)://host:port, optionally with a path prefix, with or without /v1
+  std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
   double connect_timeout_s = 10;
   double read_timeout_s = 120;  // the longest silence between two reads (a hung upstream)
 };
@@ -55,19 +55,23 @@ const char* to_string(ErrorKind k);
 struct Completion {
   bool ok = false;
   ErrorKind error_kind = ErrorKind::None;
-  std::string error;                // a message a user can act on
-  int status = 0;                   // HTTP status; 0 when no response came
-  nlohmann::json error_body;        // the server's error JSON, when it sent one
-  std::string text;                 // the generated text (concatenated deltas when streaming)
-  std::string finish_reason;        // empty when none was reported
-  int64_t prompt_tokens = -1;       // from usage; -1 when the server did not say
+  std::string error;           // a message a user can act on
+  int status = 0;              // HTTP status; 0 when no response came
+  nlohmann::json error_body;   // the server's error JSON, when it sent one
+  std::string text;            // the generated text (concatenated deltas when streaming)
+  std::string finish_reason;   // empty when none was reported
+  int64_t prompt_tokens = -1;  // from usage; -1 when the server did not say
   int64_t completion_tokens = -1;
   std::vector<TokenLogprob> logprobs;
-  nlohmann::json coda;              // coda's report ("coda" field), null when absent
-  double ttft_ms = -1;              // first content chunk (streaming) or the whole answer
+  nlohmann::json coda;  // coda's report ("coda" field), null when absent
+  double ttft_ms = -1;  // first content chunk (streaming) or the whole answer
   double e2e_ms = 0;
-  std::vector<double> chunk_ms;     // arrival of every chunk that carried text
+  std::vector<double> chunk_ms;  // arrival of every chunk that carried text
 };
+
+// Asks for each token's logprob with `top` alternatives, in the request's own shape: chat
+// `logprobs: true, top_logprobs: N`; completions `logprobs: N`.
+void ask_logprobs(nlohmann::json& body, bool chat, int top);
 
 // What a streaming callback sees for each data event: the parsed delta and the raw chunk.
 struct Delta {
@@ -100,7 +104,7 @@ class OpenAIClient {
  private:
   OpenAIClient() = default;
   std::string route(const std::string& v1_path) const;  // "/v1/completions" under the prefix
-  std::string origin() const;                            // scheme://host:port
+  std::string origin() const;                           // scheme://host:port
 
   Endpoint ep_;
   bool https_ = false;  // TLS through httplib's OpenSSL build (Debian's libcpp-httplib has it)

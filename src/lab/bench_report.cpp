@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "lab/outputs.h"
 #include "lab/svg.h"
 
 namespace coda::lab {
@@ -39,17 +40,17 @@ const char* reason_color(const std::string& r) {
 std::string bench_report_html(const nlohmann::ordered_json& s, const LoadRun& run, const LoadOptions& opts) {
   std::ostringstream o;
   const auto ci = s["failure_rate_ci95"];
-  o << "<p>Target <code>" << svg::escape(s["target"].get<std::string>()) << "</code>: "
-    << s["requests"].get<int64_t>() << " requests in " << opts.sets << " set(s), " << opts.rate_per_min
-    << " per minute (burstiness " << opts.burstiness << "), max_tokens " << opts.max_tokens << ", "
-    << num(s["duration_s"]) << " s.</p>";
+  o << "<p>Target <code>" << svg::escape(s["target"].get<std::string>()) << "</code>: " << s["requests"].get<int64_t>()
+    << " requests in " << opts.sets << " set(s), " << opts.rate_per_min << " per minute (burstiness " << opts.burstiness
+    << "), max_tokens " << opts.max_tokens << ", " << num(s["duration_s"]) << " s.</p>";
   o << "<p><b>Failure rate " << pct(s["failure_rate"].get<double>()) << "</b> (" << s["failures"].get<int64_t>()
     << " of " << s["completed"].get<int64_t>() << " ran to max_tokens without ending), 95% Wilson interval "
     << pct(ci[0].get<double>()) << " to " << pct(ci[1].get<double>()) << ". Errors: " << s["errors"].get<int64_t>()
     << ".</p>";
   if (s["interrupted"].get<bool>()) o << "<p class=\"note\">Interrupted: these are partial results.</p>";
 
-  o << "<h2>Per set</h2><table><tr><th>set</th><th>requests</th><th>failures</th><th>rate</th><th>95% interval</th></tr>";
+  o << "<h2>Per set</h2><table><tr><th>set</th><th>requests</th><th>failures</th><th>rate</th><th>95% "
+       "interval</th></tr>";
   for (const auto& st : s["sets"])
     o << "<tr><td>" << st["set"].get<int>() << "</td><td>" << st["requests"].get<int64_t>() << "</td><td>"
       << st["failures"].get<int64_t>() << "</td><td>" << pct(st["failure_rate"].get<double>()) << "</td><td>"
@@ -116,7 +117,8 @@ std::string bench_report_html(const nlohmann::ordered_json& s, const LoadRun& ru
 
   if (!s["guard_events"].empty()) {
     o << "<h2>Guard events reported by the target</h2><table><tr><th>type</th><th>count</th></tr>";
-    for (const auto& [k, v] : s["guard_events"].items()) o << "<tr><td>" << svg::escape(k) << "</td><td>" << v << "</td></tr>";
+    for (const auto& [k, v] : s["guard_events"].items())
+      o << "<tr><td>" << svg::escape(k) << "</td><td>" << v << "</td></tr>";
     o << "</table>";
   }
   return svg::page("coda bench", o.str());
@@ -124,21 +126,12 @@ std::string bench_report_html(const nlohmann::ordered_json& s, const LoadRun& ru
 
 Status write_bench_outputs(const std::string& dir, const nlohmann::ordered_json& summary, const LoadRun& run,
                            const LoadOptions& opts) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Error("cannot create " + dir + ": " + ec.message());
-  auto write = [&](const std::string& name, const std::string& text) -> Status {
-    std::ofstream f(dir + "/" + name, std::ios::binary);
-    f << text;
-    if (!f) return Error("cannot write " + dir + "/" + name);
-    return Status::Ok();
-  };
-  CODA_RETURN_IF_ERROR(write("summary.json", summary.dump(2) + "\n"));
   std::string lines;
   for (const auto& r : run.records)
     lines += record_json(r, opts).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  CODA_RETURN_IF_ERROR(write("requests.jsonl", lines));
-  return write("report.html", bench_report_html(summary, run, opts));
+  return write_output_files(dir, {{"summary.json", summary.dump(2) + "\n"},
+                                  {"requests.jsonl", lines},
+                                  {"report.html", bench_report_html(summary, run, opts)}});
 }
 
 }  // namespace coda::lab

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 namespace coda::lab {
 
@@ -123,6 +124,62 @@ double hypervolume(std::vector<std::vector<double>> points, const std::vector<do
     if (ok) inside.push_back(std::move(p));
   }
   return hv_inside(std::move(inside), reference, reference.size());
+}
+
+std::vector<SurvivalStep> kaplan_meier(const std::vector<SurvivalObservation>& obs) {
+  std::vector<SurvivalObservation> o = obs;
+  // By time; at equal times events first, so a run censored then is still at risk for them.
+  std::sort(o.begin(), o.end(), [](const SurvivalObservation& a, const SurvivalObservation& b) {
+    return a.time != b.time ? a.time < b.time : a.event > b.event;
+  });
+  std::vector<SurvivalStep> curve;
+  double s = 1;
+  auto at_risk = static_cast<int64_t>(o.size());
+  for (size_t i = 0; i < o.size();) {
+    const double t = o[i].time;
+    int64_t d = 0, gone = 0;
+    for (; i < o.size() && o[i].time == t; ++i, ++gone) d += o[i].event;
+    if (d > 0) {
+      s *= 1.0 - static_cast<double>(d) / static_cast<double>(at_risk);
+      curve.push_back({t, s, at_risk, d});
+    }
+    at_risk -= gone;
+  }
+  return curve;
+}
+
+double survival_quantile(const std::vector<SurvivalStep>& curve, double q) {
+  for (const auto& st : curve)
+    if (st.survival <= 1.0 - q + 1e-12) return st.time;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+std::vector<double> bootstrap_survival_quantiles(const std::vector<SurvivalObservation>& obs, double q, int resamples,
+                                                 uint64_t seed) {
+  std::vector<double> out;
+  if (obs.empty()) return out;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> pick(0, obs.size() - 1);
+  std::vector<SurvivalObservation> r(obs.size());
+  out.reserve(static_cast<size_t>(std::max(0, resamples)));
+  for (int b = 0; b < resamples; ++b) {
+    for (auto& x : r) x = obs[pick(rng)];
+    const double v = survival_quantile(kaplan_meier(r), q);
+    out.push_back(std::isnan(v) ? std::numeric_limits<double>::infinity() : v);
+  }
+  return out;
+}
+
+std::pair<double, double> bootstrap_interval(std::vector<double> quantiles, double level) {
+  if (quantiles.empty()) return {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+  std::sort(quantiles.begin(), quantiles.end());
+  // Order statistics, not interpolation: an end can be +infinity, and interpolating towards it
+  // would make it infinite too early.
+  const double a = (1.0 - level) / 2;
+  const auto n = static_cast<double>(quantiles.size());
+  const auto lo = static_cast<size_t>(std::clamp(std::floor(a * n), 0.0, n - 1));
+  const auto hi = static_cast<size_t>(std::clamp(std::ceil((1.0 - a) * n) - 1, 0.0, n - 1));
+  return {quantiles[lo], quantiles[hi]};
 }
 
 }  // namespace coda::lab

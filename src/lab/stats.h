@@ -1,5 +1,6 @@
 // Statistics the lab reports, in one place: binomial intervals for failure rates, percentiles of
-// latencies, the Kolmogorov-Smirnov test of arrival gaps, and the hypervolume of a Pareto front.
+// latencies, the Kolmogorov-Smirnov test of arrival gaps, the hypervolume of a Pareto front, and
+// survival analysis (Kaplan-Meier) for coherence thresholds.
 // Every function is pure and tested against hand-computed cases.
 #pragma once
 
@@ -35,5 +36,33 @@ std::vector<int> nondomination_ranks(const std::vector<std::vector<double>>& poi
 // every objective add nothing). Exact, by recursive slicing over the first objective (WFG-style
 // inclusion-exclusion is not needed for the 2-4 objectives the tuner uses).
 double hypervolume(std::vector<std::vector<double>> points, const std::vector<double>& reference);
+
+// Survival analysis. One observation per run: the generated-token count at which it degraded
+// (`event` true), or the length it reached still coherent (`event` false: censored there).
+struct SurvivalObservation {
+  double time = 0;
+  bool event = false;
+};
+// One step of the Kaplan-Meier curve: S(t) just after `time`, with the runs at risk at `time`
+// (not yet degraded or censored before it) and the degradations at `time`.
+struct SurvivalStep {
+  double time = 0;
+  double survival = 1;
+  int64_t at_risk = 0, events = 0;
+};
+// The Kaplan-Meier estimate S(t) = prod over event times t_i <= t of (1 - d_i / n_i); steps only at
+// event times. A run censored at the same time as an event is counted at risk there (the usual
+// convention: censoring happens just after the events of its time).
+std::vector<SurvivalStep> kaplan_meier(const std::vector<SurvivalObservation>& obs);
+// The time by which a share `q` of runs has degraded: the first event time with S <= 1 - q; NaN
+// when the curve never falls that far (fewer than q of the runs degraded within what was seen).
+double survival_quantile(const std::vector<SurvivalStep>& curve, double q);
+// The quantile of `resamples` bootstrap resamples (runs drawn with replacement, seeded). A
+// resample whose curve never reaches the quantile gives +infinity: "beyond what was observed".
+std::vector<double> bootstrap_survival_quantiles(const std::vector<SurvivalObservation>& obs, double q, int resamples,
+                                                 uint64_t seed);
+// The percentile interval of those (level 0.95: the 2.5th and 97.5th percentiles); an end may be
+// +infinity.
+std::pair<double, double> bootstrap_interval(std::vector<double> quantiles, double level = 0.95);
 
 }  // namespace coda::lab

@@ -35,6 +35,22 @@ void widen(double& lo, double& hi) {
   lo -= pad;
 }
 
+// The data's range on both axes, from zero where the axes say so; frame() pads it (and gives an
+// empty chart a unit range).
+struct Extent {
+  double x0, x1 = -INFINITY, y0, y1 = -INFINITY;
+  explicit Extent(const Axes& a) : x0(a.x_from_zero ? 0 : INFINITY), y0(a.y_from_zero ? 0 : INFINITY) {}
+  void x(double v) { x0 = std::min(x0, v), x1 = std::max(x1, v); }
+  void y(double v) { y0 = std::min(y0, v), y1 = std::max(y1, v); }
+  Frame frame(const Axes& a) {
+    if (!std::isfinite(x0)) x0 = 0, x1 = 1;
+    if (!std::isfinite(y0)) y0 = 0, y1 = 1;
+    widen(x0, x1);
+    widen(y0, y1);
+    return Frame{a, x0, x1, y0, y1};
+  }
+};
+
 std::string open(const Frame& f) {
   const Axes& a = f.a;
   std::ostringstream o;
@@ -64,11 +80,20 @@ std::string escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -76,16 +101,10 @@ std::string escape(const std::string& s) {
 
 std::string scatter(const Axes& a, const std::vector<Point>& points,
                     const std::vector<std::pair<double, std::string>>& hlines) {
-  double x0 = a.x_from_zero ? 0 : INFINITY, x1 = -INFINITY, y0 = a.y_from_zero ? 0 : INFINITY, y1 = -INFINITY;
-  for (const auto& p : points) {
-    x0 = std::min(x0, p.x), x1 = std::max(x1, p.x), y0 = std::min(y0, p.y), y1 = std::max(y1, p.y);
-  }
-  for (const auto& h : hlines) y0 = std::min(y0, h.first), y1 = std::max(y1, h.first);
-  if (!std::isfinite(x0)) x0 = 0, x1 = 1;
-  if (!std::isfinite(y0)) y0 = 0, y1 = 1;
-  widen(x0, x1);
-  widen(y0, y1);
-  Frame f{a, x0, x1, y0, y1};
+  Extent e(a);
+  for (const auto& p : points) e.x(p.x), e.y(p.y);
+  for (const auto& h : hlines) e.y(h.first);
+  const Frame f = e.frame(a);
   std::ostringstream o;
   o << open(f);
   for (const auto& [v, label] : hlines) {
@@ -135,14 +154,15 @@ std::string histogram(const Axes& a, const std::vector<double>& values, int bins
   for (int b = 0; b < bins; ++b) {
     const double c = counts[static_cast<size_t>(b)];
     if (c <= 0) continue;
-    o << "<rect x=\"" << f.px(lo + b * w) << "\" y=\"" << f.py(c) << "\" width=\"" << std::max(1.0, f.px(lo + (b + 1) * w) - f.px(lo + b * w) - 1)
-      << "\" height=\"" << f.py(0) - f.py(c) << "\" fill=\"#1f77b4\"><title>" << fmt(lo + b * w) << "-"
-      << fmt(lo + (b + 1) * w) << ": " << c << "</title></rect>";
+    o << "<rect x=\"" << f.px(lo + b * w) << "\" y=\"" << f.py(c) << "\" width=\""
+      << std::max(1.0, f.px(lo + (b + 1) * w) - f.px(lo + b * w) - 1) << "\" height=\"" << f.py(0) - f.py(c)
+      << "\" fill=\"#1f77b4\"><title>" << fmt(lo + b * w) << "-" << fmt(lo + (b + 1) * w) << ": " << c
+      << "</title></rect>";
   }
   if (marker >= 0) {
-    o << "<line x1=\"" << f.px(marker) << "\" y1=\"" << kTop << "\" x2=\"" << f.px(marker) << "\" y2=\""
-      << f.py(0) << "\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/><text x=\"" << f.px(marker) - 3 << "\" y=\""
-      << kTop + 10 << "\" text-anchor=\"end\" fill=\"#d62728\">" << escape(marker_label) << "</text>";
+    o << "<line x1=\"" << f.px(marker) << "\" y1=\"" << kTop << "\" x2=\"" << f.px(marker) << "\" y2=\"" << f.py(0)
+      << "\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/><text x=\"" << f.px(marker) - 3 << "\" y=\"" << kTop + 10
+      << "\" text-anchor=\"end\" fill=\"#d62728\">" << escape(marker_label) << "</text>";
   }
   o << "</svg>";
   return o.str();
@@ -177,6 +197,37 @@ std::string stacked_bars(const Axes& a, const std::vector<std::string>& categori
     o << "<rect x=\"" << lx << "\" y=\"" << kTop - 2 << "\" width=\"10\" height=\"10\" fill=\"" << s.color
       << "\"/><text x=\"" << lx + 13 << "\" y=\"" << kTop + 7 << "\">" << escape(s.name) << "</text>";
     lx += 18 + 7.0 * static_cast<double>(s.name.size());
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+std::string step_curves(const Axes& a, const std::vector<Curve>& curves,
+                        const std::vector<std::pair<double, std::string>>& vlines) {
+  Extent e(a);
+  for (const auto& c : curves)
+    for (const auto& [x, y] : c.points) e.x(x), e.y(y);
+  for (const auto& v : vlines) e.x(v.first);
+  const Frame f = e.frame(a);
+  std::ostringstream o;
+  o << open(f);
+  for (const auto& [v, label] : vlines)
+    o << "<line x1=\"" << f.px(v) << "\" y1=\"" << kTop << "\" x2=\"" << f.px(v) << "\" y2=\"" << a.height - kBottom
+      << "\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/><text x=\"" << f.px(v) + 3 << "\" y=\"" << kTop + 10
+      << "\" fill=\"#d62728\">" << escape(label) << "</text>";
+  int legend = 0;
+  for (const auto& c : curves) {
+    if (c.points.empty()) continue;
+    std::ostringstream d;
+    d << "M" << f.px(c.points[0].first) << "," << f.py(c.points[0].second);
+    for (size_t i = 1; i < c.points.size(); ++i)
+      d << " H" << f.px(c.points[i].first) << " V" << f.py(c.points[i].second);
+    o << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"" << c.color << "\" stroke-width=\"2\"><title>"
+      << escape(c.name) << "</title></path>";
+    const double ly = kTop + 14 + 14 * legend++;
+    o << "<line x1=\"" << a.width - kRight - 150 << "\" y1=\"" << ly - 4 << "\" x2=\"" << a.width - kRight - 134
+      << "\" y2=\"" << ly - 4 << "\" stroke=\"" << c.color << "\" stroke-width=\"2\"/><text x=\""
+      << a.width - kRight - 130 << "\" y=\"" << ly << "\">" << escape(c.name) << "</text>";
   }
   o << "</svg>";
   return o.str();

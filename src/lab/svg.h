@@ -12,7 +12,7 @@ std::string escape(const std::string& s);  // for HTML text and attributes
 struct Point {
   double x = 0, y = 0;
   std::string color = "#1f77b4";
-  std::string label;  // a tooltip
+  std::string label;   // a tooltip
   bool boxed = false;  // drawn with a square around it (e.g. the baseline trial)
 };
 
@@ -34,6 +34,16 @@ struct Series {
   std::vector<double> values;
 };
 std::string stacked_bars(const Axes& a, const std::vector<std::string>& categories, const std::vector<Series>& series);
+
+// Step curves (a survival curve drops at each event and stays flat between): each curve starts at
+// its first point and holds every value until the next point's x; optional vertical markers
+// (x, label).
+struct Curve {
+  std::string name, color;
+  std::vector<std::pair<double, double>> points;  // (x, y), x increasing
+};
+std::string step_curves(const Axes& a, const std::vector<Curve>& curves,
+                        const std::vector<std::pair<double, std::string>>& vlines = {});
 
 // A page: title, a style sheet for tables, and the body.
 std::string page(const std::string& title, const std::string& body);

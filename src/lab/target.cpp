@@ -71,6 +71,14 @@ client::Completion EngineTarget::send(const nlohmann::json& body, bool chat, con
   c.prompt_tokens = out->result.prompt_tokens;
   c.completion_tokens = out->result.completion_tokens;
   c.coda = nlohmann::json::parse(dump_json(out->report.to_json()));
+  // The tokens' text and logprobs, when the request asked for them, as a server would send them.
+  for (const auto& t : out->result.logprobs) {
+    client::TokenLogprob lp;
+    lp.token = t.text;
+    lp.logprob = t.logprob;
+    for (const auto& [id, l] : t.top) lp.top.push_back({gen_.vocab().token_bytes(id), l});
+    c.logprobs.push_back(std::move(lp));
+  }
   if (c.ttft_ms < 0) c.ttft_ms = c.e2e_ms;
   return c;
 }

@@ -44,15 +44,6 @@ bool can_continue(const nlohmann::json& body, bool chat) {
   return body.contains("messages") && body["messages"].is_array() && !body["messages"].empty();
 }
 
-void ask_logprobs(nlohmann::json& b, bool chat, int top) {
-  if (chat) {
-    b["logprobs"] = true;
-    b["top_logprobs"] = top;
-  } else {
-    b["logprobs"] = top;
-  }
-}
-
 void drop_logprobs(nlohmann::json& b) {
   b.erase("logprobs");
   b.erase("top_logprobs");
@@ -115,7 +106,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   base["stream_options"]["include_usage"] = true;
   const int top = std::max(opt.top_logprobs, view.top_logprobs);
   nlohmann::json with_lp = base;
-  if (opt.top_logprobs > 0) ask_logprobs(with_lp, chat, top);
+  if (opt.top_logprobs > 0) client::ask_logprobs(with_lp, chat, top);
 
   size_t released_units = 0, released_bytes = 0;
   // Hands the client what is final: everything (observe, stop, the end) or all but the held units.

@@ -5,7 +5,9 @@
   mid-line) resumes to exactly the trials an uninterrupted one has;
 - `coda bench --url` against `coda serve` over loopback counts the finish reasons the server's
   /metrics report;
-- both reports render in headless Chromium (Debian's) without console errors.
+- `coda threshold` on the bundled model, greedy: the Kaplan-Meier curve falls where the loops of
+  the guard evaluation's reference definition (bench/guard_eval.py) begin, on the same tokens;
+- the reports render in headless Chromium (Debian's) without console errors.
 
 Usage: /usr/bin/python3 tests/lab/test_lab_cli.py build/coda WORK_DIR
 """
@@ -17,6 +19,7 @@ import sys
 import urllib.request
 
 failures = []
+MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "coda-tiny-en-it-f16.gguf")
 
 
 def check(cond, what):
@@ -118,6 +121,61 @@ def bench_http_tests(coda, work):
         srv.wait(timeout=30)
 
 
+THRESHOLD_PROMPTS = [("kjv-en", p) for p in ("And the LORD said unto", "And Moses went up to", "The king spake unto",
+                                               "And the people came to", "And David took", "In the beginning God")] + \
+    [("fortune-it", p) for p in ("La vita è come", "Il tempo non aspetta", "L'amore vale più di",
+                                 "Chi dorme porta sempre")]
+
+
+def threshold_tests(coda, work):
+    """Greedy generations of the bundled model loop (its model card); coda threshold must see them
+    begin where the reference definition, independent of the guard's detectors, says they do."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from guard_eval import reference_loop
+    prompts = os.path.join(work, "threshold-prompts.jsonl")
+    with open(prompts, "w") as f:
+        for g, p in THRESHOLD_PROMPTS:
+            f.write(json.dumps({"prompt": p, "group": g}) + "\n")
+    out = os.path.join(work, "threshold")
+    p = run([coda, "threshold", "-m", MODEL, "--prompts", prompts, "--runs", "6", "-n", "512", "--temp", "0",
+             "--ignore-eos", "-t", "2", "-o", out])
+    check("threshold" in p.stdout, "coda threshold prints a line per group: " + p.stdout.strip().replace("\n", " | "))
+    summary = json.load(open(os.path.join(out, "threshold.json")))
+    runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl"))]
+    for g, gj in summary["groups"].items():
+        for key in ("runs", "degraded", "threshold_tokens", "threshold_ci95", "recommended_max_tokens", "episode_types"):
+            check(key in gj, f"{g}: threshold.json has {key}")
+        check(all(("onset" in r and "episode" in r) or "censored_at" in r for r in gj["runs_detail"]),
+              f"{g}: every run has an onset with its episode, or is censored")
+        ref_onsets = []
+        for r in runs:
+            if r["group"] != g:
+                continue
+            ids = {}
+            ref = reference_loop([ids.setdefault(t, len(ids)) for t in r["tokens"]])
+            check(len(r["tokens"]) == r["length"] == 512, f"{g} run {r['index']}: 512 tokens, each with its text")
+            if ref is None:
+                check(not r["degraded"] or r["episode"] not in ("loop", "near_loop", "flooding"),
+                      f"{g} run {r['index']}: no reference loop and no loop episode")
+                continue
+            ref_onsets.append(ref)
+            check(r["degraded"] and abs(r["onset"] - ref[0]) <= ref[1],
+                  f"{g} run {r['index']}: guard onset {r.get('onset')} within one period ({ref[1]}) of the reference "
+                  f"onset {ref[0]}")
+        thr = gj["threshold_tokens"]
+        check(len(ref_onsets) >= 4, f"{g}: greedy runs loop by the reference ({len(ref_onsets)} of 6)")
+        steps = [st["tokens"] for st in gj["survival"]]
+        check(all(any(abs(t - o) <= per for o, per in ref_onsets) for t in steps),
+              f"{g}: every drop of the survival curve {steps} lies within a period of a reference loop onset "
+              f"{sorted(ref_onsets)}")
+        # Every run degraded, so the 10% threshold is the curve's first drop: the earliest loop.
+        check(thr is not None and thr == min(steps), f"{g}: threshold {thr} at the first drop of the curve")
+        lo, hi = gj["threshold_ci95"]
+        check(lo is not None and lo <= thr and (hi is None or thr <= hi), f"{g}: interval [{lo}, {hi}] holds {thr}")
+        check(gj["recommended_max_tokens"] == int(thr * 0.8), f"{g}: recommended max_tokens = 80% of the threshold")
+    return os.path.join(out, "report.html")
+
+
 def render(report, work):
     """Headless Chromium loads the report; the DevTools console must stay silent."""
     chromium = shutil.which("chromium")
@@ -142,8 +200,10 @@ def main():
     os.makedirs(work)
     tune_report = tune_tests(coda, work)
     bench_report = bench_http_tests(coda, work)
+    threshold_report = threshold_tests(coda, work)
     render(tune_report, work)
     render(bench_report, work)
+    render(threshold_report, work)
     print(f"{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)
 

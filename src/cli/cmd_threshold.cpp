@@ -1,0 +1,106 @@
+// `coda threshold`: the coherence threshold per prompt group (Kaplan-Meier over long generations).
+#include <cmath>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "cli/sampling_flags.h"
+#include "cli/target_flags.h"
+#include "lab/threshold.h"
+
+namespace coda::cli {
+
+namespace {
+
+struct ThresholdFlags {
+  TargetFlags target;
+  GenerationRequest sampling;
+  std::string prompts_file, sets = "narrative,technical,exam", languages = "en,it,fr", out_dir;
+  lab::ThresholdOptions opts;
+};
+
+int threshold(ThresholdFlags& f, const CLI::App* sub) {
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages) : lab::load_prompts(f.prompts_file);
+  if (!prompts) return fail(prompts.message());
+  f.opts.sampling = sampling_fields(sub, f.sampling);
+  f.opts.sampling.erase("seed");
+  f.opts.seed = f.sampling.sampling.seed;
+  f.opts.model = f.target.model_name;
+  if (!(f.opts.quantile > 0 && f.opts.quantile < 1)) return fail("--quantile: must be between 0 and 1, e.g. 0.1");
+  if (!(f.opts.margin >= 0 && f.opts.margin < 1)) return fail("--margin: must be in [0, 1), e.g. 0.2");
+  auto built = make_target(f.target);
+  if (!built) return fail(built.message());
+  lab::Target& target = *built->target;
+  std::fprintf(stderr, "coda threshold: %s, %d runs per group, max_tokens %d, %zu prompts\n", target.describe().c_str(),
+               f.opts.runs, f.opts.max_tokens, prompts->size());
+  ProgressLine bar("threshold");
+  InterruptFlag interrupt;
+  auto runs = lab::run_threshold(
+      target, *prompts, f.opts,
+      [&](const lab::ThresholdProgress& p) {
+        bar.update(p.done, p.total, "degraded " + std::to_string(p.degraded) + ", errors " + std::to_string(p.errors));
+      },
+      interrupt.flag());
+  bar.finish();
+  const auto summary = lab::summarize_threshold(runs, f.opts, target.describe());
+  if (Status s = lab::write_threshold_outputs(f.out_dir, summary, runs); !s.ok()) return fail(s.message());
+  int64_t completed = 0;
+  for (const auto& [g, gj] : summary["groups"].items()) {
+    completed += gj["completed"].get<int64_t>();
+    const auto& t = gj["threshold_tokens"];
+    const auto& ci = gj["threshold_ci95"];
+    std::string types;
+    for (const auto& e : gj["episode_types"]) types += (types.empty() ? "" : " -> ") + e["type"].get<std::string>();
+    if (t.is_null())
+      std::printf("%-16s %3lld runs, %3lld degraded: no threshold within %d tokens\n", g.c_str(),
+                  static_cast<long long>(gj["completed"].get<int64_t>()),
+                  static_cast<long long>(gj["degraded"].get<int64_t>()), f.opts.max_tokens);
+    else
+      std::printf("%-16s %3lld runs, %3lld degraded: threshold %.0f tokens (95%% CI %s-%s), max_tokens <= %lld; %s\n",
+                  g.c_str(), static_cast<long long>(gj["completed"].get<int64_t>()),
+                  static_cast<long long>(gj["degraded"].get<int64_t>()), t.get<double>(),
+                  ci[0].is_null() ? "?" : std::to_string(std::lround(ci[0].get<double>())).c_str(),
+                  ci[1].is_null() ? "beyond" : std::to_string(std::lround(ci[1].get<double>())).c_str(),
+                  static_cast<long long>(gj["recommended_max_tokens"].get<int64_t>()), types.c_str());
+  }
+  std::fprintf(stderr, "coda threshold: %s/threshold.json, %s/report.html\n", f.out_dir.c_str(), f.out_dir.c_str());
+  if (interrupt.flag()->load()) return fail("interrupted; partial results are in " + f.out_dir);
+  if (completed == 0) return fail("the target " + target.describe() + " answered no request successfully");
+  return 0;
+}
+
+}  // namespace
+
+void add_threshold(CLI::App& app, std::vector<Command>& out) {
+  auto f = std::make_shared<ThresholdFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "threshold", "Coherence threshold per prompt group: how long generations stay coherent (Kaplan-Meier)");
+  add_target_flags(sub, f->target);
+  sub->add_option("--prompts", f->prompts_file, "JSONL prompts: {\"prompt\"|\"messages\", \"group\"} per line");
+  sub->add_option("--set", f->sets, "Built-in tasks: narrative, technical, exam or all (comma-separated)")
+      ->capture_default_str();
+  sub->add_option("--lang", f->languages, "Built-in prompt languages: en, it, fr")->capture_default_str();
+  sub->add_option("--runs", f->opts.runs, "Runs per group")->capture_default_str()->check(CLI::Range(1, 100000));
+  sub->add_option("-n,--max-tokens", f->opts.max_tokens, "max_tokens of every run (long: the threshold must lie below)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--quantile", f->opts.quantile, "Share of runs degraded that defines the threshold")
+      ->capture_default_str();
+  sub->add_option("--margin", f->opts.margin, "Recommended max_tokens = threshold x (1 - margin)")
+      ->capture_default_str();
+  sub->add_option("--bootstrap", f->opts.bootstrap, "Bootstrap resamples for the interval")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 1000000));
+  sub->add_option("--max-concurrency", f->opts.max_concurrency, "Runs in flight at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--top-logprobs", f->opts.top_logprobs,
+                  "top_logprobs asked of a server without coda's report, for the guard's signals (0: text alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 20));
+  add_sampling_flags(sub, f->sampling);
+  sub->add_option("-o,--out", f->out_dir, "Output directory: threshold.json, runs.jsonl, report.html")->required();
+  out.push_back({sub, [f, sub] { return threshold(*f, sub); }});
+}
+
+}  // namespace coda::cli

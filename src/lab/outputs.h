@@ -1,0 +1,16 @@
+// An experiment's output directory: machine-readable results and a human report, written together.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace coda::lab {
+
+// Creates `dir` (and its parents) and writes each (name, content) into it; the error names the
+// file that could not be written.
+Status write_output_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files);
+
+}  // namespace coda::lab
