@@ -136,6 +136,14 @@ void Scheduler::work() {
   }
 }
 
+// Takes the front of the queue, whatever becomes of it (admitted, cancelled, failed): the waiting
+// gauge follows every pop, or a request cancelled in the queue would be counted as waiting forever.
+void Scheduler::pop_waiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.pop_front();
+  metrics_.set_gauge("coda:num_requests_waiting", static_cast<double>(queue_.size()));
+}
+
 // Moves queued requests into the batch while there is room; returns whether any moved.
 bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
   bool any = false;
@@ -147,10 +155,7 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
       t = queue_.front();
     }
     if (t->cancelled) {  // the client left while waiting
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        queue_.pop_front();
-      }
+      pop_waiting();
       metrics_.add("coda:request_success_total", 1, "finished_reason", "abort");
       t->finish(Error("cancelled"));
       continue;
@@ -166,21 +171,14 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
         },
         guard.get(), opts_.prefill_chunk);
     if (!seq) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        queue_.pop_front();
-      }
+      pop_waiting();
       metrics_.add("coda:request_success_total", 1, "finished_reason", "error");
       t->finish(seq.error());
       continue;
     }
     const int64_t need = (*seq)->kv().capacity();
     if (!active.empty() && kv_used + need > opts_.kv_budget_tokens) break;  // wait for room; order is kept
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.pop_front();
-      metrics_.set_gauge("coda:num_requests_waiting", static_cast<double>(queue_.size()));
-    }
+    pop_waiting();
     kv_used += need;
     active.push_back(Active{std::move(t), std::move(guard), std::move(*seq)});
     any = true;

@@ -83,6 +83,7 @@ class Scheduler {
     std::unique_ptr<Sequence> seq;
   };
   void work();
+  void pop_waiting();
   bool admit(std::vector<Active>& active, int64_t& kv_used);
   void step(std::vector<Active>& active);
   void complete(Active& a);
