@@ -216,11 +216,21 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--save-runs", metavar="FILE.jsonl",
+                    help="also write the observe runs' tokens, for `coda scan` to replay with other thresholds")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     items = prompts(a.prompts)
     runs = evaluate(a.coda, items, a.jobs)
     table = summarize(runs)
+    if a.save_runs:
+        with open(a.save_runs, "w") as f:
+            for r in runs:
+                if r["policy"] == "observe":
+                    ref = reference_loop(r["result"]["tokens"])
+                    f.write(json.dumps({"id": r["prompt"], "label": r["setting"], "prompt": r["prompt"],
+                                        "tokens": r["result"]["tokens"],
+                                        "reference_onset": ref[0] if ref else None}) + "\n")
     with open(os.path.join(a.out, "guard-eval.json"), "w") as f:
         json.dump({"summary": table, "runs": [{k: v for k, v in r.items() if k != "result"} | {
             "finish_reason": r["result"]["finish_reason"], "completion_tokens": r["result"]["usage"]["completion_tokens"],

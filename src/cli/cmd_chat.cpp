@@ -68,10 +68,8 @@ int chat(ChatFlags& f) {
       auto p = gen.prepare(r);
       if (p) std::fprintf(stderr, "[prompt: %zu tokens]\n%s\n", p->tokens.size(), p->text.c_str());
     }
-    auto policy = parse_guard_policy(f.guard);
-    if (!policy) return fail(policy.message());
     GuardConfig cfg;
-    cfg.policy = *policy;
+    if (Status s = set_guard_policy(f.guard, cfg); !s.ok()) return fail("--guard: " + s.message());
     auto res = generate_guarded(gen, r, cfg, [](const StreamChunk& c) {
       std::fputs(c.text.c_str(), stdout);
       std::fflush(stdout);
@@ -110,7 +108,9 @@ void add_chat(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_flag("--show-prompt", f->show_prompt, "Print each rendered prompt to stderr");
-  sub->add_option("--guard", f->guard, "Degeneration guard: observe, stop or repair")->capture_default_str();
+  sub->add_option("--guard", f->guard,
+                  "Degeneration guard: observe, stop or repair, optionally for some detectors (stop:loop,flooding)")
+      ->capture_default_str();
   add_sampling_flags(sub, f->request);
   out.push_back({sub, [f] { return chat(*f); }});
 }

@@ -11,7 +11,7 @@ namespace coda::cli {
 namespace {
 
 struct ProxyFlags {
-  std::string guard = "observe";
+  std::string guard = "stop:loop,flooding";  // exact loops and floods stop; the rest is observed (docs/guard.md)
   int max_repairs = 8;
   int repair_window = 256;
   proxy::ProxyOptions opts;
@@ -20,9 +20,7 @@ struct ProxyFlags {
 proxy::ProxyServer* g_proxy = nullptr;
 
 int run_proxy(ProxyFlags& f) {
-  auto policy = parse_guard_policy(f.guard);
-  if (!policy) return fail("--guard: " + policy.message());
-  f.opts.guard.policy = *policy;
+  if (Status s = set_guard_policy(f.guard, f.opts.guard); !s.ok()) return fail("--guard: " + s.message());
   f.opts.guard.max_repairs = f.max_repairs;
   f.opts.guard.stream_delay_tokens = f.repair_window;
   tune_allocator_for_server();
@@ -61,7 +59,10 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--host", f->opts.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->opts.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
   sub->add_option("--api-key", f->opts.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
-  sub->add_option("--guard", f->guard, "Guard policy: observe, stop or repair")->capture_default_str();
+  sub->add_option(
+         "--guard", f->guard,
+         "Guard policy: observe, stop or repair, optionally for some detectors (stop:loop,flooding; docs/guard.md)")
+      ->capture_default_str();
   sub->add_flag("--finish-reason-compat", f->opts.finish_reason_compat,
                 "Report the guard's finish reasons (repetition, degenerate) as 'stop' for strict clients");
   sub->add_option("--default-max-tokens", f->opts.default_max_tokens, "max_tokens for requests that name none")

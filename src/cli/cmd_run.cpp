@@ -78,9 +78,7 @@ int run(RunFlags& f) {
   std::optional<GuardedResult> guarded_res;
   Expected<GenerationResult> res = Error("");
   if (guarded) {
-    auto policy = parse_guard_policy(f.guard);
-    if (!policy) return fail(policy.message());
-    f.guard_config.policy = *policy;
+    if (Status s = set_guard_policy(f.guard, f.guard_config); !s.ok()) return fail("--guard: " + s.message());
     f.guard_config.trace = !f.trace_file.empty();
     auto g = generate_guarded(gen, f.request, f.guard_config, on_chunk);
     if (g) {
@@ -152,7 +150,9 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");
   sub->add_flag("--json", f->json, "Print one JSON result (text, tokens, finish_reason, usage, timings)");
   add_sampling_flags(sub, f->request);
-  sub->add_option("--guard", f->guard, "Degeneration guard: observe, stop, repair or off (docs/guard.md)")
+  sub->add_option("--guard", f->guard,
+                  "Degeneration guard: observe, stop, repair or off, optionally for some detectors "
+                  "(stop:loop,flooding; docs/guard.md)")
       ->capture_default_str();
   sub->add_option("--report", f->report_file, "Write the result with the guard's quality report (JSON)");
   sub->add_option("--trace", f->trace_file, "Write the guard's per-token signals (JSON Lines)");

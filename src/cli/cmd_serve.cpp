@@ -19,7 +19,7 @@ struct ServeFlags {
   int64_t ctx = 0;
   int default_max_tokens = 4096;
   double kv_budget_gib = 0;
-  std::string guard = "observe";
+  std::string guard = "stop:loop,flooding";  // exact loops and floods stop; the rest is observed (docs/guard.md)
   ServerOptions server;
 };
 
@@ -31,9 +31,7 @@ int serve(ServeFlags& f) {
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
   opts.default_max_tokens = f.default_max_tokens;
-  auto policy = parse_guard_policy(f.guard);
-  if (!policy) return fail(policy.message());
-  f.server.defaults.guard = *policy;
+  if (Status s = set_guard_policy(f.guard, f.server.defaults.guard); !s.ok()) return fail("--guard: " + s.message());
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
   // The KV budget: the context must fit at least one sequence.
@@ -106,7 +104,10 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--kv-budget", f->kv_budget_gib, "KV cache budget in GiB (default: half the memory)");
-  sub->add_option("--guard", f->guard, "Default guard policy: observe, stop or repair")->capture_default_str();
+  sub->add_option("--guard", f->guard,
+                  "Default guard policy: observe, stop or repair, optionally for some detectors (stop:loop,flooding; "
+                  "docs/guard.md)")
+      ->capture_default_str();
   sub->add_flag("--enable-admin-api", f->server.admin_api,
                 "Serve POST /admin/pause and /admin/resume (hold the scheduler between steps; behind --api-key)");
   out.push_back({sub, [f] { return serve(*f); }});

@@ -28,6 +28,8 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out);   // coda tune
 void add_perplexity(CLI::App& app, std::vector<Command>& out);
 void add_quantize(CLI::App& app, std::vector<Command>& out);
 void add_threshold(CLI::App& app, std::vector<Command>& out);
+void add_scan(CLI::App& app, std::vector<Command>& out);      // coda scan
+void add_diagnose(CLI::App& app, std::vector<Command>& out);  // coda diagnose
 
 // The bundled model: $CODA_MODEL, else ../share/coda/ beside an installed executable, else the nearest
 // models/ above the executable (a build tree), else the source tree's models/.

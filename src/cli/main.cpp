@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   coda::cli::add_perplexity(app, commands);
   coda::cli::add_quantize(app, commands);
   coda::cli::add_threshold(app, commands);
+  coda::cli::add_scan(app, commands);
+  coda::cli::add_diagnose(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

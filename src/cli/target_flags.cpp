@@ -7,19 +7,25 @@
 namespace coda::cli {
 
 void add_target_flags(CLI::App* sub, TargetFlags& f) {
-  sub->add_option("--url", f.url, "An OpenAI-compatible server (vLLM, llama.cpp, SGLang, coda serve): http://HOST:PORT[/v1]");
+  sub->add_option("--url", f.url,
+                  "An OpenAI-compatible server (vLLM, llama.cpp, SGLang, coda serve): http://HOST:PORT[/v1]");
   sub->add_option("--model", f.model_name, "The model name sent in requests (--url targets)");
   sub->add_option("--api-key", f.api_key, "Sent as 'Authorization: Bearer KEY' (--url targets)");
   sub->add_option("--timeout", f.timeout_s, "Seconds of silence before a request counts as timed out")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("-m,--model-file", f.model_file, "A GGUF file run in this process (default without --url: the bundled model)");
-  sub->add_option("-t,--threads", f.threads, "Compute threads, in-process (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size", f.ctx, "Context size, in-process (default: the model's)")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("-m,--model-file", f.model_file,
+                  "A GGUF file run in this process (default without --url: the bundled model)");
+  sub->add_option("-t,--threads", f.threads, "Compute threads, in-process (default: all cores)")
+      ->check(CLI::Range(1, 256));
+  sub->add_option("-c,--ctx-size", f.ctx, "Context size, in-process (default: the model's)")
+      ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-num-seqs", f.max_num_seqs, "Sequences batched together, in-process")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  sub->add_option("--guard", f.guard, "The guard's policy, in-process: observe, stop or repair")->capture_default_str();
+  sub->add_option("--guard", f.guard,
+                  "The guard's policy, in-process: observe, stop or repair, optionally for some detectors (stop:loop)")
+      ->capture_default_str();
 }
 
 Expected<BuiltTarget> make_target(const TargetFlags& f) {
@@ -35,8 +41,8 @@ Expected<BuiltTarget> make_target(const TargetFlags& f) {
     b.target = std::make_unique<lab::HttpTarget>(std::move(*c));
     return b;
   }
-  auto policy = parse_guard_policy(f.guard);
-  if (!policy) return policy.error();
+  GuardConfig guard;
+  if (Status s = set_guard_policy(f.guard, guard); !s.ok()) return Error("--guard: " + s.message());
   GeneratorOptions opts;
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
@@ -45,7 +51,7 @@ Expected<BuiltTarget> make_target(const TargetFlags& f) {
   b.loaded = std::move(*loaded);
   lab::EngineTargetOptions to;
   to.max_batch = f.max_num_seqs;
-  to.guard = *policy;
+  to.guard = guard;
   b.target = std::make_unique<lab::EngineTarget>(*b.loaded.generator, to);
   return b;
 }

@@ -365,6 +365,16 @@ Expected<nlohmann::json> OpenAIClient::get_json(const std::string& path, int* st
   return j;
 }
 
+Expected<std::string> OpenAIClient::get_text(const std::string& path) const {
+  httplib::Client cli(origin());
+  configure(cli, ep_);
+  const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
+  auto res = cli.Get(p);
+  if (!res) return Error("GET " + describe() + p + " failed: " + httplib::to_string(res.error()));
+  if (res->status < 200 || res->status >= 300) return Error("GET " + p + ": HTTP " + std::to_string(res->status));
+  return res->body;
+}
+
 void ask_logprobs(nlohmann::json& body, bool chat, int top) {
   if (chat) {
     body["logprobs"] = true;

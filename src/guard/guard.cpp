@@ -1,6 +1,7 @@
 #include "guard/guard.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "engine/generator.h"
@@ -51,6 +52,44 @@ const char* guard_policy_name(GuardPolicy p) {
   return "?";
 }
 
+const std::vector<std::string>& guard_event_types() {
+  static const std::vector<std::string> types = {"flooding",  "loop",           "near_loop", "entropy_collapse",
+                                                 "gibberish", "language_drift", "runaway",   "eos_starvation"};
+  return types;
+}
+
+Status set_guard_policy(const std::string& spec, GuardConfig& config) {
+  const size_t colon = spec.find(':');
+  auto policy = parse_guard_policy(spec.substr(0, colon));
+  if (!policy) return policy.error();
+  std::vector<std::string> act_on;
+  if (colon != std::string::npos) {
+    const std::string list = spec.substr(colon + 1);
+    size_t from = 0;
+    while (from <= list.size()) {
+      const size_t comma = std::min(list.find(',', from), list.size());
+      const std::string type = list.substr(from, comma - from);
+      const auto& known = guard_event_types();
+      if (std::find(known.begin(), known.end(), type) == known.end()) {
+        std::string names;
+        for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+        return Error("guard policy '" + spec + "': '" + type + "' is not a detector; detectors: " + names);
+      }
+      if (std::find(act_on.begin(), act_on.end(), type) == act_on.end()) act_on.push_back(type);
+      from = comma + 1;
+    }
+  }
+  config.policy = *policy;
+  config.act_on = std::move(act_on);
+  return Status();
+}
+
+std::string guard_policy_spec(const GuardConfig& config) {
+  std::string s = guard_policy_name(config.policy);
+  for (size_t i = 0; i < config.act_on.size(); ++i) s += (i ? "," : ":") + config.act_on[i];
+  return s;
+}
+
 Guard::Guard(GuardConfig config, std::vector<int32_t> eos_ids)
     : cfg_(std::move(config)), eos_ids_(std::move(eos_ids)), periods_(std::max(1, cfg_.max_period)) {}
 
@@ -77,6 +116,26 @@ bool Guard::same_episode(const std::string& type, int64_t onset) const {
   return false;
 }
 
+bool Guard::structural_tail(const std::string& text, int64_t tokens) const {
+  const size_t n = text_ends_.size();
+  if (tokens <= 0 || static_cast<size_t>(tokens) > n) return false;
+  const size_t from = static_cast<size_t>(tokens) == n ? 0 : text_ends_[n - 1 - static_cast<size_t>(tokens)];
+  bool any = false;
+  for (size_t i = std::min(from, text.size()); i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80 || std::isalnum(c)) return false;  // a letter, digit or any non-ASCII character
+    any = true;
+  }
+  return any;
+}
+
+bool Guard::line_tail(const std::string& text, int64_t tokens) const {
+  const size_t n = text_ends_.size();
+  if (tokens <= 0 || static_cast<size_t>(tokens) > n) return false;
+  const size_t from = static_cast<size_t>(tokens) == n ? 0 : text_ends_[n - 1 - static_cast<size_t>(tokens)];
+  return text.find('\n', std::min(from, text.size())) != std::string::npos;
+}
+
 std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) {
   const int64_t n = static_cast<int64_t>(periods_.tokens().size());
   const int64_t i = n - 1;
@@ -95,20 +154,31 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
 
   // Flooding: one token over and over.
   const int64_t flood = periods_.run(1) + 1;
-  if (flood >= cfg_.flood_min_run && !cooling_down("flooding", i))
+  if (flood >= cfg_.flood_min_run && (flood >= cfg_.structural_min_span || !structural_tail(text, 1)) &&
+      !cooling_down("flooding", i))
     return event("flooding", n - flood, static_cast<double>(flood) / (2.0 * cfg_.flood_min_run),
                  {{"token", token}, {"run", flood}}, flood);
   // Exact loops of period >= 2 (a flood also repeats at every period; it is reported above).
-  const Loop loop = periods_.exact(cfg_.loop_min_repeats, cfg_.loop_min_span, 2);
+  Loop loop =
+      periods_.exact(cfg_.loop_min_repeats, cfg_.loop_min_span, 2, cfg_.loop_long_period, cfg_.loop_long_min_repeats);
+  const bool typography = loop.period > 0 && loop.span < cfg_.structural_min_span && structural_tail(text, loop.period);
+  if (typography) loop = Loop{};
   if (loop.period > 0 && flood < loop.span && !cooling_down("loop", i))
     return event("loop", loop.onset, loop.repeats / (cfg_.loop_min_repeats + 2),
                  {{"period", loop.period}, {"repeats", loop.repeats}, {"span", loop.span}}, loop.span);
   // Approximate loops, checked every few tokens.
-  if (cfg_.near_every > 0 && n % cfg_.near_every == 0 && loop.period == 0 && !cooling_down("near_loop", i) &&
-      !cooling_down("loop", i)) {
-    const Loop near = near_loop(periods_.tokens(), 2, cfg_.max_period, cfg_.near_min_match, cfg_.near_min_repeats,
-                                cfg_.near_min_span);
-    if (near.period > 0)
+  if (cfg_.near_every > 0 && n % cfg_.near_every == 0 && loop.period == 0 && !typography &&
+      !cooling_down("near_loop", i) && !cooling_down("loop", i)) {
+    Loop near = near_loop(periods_.tokens(), 2, cfg_.max_period, cfg_.near_min_match, cfg_.near_min_repeats,
+                          cfg_.near_min_span);
+    if (near.period > 0 && line_tail(text, near.span))  // structured text: the stricter test
+      near = near_loop(periods_.tokens(), 2, cfg_.max_period, std::max(cfg_.near_min_match, cfg_.near_line_min_match),
+                       std::max(cfg_.near_min_repeats, cfg_.near_line_min_repeats), cfg_.near_min_span);
+    // An exact repetition still growing (exact but for its first period) is the exact detector's,
+    // with its rule for long periods; the near detector is for loops that change as they go.
+    const bool exact_so_far = near.period > 0 && periods_.run(near.period) + 2 * near.period >= near.span;
+    if (near.period > 0 && !exact_so_far &&
+        !(near.span < cfg_.structural_min_span && structural_tail(text, near.period)))
       return event("near_loop", near.onset, near.match * std::min(1.0, near.repeats / (cfg_.near_min_repeats + 2)),
                    {{"period", near.period}, {"repeats", near.repeats}, {"span", near.span}, {"match", near.match}},
                    near.span);
@@ -159,7 +229,8 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
   if (cfg_.runaway_tokens > 0 && n >= cfg_.runaway_tokens && !cooling_down("runaway", i))
     return event("runaway", cfg_.runaway_tokens - 1, 1.0, {{"tokens", n}, {"limit", cfg_.runaway_tokens}},
                  INT64_MAX / 2);
-  if (signals_known_ && cfg_.eos_starvation_after > 0 && n >= cfg_.eos_starvation_after && !cooling_down("eos_starvation", i)) {
+  if (signals_known_ && cfg_.eos_starvation_after > 0 && n >= cfg_.eos_starvation_after &&
+      !cooling_down("eos_starvation", i)) {
     const size_t w = static_cast<size_t>(std::min<int64_t>(cfg_.eos_starvation_window, n));
     float max_p = 0;
     for (size_t k = signals_.size() - w; k < signals_.size(); ++k) max_p = std::max(max_p, signals_[k].eos_prob);
@@ -180,6 +251,7 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   const StepSignals sig = given ? *given : StepSignals{};
   signals_.push_back(sig);
   periods_.push(token);
+  text_ends_.push_back(text.size());
   const int64_t i = static_cast<int64_t>(periods_.tokens().size()) - 1;
   if (cfg_.trace)
     trace_.push_back({{"i", i},
@@ -223,7 +295,9 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   const bool loop_type = is_loop_type(e->type);
   const char* stop_reason = loop_type ? "repetition" : "degenerate";
   const bool repairable = e->type != "runaway" && e->type != "eos_starvation";
-  switch (cfg_.policy) {
+  const bool in_scope =
+      cfg_.act_on.empty() || std::find(cfg_.act_on.begin(), cfg_.act_on.end(), e->type) != cfg_.act_on.end();
+  switch (in_scope ? cfg_.policy : GuardPolicy::Observe) {
     case GuardPolicy::Observe:
       e->action = "observe";
       break;
@@ -255,13 +329,14 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
 void Guard::on_rollback(int64_t keep) {
   periods_.truncate(static_cast<size_t>(keep));
   if (signals_.size() > static_cast<size_t>(keep)) signals_.resize(static_cast<size_t>(keep));
+  if (text_ends_.size() > static_cast<size_t>(keep)) text_ends_.resize(static_cast<size_t>(keep));
   fired_.clear();
   if (cfg_.trace) trace_.push_back({{"rollback_to", keep}});
 }
 
 GuardReport Guard::report() const {
   GuardReport r;
-  r.policy = guard_policy_name(cfg_.policy);
+  r.policy = guard_policy_spec(cfg_);
   r.events = events_;
   r.repairs = repairs_;
   r.tokens = static_cast<int64_t>(signals_.size());

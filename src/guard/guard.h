@@ -23,12 +23,26 @@ enum class GuardPolicy { Observe, Stop, Repair };
 Expected<GuardPolicy> parse_guard_policy(const std::string& s);
 const char* guard_policy_name(GuardPolicy p);
 
+// The event types the detectors report, in the order they are checked.
+const std::vector<std::string>& guard_event_types();
+
 struct GuardConfig {
   GuardPolicy policy = GuardPolicy::Observe;
+  // The event types the policy acts on; the others are only observed. Empty: all of them. The
+  // server's default is stop on {loop, flooding}: the detectors whose false-positive rate is
+  // measured below 1% (docs/guard-eval).
+  std::vector<std::string> act_on;
   // Exact loops (a period of 2..max_period tokens repeated back to back).
   int max_period = 200;
   double loop_min_repeats = 3.0;
   int64_t loop_min_span = 32;
+  // A period of a sentence or more needs one copy more: three copies of a line end legitimately
+  // (a refrain sung three times, three identical rows) far more often than four (docs/guard-eval).
+  int loop_long_period = 16;
+  double loop_long_min_repeats = 4.0;
+  // Loops and floods whose repeated text has no letter or digit (table rules, separators, blank
+  // form rows, runs of punctuation) need this many tokens: typography repeats by design.
+  int64_t structural_min_span = 96;
   // Flooding: one token repeated (period 1).
   int64_t flood_min_run = 16;
   // Near loops: a period whose positions repeat with share >= near_min_match (a changing number).
@@ -36,6 +50,10 @@ struct GuardConfig {
   double near_min_repeats = 4.0;
   int64_t near_min_span = 48;
   int near_every = 4;  // checked every this many tokens
+  // A near loop whose period spans a line break (a list, a table, a log, code) needs more: that is
+  // how legitimate structured text repeats with a changing number or word (docs/guard-eval).
+  double near_line_min_match = 0.9;
+  double near_line_min_repeats = 8.0;
   // Entropy collapse: mean entropy over the window below the bound while the window is repetitive.
   int collapse_window = 64;
   double collapse_entropy = 0.15;
@@ -65,6 +83,11 @@ struct GuardConfig {
   // any policy (the request asked for it). max_pattern 0: off.
   int rd_min_pattern = 0, rd_max_pattern = 0, rd_min_count = 0;
 };
+
+// A policy with its scope, as flags and requests spell it: "POLICY" (every detector) or
+// "POLICY:TYPE,TYPE" (those detectors; the others observe), e.g. "stop:loop,flooding".
+Status set_guard_policy(const std::string& spec, GuardConfig& config);
+std::string guard_policy_spec(const GuardConfig& config);
 
 struct GuardEvent {
   std::string type;
@@ -117,7 +140,13 @@ class Guard : public StepObserver {
   GuardConfig cfg_;
   std::vector<int32_t> eos_ids_;
   std::string prompt_language_, prompt_script_;
+  // The text of the last `tokens` tokens holds no letter or digit.
+  bool structural_tail(const std::string& text, int64_t tokens) const;
+  // The text of the last `tokens` tokens holds a line break.
+  bool line_tail(const std::string& text, int64_t tokens) const;
+
   PeriodTracker periods_;
+  std::vector<size_t> text_ends_;  // bytes of text after each token
   std::vector<StepSignals> signals_;
   bool signals_known_ = true;  // every step so far came with signals
   std::vector<GuardEvent> events_;

@@ -24,7 +24,8 @@ void PeriodTracker::truncate(size_t n) {
   for (int32_t t : keep) push(t);
 }
 
-Loop PeriodTracker::exact(double min_repeats, int64_t min_span, int min_period) const {
+Loop PeriodTracker::exact(double min_repeats, int64_t min_span, int min_period, int long_period,
+                          double long_min_repeats) const {
   Loop best;
   const int64_t n = static_cast<int64_t>(toks_.size());
   for (int p = std::max(1, min_period); p <= max_period_; ++p) {
@@ -32,7 +33,8 @@ Loop PeriodTracker::exact(double min_repeats, int64_t min_span, int min_period) 
     if (run == 0) continue;
     const int64_t span = run + p;
     const double repeats = static_cast<double>(span) / p;
-    if (repeats < min_repeats || span < min_span) continue;
+    const double need = long_period > 0 && p >= long_period ? std::max(min_repeats, long_min_repeats) : min_repeats;
+    if (repeats < need || span < min_span) continue;
     if (span > best.span) {
       best.period = p;
       best.span = span;

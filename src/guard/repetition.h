@@ -27,8 +27,10 @@ class PeriodTracker {
   // Forgets everything after the first n tokens (a rollback) and rebuilds the runs.
   void truncate(size_t n);
   // The exact loop covering the most tokens with at least `min_repeats` copies and `min_span`
-  // tokens (smallest period on ties); period 0 if none.
-  Loop exact(double min_repeats, int64_t min_span, int min_period = 1) const;
+  // tokens (smallest period on ties); period 0 if none. Periods of `long_period` tokens or more
+  // need `long_min_repeats` copies instead (when larger).
+  Loop exact(double min_repeats, int64_t min_span, int min_period = 1, int long_period = 0,
+             double long_min_repeats = 0) const;
   const std::vector<int32_t>& tokens() const { return toks_; }
   // Consecutive matches at period p ending at the newest token.
   int64_t run(int p) const { return p >= 1 && p <= max_period_ ? run_[static_cast<size_t>(p)] : 0; }

@@ -40,7 +40,7 @@ class HttpTarget : public Target {
 struct EngineTargetOptions {
   size_t max_batch = 8;  // --max-num-seqs, as coda serve
   int64_t kv_budget_tokens = 1 << 20;
-  GuardPolicy guard = GuardPolicy::Observe;
+  GuardConfig guard;  // observe by default: the lab measures what happens without intervention
   std::string model_id = "coda";
 };
 

@@ -52,6 +52,8 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
     return r;
   }
   r.ok = true;
+  r.ttft_ms = c.ttft_ms;
+  r.e2e_ms = c.e2e_ms;
   r.text = c.text;
   r.finish_reason = c.finish_reason;
   for (const auto& t : c.logprobs) r.tokens.push_back(t.token);
@@ -61,6 +63,9 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
       if (e.is_object() && e.value("type", "") != "" && is_coherence_episode(e.value("type", "")))
         r.episodes.emplace_back(e.value("type", ""), e.value("onset", int64_t{0}));
     r.length = c.completion_tokens >= 0 ? c.completion_tokens : static_cast<int64_t>(c.logprobs.size());
+    const auto& sig = c.coda.contains("signals") ? c.coda["signals"] : nlohmann::json();
+    if (sig.is_object() && sig.contains("mean_entropy") && sig["mean_entropy"].is_number())
+      r.mean_entropy = sig["mean_entropy"].get<double>();
   } else {
     GuardConfig gc;
     gc.policy = GuardPolicy::Observe;
@@ -71,6 +76,8 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
       if (is_coherence_episode(e.type)) r.episodes.emplace_back(e.type, e.onset);
     r.length = static_cast<int64_t>(sg.units());
     r.guarded_on = sg.text_only() ? "text" : "tokens";
+    const GuardReport rep = sg.report();
+    if (rep.has_signals && rep.tokens > 0) r.mean_entropy = rep.mean_entropy;
   }
   std::stable_sort(r.episodes.begin(), r.episodes.end(),
                    [](const auto& a, const auto& b) { return a.second < b.second; });

@@ -55,6 +55,8 @@ struct ThresholdRun {
   std::string guarded_on;  // "engine" (coda's report), "tokens" (streamed logprobs) or "text"
   std::string text;
   std::vector<std::string> tokens;  // each token's text, when the server sent logprobs
+  double mean_entropy = -1;         // nats per token, from coda's report or the top logprobs; -1: unknown
+  double ttft_ms = -1, e2e_ms = 0;  // as the client saw them
 };
 
 struct ThresholdProgress {

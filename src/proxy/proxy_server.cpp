@@ -341,10 +341,11 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   if (body.contains("coda") && body["coda"].is_object()) {
     const json& c = body["coda"];
     if (c.contains("guard")) {
-      auto p = c["guard"].is_string() ? parse_guard_policy(c["guard"].get<std::string>())
-                                      : Expected<GuardPolicy>(Error("coda.guard: expected observe, stop or repair"));
-      if (!p) return reject(400, p.message(), "coda.guard");
-      so.guard.policy = *p;
+      if (!c["guard"].is_string())
+        return reject(400, "coda.guard: expected observe, stop or repair (optionally with detectors: stop:loop)",
+                      "coda.guard");
+      if (Status s = set_guard_policy(c["guard"].get<std::string>(), so.guard); !s.ok())
+        return reject(400, s.message(), "coda.guard");
     }
     if (c.contains("max_repairs") && c["max_repairs"].is_number_integer())
       so.guard.max_repairs =

@@ -80,7 +80,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   if (!j.is_object()) return bad("", "The request body must be a JSON object.");
   ApiRequest r;
   r.chat = chat;
-  r.guard.policy = d.guard;
+  r.guard = d.guard;
   Reader rd{j, std::nullopt};
   GenerationRequest& g = r.gen;
   SamplingParams& s = g.sampling;
@@ -254,10 +254,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       r.guard.trace = (*c)["trace"].get<bool>();
     }
     if (c->contains("guard")) {
-      if (!(*c)["guard"].is_string()) return bad("coda.guard", "coda.guard: expected observe, stop or repair");
-      auto p = parse_guard_policy((*c)["guard"].get<std::string>());
-      if (!p) return bad("coda.guard", p.message());
-      r.guard.policy = *p;
+      if (!(*c)["guard"].is_string())
+        return bad("coda.guard", "coda.guard: expected observe, stop or repair (optionally with detectors: stop:loop)");
+      if (Status s = set_guard_policy((*c)["guard"].get<std::string>(), r.guard); !s.ok())
+        return bad("coda.guard", s.message());
     }
   }
   return r;

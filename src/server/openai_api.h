@@ -35,7 +35,7 @@ struct ApiRequest {
 
 struct ServerDefaults {
   std::string model_id = "coda";
-  GuardPolicy guard = GuardPolicy::Observe;
+  GuardConfig guard;  // the policy and its scope; a request's coda.guard replaces both
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body. Unknown fields are ignored.

@@ -68,8 +68,9 @@ TEST(GuardDetectors, ExactLoopsOfPeriod1To200) {
     EXPECT_EQ(events[0].onset, static_cast<int64_t>(onset)) << "period " << p;
     if (p > 1) {
       EXPECT_EQ(events[0].evidence["period"], p);
-      // Detected as soon as 3 copies (and 32 tokens) are there.
-      EXPECT_EQ(events[0].detected_at, static_cast<int64_t>(onset) + std::max<int64_t>(3 * p, 32) - 1) << p;
+      // Detected as soon as 3 copies (4 for a period of 16 tokens or more) and 32 tokens are there.
+      const int64_t copies = p >= 16 ? 4 : 3;
+      EXPECT_EQ(events[0].detected_at, static_cast<int64_t>(onset) + std::max<int64_t>(copies * p, 32) - 1) << p;
     }
   }
 }
@@ -210,6 +211,144 @@ TEST(GuardDetectors, GibberishCollapseStarvationRunaway) {
   Feeder fed;
   fed.logits_for = [](std::vector<float>& l, int32_t, size_t) { l[kEos] = 3.0f; };
   EXPECT_FALSE(has(fed.run(random_tokens(600, 8)), "eos_starvation"));
+}
+
+// Tokens with their texts, for the rules that look at the text of the repeated period.
+struct Piece {
+  int32_t id;
+  std::string text;
+};
+void append(std::vector<int32_t>& ids, std::vector<std::string>& texts, const std::vector<Piece>& unit, int copies) {
+  for (int c = 0; c < copies; ++c)
+    for (const auto& p : unit) {
+      ids.push_back(p.id);
+      texts.push_back(p.text);
+    }
+}
+
+TEST(GuardDetectors, TypographyNeedsALongerRunThanWords) {
+  // A blank table row "|   |   |   |\n" (no letter or digit): 8 rows are a form, 40 rows a loop.
+  const std::vector<Piece> row = {{70, "|"}, {71, "   "}, {70, "|"}, {71, "   "}, {70, "|"}, {71, "   "}, {72, "|\n"}};
+  for (int copies : {8, 40}) {
+    std::vector<int32_t> ids = random_tokens(20, 11);
+    std::vector<std::string> texts(ids.size(), " word");
+    append(ids, texts, row, copies);
+    Feeder f;
+    const auto events = f.run(ids, &texts);
+    if (copies == 8) {
+      EXPECT_TRUE(events.empty()) << events[0].type << " " << events[0].evidence;
+    } else {
+      ASSERT_FALSE(events.empty());
+      EXPECT_EQ(events[0].type, "loop");
+      EXPECT_EQ(events[0].detected_at, 20 + 96 - 1);  // at structural_min_span
+    }
+  }
+  // A separator line of one punctuation token: a flood only at 96.
+  std::vector<int32_t> ids = random_tokens(20, 12);
+  std::vector<std::string> texts(ids.size(), " word");
+  append(ids, texts, {{73, "="}}, 60);
+  Feeder f;
+  EXPECT_TRUE(f.run(ids, &texts).empty());
+  append(ids, texts, {{73, "="}}, 60);
+  const auto events = f.run(ids, &texts);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, "flooding");
+  EXPECT_EQ(events[0].detected_at, 20 + 96 - 1);
+  // The same run of a word token floods at 16.
+  std::vector<int32_t> w = random_tokens(20, 12);
+  std::vector<std::string> wt(w.size(), " word");
+  append(w, wt, {{74, " boom"}}, 20);
+  const auto we = f.run(w, &wt);
+  ASSERT_EQ(we.size(), 1u) << we[0].type;
+  EXPECT_EQ(we[0].detected_at, 20 + 16 - 1);
+}
+
+TEST(GuardDetectors, ListsWithACounterNeedMoreThanProse) {
+  // "Set N: 12 squats, then rest and stretch.\n": a numbered line (10 of 11 tokens repeat); 6 sets
+  // are a workout, 40 a loop.
+  auto line = [](int n) {
+    return std::vector<Piece>{{80, "Set"},     {static_cast<int32_t>(900 + n), " " + std::to_string(n)},
+                              {81, ":"},       {82, " 12"},
+                              {83, " squats"}, {84, ","},
+                              {85, " then"},   {86, " rest"},
+                              {88, " and"},    {89, " stretch"},
+                              {87, ".\n"}};
+  };
+  for (int sets : {6, 40}) {
+    std::vector<int32_t> ids = random_tokens(20, 13);
+    std::vector<std::string> texts(ids.size(), " word");
+    for (int n = 1; n <= sets; ++n) append(ids, texts, line(n), 1);
+    Feeder f;
+    const auto events = f.run(ids, &texts);
+    if (sets == 6)
+      EXPECT_TRUE(events.empty()) << events[0].type << " " << events[0].evidence;
+    else
+      EXPECT_TRUE(has(events, "near_loop"));
+  }
+  // The same shape within one line of prose (no line break) is flagged at 4 periods, as before.
+  std::vector<int32_t> ids = random_tokens(20, 13);
+  std::vector<std::string> texts(ids.size(), " word");
+  for (int n = 1; n <= 6; ++n) {
+    auto l = line(n);
+    l.back().text = ".";
+    append(ids, texts, l, 1);
+  }
+  Feeder f;
+  EXPECT_TRUE(has(f.run(ids, &texts), "near_loop"));
+}
+
+TEST(GuardPolicies, ScopeNamesTheDetectorsThePolicyActsOn) {
+  GuardConfig cfg;
+  ASSERT_TRUE(set_guard_policy("stop:loop,flooding", cfg).ok());
+  EXPECT_EQ(cfg.policy, GuardPolicy::Stop);
+  EXPECT_EQ(cfg.act_on, (std::vector<std::string>{"loop", "flooding"}));
+  EXPECT_EQ(guard_policy_spec(cfg), "stop:loop,flooding");
+  ASSERT_TRUE(set_guard_policy("repair", cfg).ok());
+  EXPECT_TRUE(cfg.act_on.empty());
+  EXPECT_EQ(guard_policy_spec(cfg), "repair");
+  const Status bad = set_guard_policy("stop:loops", cfg);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("'loops' is not a detector"), std::string::npos) << bad.message();
+  EXPECT_FALSE(set_guard_policy("halt", cfg).ok());
+  EXPECT_FALSE(set_guard_policy("stop:", cfg).ok());
+  EXPECT_EQ(guard_policy_spec(cfg), "repair");  // a failed parse changes nothing
+
+  // Under stop:loop,flooding a near loop is observed and the generation goes on; an exact loop stops.
+  auto first_verdict = [](const std::vector<int32_t>& t, const std::string& spec, std::string* type) {
+    GuardConfig c;
+    EXPECT_TRUE(set_guard_policy(spec, c).ok());
+    Guard g(c, {kEos});
+    std::vector<int32_t> prompt{1}, generated;
+    std::vector<float> logits(kVocab, 0.0f);
+    std::string text;
+    for (size_t i = 0; i < t.size(); ++i) {
+      generated.push_back(t[i]);
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      for (int k = 0; k < 8; ++k) logits[static_cast<size_t>((t[i] + 97 * k) % kVocab)] = 6.0f;  // as Feeder
+      const StepVerdict v =
+          g.on_step(StepView{static_cast<int64_t>(i), t[i], logits.data(), kVocab, prompt, generated, text});
+      if (v.stop) {
+        *type = g.report().events.back().type;
+        return static_cast<int64_t>(i);
+      }
+    }
+    const auto ev = g.report().events;
+    *type = ev.empty() ? "" : ev.back().type + "/" + ev.back().action;
+    return int64_t{-1};
+  };
+  std::vector<int32_t> near = random_tokens(20, 14);
+  for (int n = 0; n < 20; ++n)
+    for (int32_t w : {500, 501, 502, 503, 1000 + n, 504}) near.push_back(w);
+  std::string type;
+  EXPECT_EQ(first_verdict(near, "stop:loop,flooding", &type), -1);
+  EXPECT_EQ(type, "near_loop/observe");
+  EXPECT_GE(first_verdict(near, "stop", &type), 0);
+  EXPECT_EQ(type, "near_loop");
+  std::vector<int32_t> exact = random_tokens(20, 15);
+  for (int n = 0; n < 20; ++n)
+    for (int32_t w : {500, 501, 502, 503, 504}) exact.push_back(w);
+  EXPECT_EQ(first_verdict(exact, "stop:loop,flooding", &type), 20 + 32 - 1);
+  EXPECT_EQ(type, "loop");
 }
 
 TEST(GuardPolicies, StopAndRepairVerdicts) {

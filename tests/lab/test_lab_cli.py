@@ -7,6 +7,9 @@
   /metrics report;
 - `coda threshold` on the bundled model, greedy: the Kaplan-Meier curve falls where the loops of
   the guard evaluation's reference definition (bench/guard_eval.py) begin, on the same tokens;
+- `coda diagnose` on the bundled model: greedy, it names the decoding plane, and its count of
+  looping runs equals the reference definition's on the same generations (`coda run`); with
+  repetition_penalty raised it moves on to the context plane and reports the threshold;
 - the reports render in headless Chromium (Debian's) without console errors.
 
 Usage: /usr/bin/python3 tests/lab/test_lab_cli.py build/coda WORK_DIR
@@ -176,6 +179,53 @@ def threshold_tests(coda, work):
     return os.path.join(out, "report.html")
 
 
+def diagnose_tests(coda, work):
+    """The three planes on the bundled model. Greedy decoding loops (its model card): the verdict is
+    the decoding plane. At repetition_penalty 1.5 with EOS ignored (a stress test of length), the
+    first 256 tokens are clean and coherence ends later: the verdict is the context plane."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from guard_eval import reference_loop
+    prompts = os.path.join(work, "diagnose-prompts.jsonl")
+    texts = [p for g, p in THRESHOLD_PROMPTS if g == "kjv-en"]
+    with open(prompts, "w") as f:
+        for p in texts:
+            f.write(json.dumps({"prompt": p, "group": "kjv-en"}) + "\n")
+    common = [coda, "diagnose", "-m", MODEL, "--prompts", prompts, "--runs", str(len(texts)), "--decode-tokens", "256",
+              "-n", "1536", "--temp", "0"]
+    greedy = os.path.join(work, "diagnose-greedy")
+    p = run(common + ["-o", greedy])
+    d = json.load(open(os.path.join(greedy, "diagnosis.json")))
+    planes = {x["plane"]: x for x in d["planes"]}
+    check([x["plane"] for x in d["planes"]] == ["system", "decoding", "context"], "diagnose walks system, decoding, context")
+    check(d["verdict"]["plane"] == "decoding" and d["verdict"]["next_plane"] == "context",
+          f"greedy: the verdict names the decoding plane, then context: {d['verdict']}")
+    check("decoding" in p.stdout and "verdict" in p.stdout, "diagnose prints a summary per plane and the verdict")
+    check(planes["system"]["status"] == "ok" and planes["system"]["evidence"]["errors"] == 0,
+          "greedy: the system plane is fine in-process")
+    # The looping runs, counted by the reference definition on the same greedy generations.
+    looped = 0
+    for text in texts:
+        r = json.loads(run([coda, "run", "-m", MODEL, "-p", text, "-n", "256", "--temp", "0", "--json"]).stdout)
+        looped += reference_loop(r["tokens"]) is not None
+    cur = planes["decoding"]["current"]
+    check(cur["looped"] == looped and looped >= len(texts) // 2,
+          f"greedy: {cur['looped']} looping runs, the reference counts {looped} of {len(texts)}")
+    rp = d["verdict"]["settings"].get("repetition_penalty")
+    check(rp is not None and rp > 1.0 and planes["decoding"]["variant"]["looped"] < cur["looped"],
+          f"greedy: the fix is the penalty variant ({rp}), which loops less")
+    raised = os.path.join(work, "diagnose-penalty")
+    p = run(common + ["--repeat-penalty", "1.5", "--ignore-eos", "-o", raised])
+    d = json.load(open(os.path.join(raised, "diagnosis.json")))
+    planes = {x["plane"]: x for x in d["planes"]}
+    check(planes["decoding"]["status"] == "ok" and d["verdict"]["plane"] == "context",
+          f"repetition_penalty 1.5: decoding is fine and the verdict moves to the context plane: {d['verdict']}")
+    thr = planes["context"].get("threshold_tokens")
+    rec = d["verdict"]["settings"].get("max_tokens")
+    check(thr is not None and 256 <= thr < 1536 and rec == int(thr * 0.8),
+          f"repetition_penalty 1.5: the threshold ({thr}) and max_tokens {rec} = 80% of it")
+    return os.path.join(greedy, "report.html"), os.path.join(raised, "report.html")
+
+
 def render(report, work):
     """Headless Chromium loads the report; the DevTools console must stay silent."""
     chromium = shutil.which("chromium")
@@ -201,7 +251,10 @@ def main():
     tune_report = tune_tests(coda, work)
     bench_report = bench_http_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
+    diagnose_reports = diagnose_tests(coda, work)
     render(tune_report, work)
+    for r in diagnose_reports:
+        render(r, work)
     render(bench_report, work)
     render(threshold_report, work)
     print(f"{len(failures)} failure(s)")

@@ -1,0 +1,110 @@
+// `coda diagnose`: the three planes (system, decoding, context) in order, with a verdict for each.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "cli/sampling_flags.h"
+#include "cli/target_flags.h"
+#include "lab/diagnose.h"
+
+namespace coda::cli {
+
+namespace {
+
+struct DiagnoseFlags {
+  TargetFlags target;
+  GenerationRequest sampling;
+  std::string prompts_file, sets = "narrative", languages = "en", out_dir;
+  lab::DiagnoseOptions opts;
+};
+
+int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages) : lab::load_prompts(f.prompts_file);
+  if (!prompts) return fail(prompts.message());
+  f.opts.sampling = sampling_fields(sub, f.sampling);
+  f.opts.sampling.erase("seed");
+  f.opts.seed = f.sampling.sampling.seed;
+  f.opts.model = f.target.model_name;
+  if (!(f.opts.quantile > 0 && f.opts.quantile < 1)) return fail("--quantile: must be between 0 and 1, e.g. 0.1");
+  if (!(f.opts.margin >= 0 && f.opts.margin < 1)) return fail("--margin: must be in [0, 1), e.g. 0.2");
+  if (!(f.opts.loop_rate > 0 && f.opts.loop_rate <= 1)) return fail("--loop-rate: must be in (0, 1], e.g. 0.1");
+  if (f.opts.penalty < 0) return fail("--penalty: a repetition_penalty, e.g. 1.2 (0: the default variant)");
+  auto built = make_target(f.target);
+  if (!built) return fail(built.message());
+  lab::Target& target = *built->target;
+  std::function<Expected<std::string>()> metrics;
+  if (auto* http = dynamic_cast<lab::HttpTarget*>(&target)) {
+    metrics = [http] { return http->client().get_text("/metrics"); };
+  } else if (auto* engine = dynamic_cast<lab::EngineTarget*>(&target)) {
+    metrics = [engine]() -> Expected<std::string> { return engine->metrics().prometheus(); };
+  }
+  std::fprintf(stderr,
+               "coda diagnose: %s, %zu prompts, %d runs per group: decoding at %d tokens (current and a penalty "
+               "variant), then context at %d tokens\n",
+               target.describe().c_str(), prompts->size(), f.opts.runs, f.opts.decode_tokens, f.opts.max_tokens);
+  ProgressLine bar("diagnose");
+  InterruptFlag interrupt;
+  auto d = lab::run_diagnosis(
+      target, *prompts, f.opts, metrics,
+      [&](const lab::DiagnoseProgress& p) {
+        bar.update(
+            p.runs.done, p.runs.total,
+            p.stage + ": degraded " + std::to_string(p.runs.degraded) + ", errors " + std::to_string(p.runs.errors));
+      },
+      interrupt.flag());
+  bar.finish();
+  if (Status s = lab::write_diagnosis_outputs(f.out_dir, d); !s.ok()) return fail(s.message());
+  std::fputs(lab::diagnosis_summary(d).c_str(), stdout);
+  std::fprintf(stderr, "coda diagnose: %s/diagnosis.json, %s/report.html\n", f.out_dir.c_str(), f.out_dir.c_str());
+  if (interrupt.flag()->load()) return fail("interrupted; partial results are in " + f.out_dir);
+  const auto& ev = d["planes"][0]["evidence"];
+  if (ev["requests"].get<int64_t>() > 0 && ev["errors"] == ev["requests"])
+    return fail("the target " + target.describe() +
+                " answered no request successfully: " + ev.value("first_error", std::string("")));
+  return 0;
+}
+
+}  // namespace
+
+void add_diagnose(CLI::App& app, std::vector<Command>& out) {
+  auto f = std::make_shared<DiagnoseFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "diagnose", "Walk the system, decoding and context planes of a deployment and name where the problem lies");
+  add_target_flags(sub, f->target);
+  sub->add_option("--prompts", f->prompts_file,
+                  "JSONL prompts (the user's task): {\"prompt\"|\"messages\", \"group\"}");
+  sub->add_option("--set", f->sets, "Built-in tasks: narrative, technical, exam or all (comma-separated)")
+      ->capture_default_str();
+  sub->add_option("--lang", f->languages, "Built-in prompt languages: en, it, fr")->capture_default_str();
+  sub->add_option("--language", f->opts.language,
+                  "The task's language for the system-prompt advice (default: from the prompts)");
+  sub->add_option("--runs", f->opts.runs, "Runs per group in each battery")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--decode-tokens", f->opts.decode_tokens, "max_tokens of the decoding batteries")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("-n,--max-tokens", f->opts.max_tokens, "max_tokens of the context battery (the threshold)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--penalty", f->opts.penalty,
+                  "repetition_penalty of the decoding variant (default: max(1.2, current + 0.1))");
+  sub->add_option("--loop-rate", f->opts.loop_rate, "Share of looping runs that makes decoding a problem")
+      ->capture_default_str();
+  sub->add_option("--quantile", f->opts.quantile, "Share of runs degraded that defines the threshold")
+      ->capture_default_str();
+  sub->add_option("--margin", f->opts.margin, "Recommended max_tokens = threshold x (1 - margin)")
+      ->capture_default_str();
+  sub->add_option("--max-concurrency", f->opts.max_concurrency, "Runs in flight at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--top-logprobs", f->opts.top_logprobs,
+                  "top_logprobs asked of a server without coda's report, for the guard's signals (0: text alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 20));
+  add_sampling_flags(sub, f->sampling);
+  sub->add_option("-o,--out", f->out_dir, "Output directory: diagnosis.json, report.html")->required();
+  out.push_back({sub, [f, sub] { return diagnose(*f, sub); }});
+}
+
+}  // namespace coda::cli
