@@ -12,7 +12,12 @@ of positions repeat the token p positions earlier, for some period 1 <= p <= 200
 first token of the earliest such stretch. The guard "flags" a generation when it reports a loop,
 near_loop or flooding event; its delay is the event's detected_at minus the reference onset.
 
-Usage: /usr/bin/python3 bench/guard_eval.py build/coda OUT_DIR [--prompts N] [--jobs J]
+Then the corpora of bench/guard_corpus.py through `coda scan`: 247 texts that repeat legitimately
+(every loop-family event on them is a false positive) and 56 loops (recall), tokenized three ways:
+Llama 3's tokenizer (tests/node, installed by npm ci), the bundled model's, and the proxy's word
+pieces (an upstream without logprobs).
+
+Usage: /usr/bin/python3 bench/guard_eval.py build/coda OUT_DIR [--prompts N] [--jobs J] [--save-runs FILE]
 Writes OUT_DIR/guard-eval.json and OUT_DIR/guard-eval.md.
 """
 import argparse
@@ -210,6 +215,42 @@ def markdown(table, n_prompts):
     return "\n".join(out)
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "..", "tests", "data", "guard")
+LLAMA3 = os.path.join(HERE, "..", "tests", "node", "node_modules", "@lenml", "tokenizer-llama3", "models",
+                      "tokenizer.json")
+
+
+def corpus_table(coda):
+    """False positives on the legitimate corpus and recall on the loop corpus, per tokenization."""
+    rows = []
+    for name, extra in (("Llama 3 tokenizer", ["--vocab", LLAMA3]), ("bundled model's tokenizer", []),
+                        ("word pieces (proxy, no logprobs)", ["--pieces"])):
+        row = {"units": name}
+        for corpus in ("legit", "loops"):
+            r = subprocess.run([coda, "scan", "--json"] + extra + [os.path.join(CORPUS, corpus + ".jsonl")],
+                               capture_output=True, text=True, check=True)
+            res = [json.loads(line) for line in r.stdout.splitlines()]
+            flagged = [x for x in res if any(e["type"] in LOOP_TYPES for e in x["events"])]
+            stop = [x for x in res if any(e["type"] in ("loop", "flooding") for e in x["events"])]
+            row[corpus] = {"texts": len(res), "flagged": len(flagged), "flagged_loop_or_flood": len(stop),
+                           "flagged_ids": [x["id"] for x in flagged] if corpus == "legit" else
+                           [x["id"] for x in res if x not in flagged]}
+        rows.append(row)
+    return rows
+
+
+def corpus_markdown(rows):
+    out = ["| tokenized with | legitimate texts flagged (loop/near_loop/flooding) | of which loop or flooding "
+           "(stopped by default) | loops found (recall) |", "|---|---|---|---|"]
+    for r in rows:
+        lg, lp = r["legit"], r["loops"]
+        out.append(f"| {r['units']} | {lg['flagged']} of {lg['texts']} ({lg['flagged'] / lg['texts']:.1%}) | "
+                   f"{lg['flagged_loop_or_flood']} | {lp['flagged']} of {lp['texts']} "
+                   f"({lp['flagged'] / lp['texts']:.3f}) |")
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("coda")
@@ -235,7 +276,10 @@ def main():
         json.dump({"summary": table, "runs": [{k: v for k, v in r.items() if k != "result"} | {
             "finish_reason": r["result"]["finish_reason"], "completion_tokens": r["result"]["usage"]["completion_tokens"],
             "events": r["result"]["coda"]["events"], "repairs": r["result"].get("repairs", 0)} for r in runs]}, f)
-    md = markdown(table, len(items))
+    corpus = corpus_table(a.coda)
+    md = markdown(table, len(items)) + "\n\n" + corpus_markdown(corpus)
+    with open(os.path.join(a.out, "guard-eval-corpus.json"), "w") as f:
+        json.dump(corpus, f, indent=1)
     with open(os.path.join(a.out, "guard-eval.md"), "w") as f:
         f.write(md + "\n")
     print(md)
