@@ -399,8 +399,15 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
   ev["metrics_samples"] = sys.samples;
   sysv["evidence"] = ev;
   std::vector<std::string> issues;
-  if (failed > 0)
-    issues.push_back(std::to_string(failed) + " of " + std::to_string(sent) + " requests failed (" + first_error + ")");
+  if (failed > 0) {
+    std::string e = std::to_string(failed) + " of " + std::to_string(sent) + " requests failed (" + first_error + ")";
+    // A 4xx is the deployment refusing these requests (a context shorter than max_tokens, a wrong
+    // model name, a missing key), not a failure under load.
+    if (first_error.find("HTTP 4") != std::string::npos)
+      e += "; the target refused the requests as sent: check -n/--decode-tokens against its context, --model and "
+           "--api-key";
+    issues.push_back(e);
+  }
   if (sys.kv_usage_peak >= 0.95) issues.push_back("the KV cache reached " + pct(sys.kv_usage_peak));
   if (sys.preemptions > 0) issues.push_back(fmt(sys.preemptions, 0) + " preemptions");
   if (!issues.empty()) {
