@@ -91,17 +91,7 @@ void add_diagnose(CLI::App& app, std::vector<Command>& out) {
                   "repetition_penalty of the decoding variant (default: max(1.2, current + 0.1))");
   sub->add_option("--loop-rate", f->opts.loop_rate, "Share of looping runs that makes decoding a problem")
       ->capture_default_str();
-  sub->add_option("--quantile", f->opts.quantile, "Share of runs degraded that defines the threshold")
-      ->capture_default_str();
-  sub->add_option("--margin", f->opts.margin, "Recommended max_tokens = threshold x (1 - margin)")
-      ->capture_default_str();
-  sub->add_option("--max-concurrency", f->opts.max_concurrency, "Runs in flight at once")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  sub->add_option("--top-logprobs", f->opts.top_logprobs,
-                  "top_logprobs asked of a server without coda's report, for the guard's signals (0: text alone)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 20));
+  add_coherence_flags(sub, f->opts.quantile, f->opts.margin, f->opts.max_concurrency, f->opts.top_logprobs);
   add_sampling_flags(sub, f->sampling);
   sub->add_option("-o,--out", f->out_dir, "Output directory: diagnosis.json, report.html")->required();
   out.push_back({sub, [f, sub] { return diagnose(*f, sub); }});

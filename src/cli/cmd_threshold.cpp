@@ -84,20 +84,10 @@ void add_threshold(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-n,--max-tokens", f->opts.max_tokens, "max_tokens of every run (long: the threshold must lie below)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--quantile", f->opts.quantile, "Share of runs degraded that defines the threshold")
-      ->capture_default_str();
-  sub->add_option("--margin", f->opts.margin, "Recommended max_tokens = threshold x (1 - margin)")
-      ->capture_default_str();
+  add_coherence_flags(sub, f->opts.quantile, f->opts.margin, f->opts.max_concurrency, f->opts.top_logprobs);
   sub->add_option("--bootstrap", f->opts.bootstrap, "Bootstrap resamples for the interval")
       ->capture_default_str()
       ->check(CLI::Range(10, 1000000));
-  sub->add_option("--max-concurrency", f->opts.max_concurrency, "Runs in flight at once")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  sub->add_option("--top-logprobs", f->opts.top_logprobs,
-                  "top_logprobs asked of a server without coda's report, for the guard's signals (0: text alone)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 20));
   add_sampling_flags(sub, f->sampling);
   sub->add_option("-o,--out", f->out_dir, "Output directory: threshold.json, runs.jsonl, report.html")->required();
   out.push_back({sub, [f, sub] { return threshold(*f, sub); }});

@@ -28,6 +28,18 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
       ->capture_default_str();
 }
 
+void add_coherence_flags(CLI::App* sub, double& quantile, double& margin, int& max_concurrency, int& top_logprobs) {
+  sub->add_option("--quantile", quantile, "Share of runs degraded that defines the threshold")->capture_default_str();
+  sub->add_option("--margin", margin, "Recommended max_tokens = threshold x (1 - margin)")->capture_default_str();
+  sub->add_option("--max-concurrency", max_concurrency, "Runs in flight at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--top-logprobs", top_logprobs,
+                  "top_logprobs asked of a server without coda's report, for the guard's signals (0: text alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 20));
+}
+
 Expected<BuiltTarget> make_target(const TargetFlags& f) {
   BuiltTarget b;
   if (!f.url.empty()) {

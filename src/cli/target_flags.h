@@ -22,6 +22,8 @@ struct TargetFlags {
 };
 
 void add_target_flags(CLI::App* app, TargetFlags& f);
+// The flags of the coherence threshold that `coda threshold` and `coda diagnose` share.
+void add_coherence_flags(CLI::App* app, double& quantile, double& margin, int& max_concurrency, int& top_logprobs);
 
 // The target and what it owns (the model, when in-process).
 struct BuiltTarget {

@@ -541,11 +541,7 @@ std::string diagnosis_report_html(const ojson& d) {
       const double max_tokens = t.value("max_tokens", 0);
       std::vector<std::pair<double, std::string>> marks;
       for (const auto& [g, gj] : t["groups"].items()) {
-        svg::Curve c{g, kColors[k++ % 6], {{0, 1}}};
-        for (const auto& st : gj["survival"])
-          c.points.emplace_back(st["tokens"].get<double>(), st["survival"].get<double>());
-        c.points.emplace_back(max_tokens, c.points.back().second);
-        curves.push_back(std::move(c));
+        curves.push_back(survival_curve(g, gj, max_tokens, kColors[k++ % 6]));
         if (!gj["threshold_tokens"].is_null())
           marks.emplace_back(gj["threshold_tokens"].get<double>(), g + " threshold");
       }

@@ -229,6 +229,14 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
   return s;
 }
 
+svg::Curve survival_curve(const std::string& group, const nlohmann::ordered_json& gj, double max_tokens,
+                          const std::string& color) {
+  svg::Curve c{group, color, {{0, 1}}};
+  for (const auto& st : gj["survival"]) c.points.emplace_back(st["tokens"].get<double>(), st["survival"].get<double>());
+  c.points.emplace_back(max_tokens, c.points.back().second);
+  return c;
+}
+
 std::string threshold_report_html(const nlohmann::ordered_json& s) {
   static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"};
   std::map<std::string, std::string> episode_color = {{"loop", "#d62728"},           {"near_loop", "#ff7f0e"},
@@ -247,11 +255,7 @@ std::string threshold_report_html(const nlohmann::ordered_json& s) {
        "<th>recommended max_tokens</th><th>episodes, in order of appearance</th></tr>";
   auto num = [](const nlohmann::ordered_json& v) { return v.is_null() ? std::string("&mdash;") : v.dump(); };
   for (const auto& [g, gj] : s["groups"].items()) {
-    svg::Curve c{g, kColors[k++ % 7], {{0, 1}}};
-    for (const auto& st : gj["survival"])
-      c.points.emplace_back(st["tokens"].get<double>(), st["survival"].get<double>());
-    c.points.emplace_back(max_tokens, c.points.back().second);
-    curves.push_back(std::move(c));
+    curves.push_back(survival_curve(g, gj, max_tokens, kColors[k++ % 7]));
     std::string types;
     for (const auto& t : gj["episode_types"]) types += (types.empty() ? "" : " &rarr; ") + t["type"].get<std::string>();
     const auto& ci = gj["threshold_ci95"];

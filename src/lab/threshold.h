@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lab/prompts.h"
+#include "lab/svg.h"
 #include "lab/target.h"
 
 namespace coda::lab {
@@ -74,6 +75,9 @@ std::vector<ThresholdRun> run_threshold(Target& target, const std::vector<BenchP
 // threshold_ci95, recommended_max_tokens, episode_types, survival, runs: [...]}}, ...}.
 nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs, const ThresholdOptions& opts,
                                            const std::string& target);
+// A group's Kaplan-Meier curve from threshold.json ("survival"), held flat to max_tokens.
+svg::Curve survival_curve(const std::string& group, const nlohmann::ordered_json& group_json, double max_tokens,
+                          const std::string& color);
 // report.html: survival curves and a strip per run showing where each episode began.
 std::string threshold_report_html(const nlohmann::ordered_json& summary);
 // DIR/threshold.json, DIR/runs.jsonl (each run with its text and tokens) and DIR/report.html.
