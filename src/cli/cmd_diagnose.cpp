@@ -25,8 +25,6 @@ int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
   f.opts.sampling.erase("seed");
   f.opts.seed = f.sampling.sampling.seed;
   f.opts.model = f.target.model_name;
-  if (!(f.opts.quantile > 0 && f.opts.quantile < 1)) return fail("--quantile: must be between 0 and 1, e.g. 0.1");
-  if (!(f.opts.margin >= 0 && f.opts.margin < 1)) return fail("--margin: must be in [0, 1), e.g. 0.2");
   if (!(f.opts.loop_rate > 0 && f.opts.loop_rate <= 1)) return fail("--loop-rate: must be in (0, 1], e.g. 0.1");
   if (f.opts.penalty < 0) return fail("--penalty: a repetition_penalty, e.g. 1.2 (0: the default variant)");
   auto built = make_target(f.target);

@@ -26,8 +26,6 @@ int threshold(ThresholdFlags& f, const CLI::App* sub) {
   f.opts.sampling.erase("seed");
   f.opts.seed = f.sampling.sampling.seed;
   f.opts.model = f.target.model_name;
-  if (!(f.opts.quantile > 0 && f.opts.quantile < 1)) return fail("--quantile: must be between 0 and 1, e.g. 0.1");
-  if (!(f.opts.margin >= 0 && f.opts.margin < 1)) return fail("--margin: must be in [0, 1), e.g. 0.2");
   auto built = make_target(f.target);
   if (!built) return fail(built.message());
   lab::Target& target = *built->target;

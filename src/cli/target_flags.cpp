@@ -1,5 +1,7 @@
 #include "cli/target_flags.h"
 
+#include <cstdlib>
+
 #include "cli/commands.h"
 #include "client/openai_client.h"
 #include "guard/guard.h"
@@ -29,8 +31,22 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
 }
 
 void add_coherence_flags(CLI::App* sub, double& quantile, double& margin, int& max_concurrency, int& top_logprobs) {
-  sub->add_option("--quantile", quantile, "Share of runs degraded that defines the threshold")->capture_default_str();
-  sub->add_option("--margin", margin, "Recommended max_tokens = threshold x (1 - margin)")->capture_default_str();
+  sub->add_option("--quantile", quantile, "Share of runs degraded that defines the threshold")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            const double q = std::strtod(s.c_str(), nullptr);
+            return q > 0 && q < 1 ? std::string() : std::string("must be between 0 and 1, e.g. 0.1");
+          },
+          "(0, 1)"));
+  sub->add_option("--margin", margin, "Recommended max_tokens = threshold x (1 - margin)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            const double m = std::strtod(s.c_str(), nullptr);
+            return m >= 0 && m < 1 ? std::string() : std::string("must be in [0, 1), e.g. 0.2");
+          },
+          "[0, 1)"));
   sub->add_option("--max-concurrency", max_concurrency, "Runs in flight at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

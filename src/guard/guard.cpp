@@ -116,24 +116,24 @@ bool Guard::same_episode(const std::string& type, int64_t onset) const {
   return false;
 }
 
-bool Guard::structural_tail(const std::string& text, int64_t tokens) const {
+std::string_view Guard::tail_text(const std::string& text, int64_t tokens) const {
   const size_t n = text_ends_.size();
-  if (tokens <= 0 || static_cast<size_t>(tokens) > n) return false;
+  if (tokens <= 0 || static_cast<size_t>(tokens) > n) return {};
   const size_t from = static_cast<size_t>(tokens) == n ? 0 : text_ends_[n - 1 - static_cast<size_t>(tokens)];
-  bool any = false;
-  for (size_t i = std::min(from, text.size()); i < text.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80 || std::isalnum(c)) return false;  // a letter, digit or any non-ASCII character
-    any = true;
-  }
-  return any;
+  return std::string_view(text).substr(std::min(from, text.size()));
+}
+
+bool Guard::structural_tail(const std::string& text, int64_t tokens) const {
+  const std::string_view t = tail_text(text, tokens);
+  // No letter, digit or non-ASCII character (letters of other scripts) in it.
+  return !t.empty() && std::none_of(t.begin(), t.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c >= 0x80 || std::isalnum(c);
+  });
 }
 
 bool Guard::line_tail(const std::string& text, int64_t tokens) const {
-  const size_t n = text_ends_.size();
-  if (tokens <= 0 || static_cast<size_t>(tokens) > n) return false;
-  const size_t from = static_cast<size_t>(tokens) == n ? 0 : text_ends_[n - 1 - static_cast<size_t>(tokens)];
-  return text.find('\n', std::min(from, text.size())) != std::string::npos;
+  return tail_text(text, tokens).find('\n') != std::string_view::npos;
 }
 
 std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) {

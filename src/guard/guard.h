@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -140,6 +141,8 @@ class Guard : public StepObserver {
   GuardConfig cfg_;
   std::vector<int32_t> eos_ids_;
   std::string prompt_language_, prompt_script_;
+  // The text of the last `tokens` tokens (empty when there are fewer).
+  std::string_view tail_text(const std::string& text, int64_t tokens) const;
   // The text of the last `tokens` tokens holds no letter or digit.
   bool structural_tail(const std::string& text, int64_t tokens) const;
   // The text of the last `tokens` tokens holds a line break.
