@@ -32,7 +32,8 @@ int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
   lab::Target& target = *built->target;
   std::function<Expected<std::string>()> metrics;
   if (auto* http = dynamic_cast<lab::HttpTarget*>(&target)) {
-    metrics = [http] { return http->client().get_text("/metrics"); };
+    // A hung /metrics must not hold the diagnosis up: 5 s at most per read.
+    metrics = [http] { return http->client().get_text("/metrics", 5); };
   } else if (auto* engine = dynamic_cast<lab::EngineTarget*>(&target)) {
     metrics = [engine]() -> Expected<std::string> { return engine->metrics().prometheus(); };
   }

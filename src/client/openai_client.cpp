@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -365,9 +366,14 @@ Expected<nlohmann::json> OpenAIClient::get_json(const std::string& path, int* st
   return j;
 }
 
-Expected<std::string> OpenAIClient::get_text(const std::string& path) const {
+Expected<std::string> OpenAIClient::get_text(const std::string& path, double timeout_s) const {
   httplib::Client cli(origin());
-  configure(cli, ep_);
+  Endpoint ep = ep_;
+  if (timeout_s > 0) {
+    ep.connect_timeout_s = std::min(ep.connect_timeout_s, timeout_s);
+    ep.read_timeout_s = std::min(ep.read_timeout_s, timeout_s);
+  }
+  configure(cli, ep);
   const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
   auto res = cli.Get(p);
   if (!res) return Error("GET " + describe() + p + " failed: " + httplib::to_string(res.error()));

@@ -98,7 +98,9 @@ class OpenAIClient {
   // GET a JSON document, e.g. "/v1/models" or "/health" (paths under /v1 follow the URL's prefix).
   Expected<nlohmann::json> get_json(const std::string& path, int* status = nullptr) const;
   // The body of a GET as text (e.g. /metrics, from the origin); an error for a non-2xx status.
-  Expected<std::string> get_text(const std::string& path) const;
+  // `timeout_s` > 0 caps the wait below the endpoint's read timeout (a side request that must not
+  // hold up the caller when the server hangs).
+  Expected<std::string> get_text(const std::string& path, double timeout_s = 0) const;
 
   const Endpoint& endpoint() const { return ep_; }
   std::string describe() const;  // scheme://host:port/prefix, for messages
