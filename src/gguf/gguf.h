@@ -94,6 +94,8 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Whether the tensor data lies in a file mapping (open) rather than a caller's buffer (parse).
+  bool file_backed() const { return mapping_ != nullptr; }
 
   const std::vector<std::string>& keys() const { return key_order_; }
   const GgufValue* find(const std::string& key) const;

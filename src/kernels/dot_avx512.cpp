@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/repack.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \

@@ -43,6 +43,11 @@ using DotFn = float (*)(const void* w, const void* act, int64_t n);
 // The same for 4 activation rows `stride` bytes apart (prefill): out[t] = dot(w, act + t * stride).
 using Dot4Fn = void (*)(const void* w, const void* act, int64_t stride, int64_t n, float* out);
 
+// Product of one packed group of 16 weight rows (kernels/repack.h) with n_tokens activation rows
+// `act_stride` bytes apart: y[b * y_stride + r] = dot(row r, activations b) for r < 16.
+using GemmFn = void (*)(const uint8_t* group, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens,
+                        float* y, int64_t y_stride);
+
 namespace ref {
 // x[0..n) = dequantized row; n is a multiple of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
@@ -67,6 +72,7 @@ struct KernelTable {
   const char* name;  // "avx2" or "scalar"
   DotFn dot[40];     // indexed by DType id; nullptr where unsupported
   Dot4Fn dot4[40];   // 4 tokens at once; same results as 4 calls of dot
+  GemmFn gemm[40];   // packed weights (kernels/repack.h); nullptr: this table does not repack the type
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);

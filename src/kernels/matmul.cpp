@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/repack.h"
+
 namespace coda {
 
 namespace {
@@ -31,19 +33,83 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
   }
 }
 
+// All matrices packed (and of one type and width): one GEMM call per group of 16 rows.
+void matmul_packed(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
+                   int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch) {
+  const WeightView& w0 = *outs[0].w;
+  const DType at = packed_act_type(w0.type);
+  const int64_t act_stride = act_row_bytes(at, w0.cols);
+  scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
+  for (int64_t b = 0; b < n_tokens; ++b)
+    k.prepare_act(at, x + b * in_stride, scratch.act.data() + b * act_stride, w0.cols);
+  const GemmFn gemm = k.gemm[static_cast<int>(w0.type)];
+  const int64_t group_bytes = packed_group_bytes(w0.type, w0.cols);
+  int64_t total = 0;
+  for (const MatmulOut& m : outs) total += m.w->rows / kPackRows;
+  const uint8_t* act = scratch.act.data();
+  pool.parallel_for(total, [&](int64_t begin, int64_t end) {
+    int64_t base = 0;
+    for (const MatmulOut& m : outs) {
+      const int64_t groups = m.w->rows / kPackRows;
+      for (int64_t g = std::max(begin, base); g < std::min(end, base + groups); ++g) {
+        const int64_t local = g - base;
+        gemm(m.w->data + local * group_bytes, w0.cols, act, act_stride, n_tokens, m.y + local * kPackRows,
+             m.out_stride);
+      }
+      base += groups;
+    }
+  });
+}
+
 }  // namespace
+
+bool packable(const KernelTable& k, const WeightView& w) {
+  return !w.packed && repack_supported(w.type) && k.gemm[static_cast<int>(w.type)] != nullptr &&
+         w.rows % kPackRows == 0 && w.rows > 0;
+}
+
+int64_t packed_bytes(const WeightView& w) {
+  return w.rows / kPackRows * packed_group_bytes(w.type, w.cols);
+}
+
+WeightView repack_weight(const WeightView& w, uint8_t* dst) {
+  const int64_t group_bytes = packed_group_bytes(w.type, w.cols);
+  for (int64_t g = 0; g < w.rows / kPackRows; ++g)
+    repack_group(w.type, w.row(g * kPackRows), w.cols, dst + g * group_bytes);
+  WeightView out = w;
+  out.data = dst;
+  out.packed = true;
+  return out;
+}
+
+void dequantize_weight_row(const WeightView& w, int64_t r, float* out) {
+  if (!w.packed) {
+    ref::dequantize_row(w.type, w.row(r), out, w.cols);
+    return;
+  }
+  thread_local std::vector<uint8_t> row;
+  row.resize(static_cast<size_t>(w.row_bytes));
+  const uint8_t* group = w.data + r / kPackRows * packed_group_bytes(w.type, w.cols);
+  unpack_row(w.type, group, w.cols, static_cast<int>(r % kPackRows), row.data());
+  ref::dequantize_row(w.type, row.data(), out, w.cols);
+}
 
 void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
                   int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch) {
   // Matrices of different types (Q4_K_M files mix Q4_K and Q6_K) take different activation forms:
   // run them one by one. Same-typed matrices share the activations and one parallel region.
   for (size_t i = 1; i < outs.size(); ++i) {
-    if (outs[i].w->type != outs[0].w->type || outs[i].w->cols != outs[0].w->cols) {
+    if (outs[i].w->type != outs[0].w->type || outs[i].w->cols != outs[0].w->cols ||
+        outs[i].w->packed != outs[0].w->packed) {
       for (const MatmulOut& m : outs) matmul_multi(pool, k, {m}, x, in_stride, n_tokens, scratch);
       return;
     }
   }
   const WeightView& w0 = *outs[0].w;
+  if (w0.packed) {
+    matmul_packed(pool, k, outs, x, in_stride, n_tokens, scratch);
+    return;
+  }
   const void* act_base = x;
   int64_t act_stride = in_stride * static_cast<int64_t>(sizeof(float));
   if (act_format(w0.type) != ActFormat::F32) {

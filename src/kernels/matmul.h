@@ -10,16 +10,30 @@
 
 namespace coda {
 
-// A read-only view of a 2-D weight: `rows` rows of `cols` elements, each row `row_bytes` long.
+// A read-only view of a 2-D weight: `rows` rows of `cols` elements, each row `row_bytes` long in
+// the file's format, or, when `packed`, groups of 16 interleaved rows (kernels/repack.h) that only
+// the GEMM and dequantize_weight_row read.
 struct WeightView {
   DType type = DType::F32;
   const uint8_t* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_bytes = 0;
+  bool packed = false;
 
-  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
+  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }  // unpacked weights only
 };
+
+// Whether the kernel table `k` multiplies `w` faster once repacked (it has a GEMM for the type and
+// the rows come in whole groups of 16).
+bool packable(const KernelTable& k, const WeightView& w);
+// Bytes `w` takes once repacked.
+int64_t packed_bytes(const WeightView& w);
+// Writes the repacked form of `w` (which must be packable) to `dst` (packed_bytes(w) bytes) and
+// returns the view of it.
+WeightView repack_weight(const WeightView& w, uint8_t* dst);
+// Row r of a weight, packed or not, as n = w.cols floats (embedding lookups).
+void dequantize_weight_row(const WeightView& w, int64_t r, float* out);
 
 // Reusable buffer for quantized activations, so decode allocates nothing per step.
 struct MatmulScratch {

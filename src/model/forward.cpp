@@ -92,7 +92,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
   int64_t r = 0;
   for (const BatchSeq& q : seqs)
     for (int64_t i = 0; i < q.n; ++i, ++r)
-      ref::dequantize_row(w_.token_embd.type, w_.token_embd.row(q.tokens[i]), buf.x.data() + r * dim, dim);
+      dequantize_weight_row(w_.token_embd, q.tokens[i], buf.x.data() + r * dim);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];

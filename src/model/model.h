@@ -53,17 +53,32 @@ struct BatchSeq {
   float* logits;
 };
 
+struct LoadOptions {
+  // Repack the matrices this CPU's kernels multiply faster in 16-row groups (kernels/repack.h).
+  // The environment variable CODA_REPACK=0 turns the default off.
+  bool repack = default_repack();
+  static bool default_repack();
+};
+
+// What repacking did at load: how many matrices, their bytes, and the time it took.
+struct RepackStats {
+  int matrices = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
 class Model {
  public:
-  static Expected<std::unique_ptr<Model>> load(const std::string& path);
+  static Expected<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& opts = {});
   // Binds an already-parsed file (tests, fuzzing).
-  static Expected<std::unique_ptr<Model>> from_gguf(GgufFile file);
+  static Expected<std::unique_ptr<Model>> from_gguf(GgufFile file, const LoadOptions& opts = {});
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& gguf() const { return file_; }
   const ModelWeights& weights() const { return w_; }
   // Bytes of weights one decode step reads (every matrix once, one embedding row).
   int64_t decode_weight_bytes() const;
+  const RepackStats& repack_stats() const { return repack_; }
 
   // Runs `n` tokens at positions kv.size() .. kv.size() + n - 1, appends their keys and values to
   // `kv` and writes logits: n x n_vocab when `all_logits`, else n_vocab for the last token.
@@ -80,11 +95,18 @@ class Model {
                        float* logits, bool all_logits) const;
   void run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, ForwardBuffers& buf, bool all_logits) const;
   void attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) const;
+  void repack_weights();
+
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
 
   GgufFile file_;
   ModelConfig config_;
   ModelWeights w_;
-  std::vector<float> inv_freq_;  // RoPE angle per position for each rotary pair
+  std::vector<float> inv_freq_;                                // RoPE angle per position for each rotary pair
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> packed_;  // repacked matrices (64-byte aligned)
+  RepackStats repack_;
 };
 
 }  // namespace coda

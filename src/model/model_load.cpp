@@ -1,5 +1,11 @@
 // Binding GGUF tensors to the model's weights, with shape and type checks that name the tensor.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -62,15 +68,61 @@ Expected<std::vector<float>> vec(const GgufFile& f, const std::string& name, int
 
 }  // namespace
 
-Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+bool LoadOptions::default_repack() {
+  const char* env = std::getenv("CODA_REPACK");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+void Model::FreeDeleter::operator()(uint8_t* p) const {
+  std::free(p);
+}
+
+// Drops the pages of a mapped file range the process no longer reads, so that the repacked copy
+// does not add to resident memory. A private read-only file mapping reloads them from the file if
+// they are ever touched again; only whole pages strictly inside the range are dropped.
+static void release_mapped(const uint8_t* p, int64_t n) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(n)) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+void Model::repack_weights() {
+  const KernelTable& k = kernels();
+  const auto start = std::chrono::steady_clock::now();
+  auto pack = [&](WeightView& w) {
+    if (!packable(k, w)) return;
+    const int64_t bytes = packed_bytes(w);
+    auto* dst = static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64)));
+    if (dst == nullptr) return;  // keep the mapped layout; the unpacked kernels still work
+    packed_.emplace_back(dst);
+    const WeightView src = w;
+    w = repack_weight(src, dst);
+    if (file_.file_backed()) release_mapped(src.data, src.rows * src.row_bytes);
+    repack_.matrices++;
+    repack_.bytes += bytes;
+  };
+  for (LayerWeights& L : w_.layers)
+    for (WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*m);
+  // A tied output is the embedding table: packed once, and lookups unpack their row.
+  if (w_.tied_output) {
+    pack(w_.token_embd);
+    w_.output = w_.token_embd;
+  } else {
+    pack(w_.output);
+  }
+  repack_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& opts) {
   auto f = GgufFile::open(path);
   if (!f) return f.error();
-  auto m = from_gguf(std::move(f).value());
+  auto m = from_gguf(std::move(f).value(), opts);
   if (!m) return Error(path + ": " + m.message());
   return m;
 }
 
-Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file) {
+Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const LoadOptions& opts) {
   auto model = std::unique_ptr<Model>(new Model());
   model->file_ = std::move(file);
   const GgufFile& f = model->file_;
@@ -132,14 +184,15 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file) {
     model->inv_freq_[static_cast<size_t>(i)] = static_cast<float>(
         std::pow(static_cast<double>(c.rope_base), -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot)) /
         factors[static_cast<size_t>(i)] / c.rope_linear_scale);
+  if (opts.repack) model->repack_weights();
   return model;
 }
 
 int64_t Model::decode_weight_bytes() const {
-  int64_t bytes = w_.token_embd.row_bytes + w_.output.rows * w_.output.row_bytes;
+  auto matrix_bytes = [](const WeightView& w) { return w.packed ? packed_bytes(w) : w.rows * w.row_bytes; };
+  int64_t bytes = w_.token_embd.row_bytes + matrix_bytes(w_.output);
   for (const LayerWeights& L : w_.layers)
-    for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      bytes += m->rows * m->row_bytes;
+    for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) bytes += matrix_bytes(*m);
   return bytes;
 }
 

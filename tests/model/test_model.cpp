@@ -19,7 +19,7 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("coda_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-std::unique_ptr<Model> synth_model(const std::string& shape, DType t, ThreadPool& pool) {
+std::unique_ptr<Model> synth_model(const std::string& shape, DType t, ThreadPool& pool, const LoadOptions& lo = {}) {
   SynthOptions o;
   o.shape = shape;
   o.type = t;
@@ -27,7 +27,7 @@ std::unique_ptr<Model> synth_model(const std::string& shape, DType t, ThreadPool
   o.out = temp_path(shape + "-" + dtype_name(t) + ".gguf");
   auto r = write_synthetic_model(o, pool);
   EXPECT_TRUE(r.ok()) << r.message();
-  auto m = Model::load(o.out);
+  auto m = Model::load(o.out, lo);
   std::filesystem::remove(o.out);  // the mapping keeps the data
   EXPECT_TRUE(m.ok()) << m.message();
   return std::move(m).value();
@@ -80,9 +80,43 @@ TEST_P(ForwardPerShape, BatchedEqualsIncrementalAndRollbackReproduces) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ForwardPerShape,
-                         ::testing::Values(std::make_pair("tiny", DType::Q4_K),
+                         ::testing::Values(std::make_pair("tiny", DType::Q4_K), std::make_pair("tiny", DType::Q4_0),
                                            std::make_pair("tiny-llama3", DType::Q8_0),
                                            std::make_pair("tiny-qwen2", DType::F16)));
+
+// Weights repacked for the GEMM kernels give the logits of the file's own layout (to float
+// rounding): every matrix, the tied output and the embedding lookups through it included.
+TEST(Forward, RepackedWeightsGiveTheSameLogits) {
+  ThreadPool pool(2);
+  for (auto [shape, type] : {std::make_pair("tiny-llama3", DType::Q8_0), std::make_pair("tiny", DType::Q4_0),
+                             std::make_pair("tiny", DType::Q4_K)}) {
+    auto packed = synth_model(shape, type, pool);
+    auto plain = synth_model(shape, type, pool, LoadOptions{.repack = false});
+    ASSERT_NE(packed, nullptr);
+    ASSERT_NE(plain, nullptr);
+    EXPECT_EQ(plain->repack_stats().matrices, 0);
+    if (packed->repack_stats().matrices == 0) {
+      GTEST_LOG_(INFO) << "this CPU's kernels do not repack " << dtype_name(type);
+      continue;
+    }
+    EXPECT_EQ(packed->repack_stats().matrices, 7 * packed->config().n_layers + 1) << shape;
+    const int64_t V = packed->config().n_vocab;
+    const int n = 21;
+    const auto toks = random_tokens(n, static_cast<int>(V), 8);
+    std::vector<float> a(static_cast<size_t>(n * V)), b(a.size());
+    ForwardBuffers buf;
+    KvCache kv_a = std::move(*KvCache::create(packed->config(), n));
+    KvCache kv_b = std::move(*KvCache::create(plain->config(), n));
+    ASSERT_TRUE(packed->forward(toks.data(), n, kv_a, pool, buf, a.data(), true).ok());
+    ASSERT_TRUE(plain->forward(toks.data(), n, kv_b, pool, buf, b.data(), true).ok());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (a[i] - b[i]) * (a[i] - b[i]);
+      den += b[i] * b[i];
+    }
+    EXPECT_LE(std::sqrt(num / den), 1e-5) << shape << " " << dtype_name(type);
+  }
+}
 
 TEST(Forward, ContextOverflowAndBadTokensAreErrors) {
   ThreadPool pool(1);

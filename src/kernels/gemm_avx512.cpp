@@ -1,0 +1,212 @@
+// GEMM over packed weights (repack.h) with 512-bit AVX-512 VNNI: one output row per 32-bit lane.
+//
+// A tile is 16 weight rows x T tokens. Each block of weights is loaded (and for 4-bit types
+// unpacked) once per tile, then every token multiplies it with dpbusd against a broadcast of 4 of
+// its activation bytes, taken straight from memory. The weights are the unsigned operand: Q8_0's
+// are stored as q + 128 and Q4_0's and Q4_K's nibbles are unsigned already; the offset comes back
+// through the per-block activation sums. Scales are applied per block with one convert and one
+// FMA per token, for all 16 rows at once. Run only on CPUs with AVX-512 F/BW/VL/VNNI (dispatch.cpp).
+// GCC 12's AVX-512 intrinsic headers start some conversions from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports inside the headers (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/blocks.h"
+#include "kernels/repack.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#endif
+
+// The tile loops must be unrolled completely so that the per-token accumulators live in registers.
+#if defined(__clang__)
+#define CODA_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define CODA_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+namespace coda {
+
+namespace {
+
+constexpr int kTileTokens = 8;
+
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline __m512i load512(const uint8_t* p) {
+  return _mm512_loadu_si512(p);
+}
+
+// Q8_0 (kQ4 false) and Q4_0 (kQ4 true): blocks of 32 values, activations in ActRowQ8 form.
+template <int T, bool kQ4>
+void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  const int64_t nb = cols / kQK;
+  constexpr int64_t kBlockBytes = kQ4 ? 32 + 256 : 32 + 512;
+  constexpr int32_t kOffset = kQ4 ? 8 : 128;  // the weights' offset, taken back through the sums
+  const int8_t* aq[T];
+  const float* ad[T];
+  const int32_t* as[T];
+  __m512 acc[T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    const ActRowQ8 a(act + t * act_stride, cols);
+    aq[t] = a.q;
+    ad[t] = a.d;
+    as[t] = a.sum;
+    acc[t] = _mm512_setzero_ps();
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += kBlockBytes) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    __m512i w[8];
+    if constexpr (kQ4) {
+      CODA_UNROLL
+      for (int p = 0; p < 4; ++p) {
+        const __m512i v = load512(g + 32 + 64 * p);
+        w[p] = _mm512_and_si512(v, low4);                            // values 4p .. 4p + 3
+        w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);  // values 16 + 4p ..
+      }
+    } else {
+      CODA_UNROLL
+      for (int c = 0; c < 8; ++c) w[c] = load512(g + 32 + 64 * c);
+    }
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const int8_t* a = aq[t] + b * kQK;
+      // Wrapping arithmetic: non-finite activations quantize to extreme sums (garbage in, no UB).
+      __m512i s = _mm512_set1_epi32(
+          static_cast<int32_t>(0u - static_cast<uint32_t>(kOffset) * static_cast<uint32_t>(as[t][b])));
+      CODA_UNROLL
+      for (int c = 0; c < 8; ++c) s = _mm512_dpbusd_epi32(s, w[c], _mm512_set1_epi32(load_i32(a + 4 * c)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t][b])), acc[t]);
+    }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Q4_K: super-blocks of 256 with 8 sub-block scales and mins, activations as ActBlockK.
+template <int T>
+void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  const int64_t nsb = cols / kQKK;
+  constexpr int64_t kGroupBytes = 64 + 128 + 128 + 16 * kQKK / 2;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+    const ActBlockK* a[T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
+    __m512 sum[T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_ps();
+    CODA_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const __m512 scale = _mm512_mul_ps(
+          d,
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 64 + 16 * j)))));
+      const uint8_t* q = g + 320 + (j / 2) * 512;
+      __m512i w[8];
+      CODA_UNROLL
+      for (int p = 0; p < 8; ++p) {
+        const __m512i v = load512(q + 64 * p);
+        w[p] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low4);
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const int8_t* aq = a[t]->q + 32 * j;
+        __m512i s = _mm512_setzero_si512();
+        CODA_UNROLL
+        for (int p = 0; p < 8; ++p) s = _mm512_dpbusd_epi32(s, w[p], _mm512_set1_epi32(load_i32(aq + 4 * p)));
+        sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, sum[t]);
+      }
+    }
+    // Mins: per row sum over sub-blocks of m_j * (sum of the 32 activation quants of sub-block j),
+    // as int16 pairs (m_2p, m_2p+1) x (A_2p, A_2p+1) with dpwssd.
+    __m512i mins[4];
+    CODA_UNROLL
+    for (int p = 0; p < 4; ++p)
+      mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 192 + 32 * p)));
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const int16_t* bs = a[t]->bsums;
+      __m512i mi = _mm512_setzero_si512();
+      CODA_UNROLL
+      for (int p = 0; p < 4; ++p) {
+        const int32_t lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
+        const int32_t pair =
+            static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFFu) | (static_cast<uint32_t>(hi) << 16));
+        mi = _mm512_dpwssd_epi32(mi, mins[p], _mm512_set1_epi32(pair));
+      }
+      const __m512 blk = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), dmin, sum[t]);
+      acc[t] = _mm512_fmadd_ps(blk, _mm512_set1_ps(a[t]->d), acc[t]);
+    }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
+
+template <template <int> class Tile>
+void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens, float* y,
+               int64_t y_stride) {
+  static constexpr TileFn kByCount[kTileTokens + 1] = {nullptr,      Tile<1>::run, Tile<2>::run,
+                                                       Tile<3>::run, Tile<4>::run, Tile<5>::run,
+                                                       Tile<6>::run, Tile<7>::run, Tile<8>::run};
+  const auto* a = static_cast<const uint8_t*>(act);
+  int64_t b = 0;
+  for (; b + kTileTokens <= n_tokens; b += kTileTokens)
+    kByCount[kTileTokens](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
+  if (b < n_tokens) kByCount[n_tokens - b](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
+}
+
+template <int T>
+struct Q8Tile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_q8<T, false>(g, c, a, s, y, ys);
+  }
+};
+template <int T>
+struct Q40Tile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_q8<T, true>(g, c, a, s, y, ys);
+  }
+};
+template <int T>
+struct Q4KTile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_q4_k<T>(g, c, a, s, y, ys);
+  }
+};
+
+}  // namespace
+
+void install_gemm_avx512(KernelTable& t) {
+  t.gemm[static_cast<int>(DType::Q8_0)] = run_tiles<Q8Tile>;
+  t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile>;
+  t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile>;
+}
+
+}  // namespace coda
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

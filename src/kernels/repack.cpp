@@ -1,0 +1,149 @@
+// Repacking into 16-row groups and back (the layouts are described in repack.h), and the scalar
+// reference of the packed GEMM.
+#include "kernels/repack.h"
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/blocks.h"
+
+namespace coda {
+
+namespace {
+
+constexpr int64_t kQ4KHeader = 64 + 128 + 128;  // d, dmin, scales, min pairs
+constexpr int64_t kQ4KGroupBytes = kQ4KHeader + kPackRows * kQKK / 2;
+
+// Inverse of kquant_scale_min: packs 8 six-bit scales and mins into the 12-byte field.
+void kquant_pack_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
+  std::memset(s, 0, 12);
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>(sc[j] & 63);
+    s[j + 4] = static_cast<uint8_t>(m[j] & 63);
+  }
+  for (int j = 4; j < 8; ++j) {
+    s[j + 4] = static_cast<uint8_t>((sc[j] & 0xF) | ((m[j] & 0xF) << 4));
+    s[j - 4] = static_cast<uint8_t>(s[j - 4] | ((sc[j] >> 4) << 6));
+    s[j] = static_cast<uint8_t>(s[j] | ((m[j] >> 4) << 6));
+  }
+}
+
+}  // namespace
+
+bool repack_supported(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K;
+}
+
+int64_t packed_group_bytes(DType t, int64_t cols) {
+  if (t == DType::Q4_K) return cols / kQKK * kQ4KGroupBytes;
+  return kPackRows * dtype_row_bytes(t, cols);
+}
+
+DType packed_act_type(DType t) {
+  return t == DType::Q4_K ? DType::Q4_K : DType::Q8_0;
+}
+
+void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
+  const int64_t row_bytes = dtype_row_bytes(t, cols);
+  if (t == DType::Q8_0) {
+    for (int64_t b = 0; b < cols / kQK; ++b, dst += 32 + 16 * kQK) {
+      for (int r = 0; r < kPackRows; ++r) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(src + r * row_bytes) + b;
+        std::memcpy(dst + 2 * r, &blk->d, 2);
+        for (int c = 0; c < 8; ++c)
+          for (int i = 0; i < 4; ++i) dst[32 + c * 64 + r * 4 + i] = static_cast<uint8_t>(blk->qs[4 * c + i]) ^ 0x80;
+      }
+    }
+  } else if (t == DType::Q4_0) {
+    for (int64_t b = 0; b < cols / kQK; ++b, dst += 32 + 16 * kQK / 2) {
+      for (int r = 0; r < kPackRows; ++r) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(src + r * row_bytes) + b;
+        std::memcpy(dst + 2 * r, &blk->d, 2);
+        for (int p = 0; p < 4; ++p) std::memcpy(dst + 32 + p * 64 + r * 4, blk->qs + 4 * p, 4);
+      }
+    }
+  } else if (t == DType::Q4_K) {
+    for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ4KGroupBytes) {
+      for (int r = 0; r < kPackRows; ++r) {
+        const auto* blk = reinterpret_cast<const BlockQ4_K*>(src + r * row_bytes) + b;
+        std::memcpy(dst + 2 * r, &blk->d, 2);
+        std::memcpy(dst + 32 + 2 * r, &blk->dmin, 2);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc = 0, m = 0;
+          kquant_scale_min(j, blk->scales, &sc, &m);
+          dst[64 + j * 16 + r] = sc;
+          dst[192 + (j / 2) * 32 + r * 2 + j % 2] = m;
+        }
+        for (int c = 0; c < 4; ++c)
+          for (int p = 0; p < 8; ++p)
+            std::memcpy(dst + kQ4KHeader + (c * 8 + p) * 64 + r * 4, blk->qs + 32 * c + 4 * p, 4);
+      }
+    }
+  }
+}
+
+void unpack_row(DType t, const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
+  if (t == DType::Q8_0) {
+    for (int64_t b = 0; b < cols / kQK; ++b, g += 32 + 16 * kQK) {
+      auto* blk = reinterpret_cast<BlockQ8_0*>(dst) + b;
+      std::memcpy(&blk->d, g + 2 * r, 2);
+      for (int c = 0; c < 8; ++c)
+        for (int i = 0; i < 4; ++i) blk->qs[4 * c + i] = static_cast<int8_t>(g[32 + c * 64 + r * 4 + i] ^ 0x80);
+    }
+  } else if (t == DType::Q4_0) {
+    for (int64_t b = 0; b < cols / kQK; ++b, g += 32 + 16 * kQK / 2) {
+      auto* blk = reinterpret_cast<BlockQ4_0*>(dst) + b;
+      std::memcpy(&blk->d, g + 2 * r, 2);
+      for (int p = 0; p < 4; ++p) std::memcpy(blk->qs + 4 * p, g + 32 + p * 64 + r * 4, 4);
+    }
+  } else if (t == DType::Q4_K) {
+    for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ4KGroupBytes) {
+      auto* blk = reinterpret_cast<BlockQ4_K*>(dst) + b;
+      std::memcpy(&blk->d, g + 2 * r, 2);
+      std::memcpy(&blk->dmin, g + 32 + 2 * r, 2);
+      uint8_t sc[8], m[8];
+      for (int j = 0; j < 8; ++j) {
+        sc[j] = g[64 + j * 16 + r];
+        m[j] = g[192 + (j / 2) * 32 + r * 2 + j % 2];
+      }
+      kquant_pack_scales(sc, m, blk->scales);
+      for (int c = 0; c < 4; ++c)
+        for (int p = 0; p < 8; ++p) std::memcpy(blk->qs + 32 * c + 4 * p, g + kQ4KHeader + (c * 8 + p) * 64 + r * 4, 4);
+    }
+  }
+}
+
+namespace ref {
+
+void gemm_packed(DType t, const uint8_t* group, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens,
+                 float* y, int64_t y_stride) {
+  // ref::dot reads Q4_0 activations in the paired order of the unpacked kernels; packed Q4_0 takes
+  // them in natural order, which is what ref::dot expects for Q8_0. Dequantizing to Q8_0 first is
+  // exact (4-bit values times the same f16 scale), so the Q4_0 row is compared through Q8_0.
+  std::vector<uint8_t> row(static_cast<size_t>(dtype_row_bytes(t, cols)));
+  std::vector<uint8_t> as_q8(static_cast<size_t>(dtype_row_bytes(DType::Q8_0, cols)));
+  for (int r = 0; r < kPackRows; ++r) {
+    unpack_row(t, group, cols, r, row.data());
+    const uint8_t* w = row.data();
+    DType wt = t;
+    if (t == DType::Q4_0) {
+      for (int64_t b = 0; b < cols / kQK; ++b) {
+        const auto* src = reinterpret_cast<const BlockQ4_0*>(w) + b;
+        auto* q8 = reinterpret_cast<BlockQ8_0*>(as_q8.data()) + b;
+        q8->d = src->d;
+        for (int j = 0; j < 16; ++j) {
+          q8->qs[j] = static_cast<int8_t>((src->qs[j] & 0xF) - 8);
+          q8->qs[j + 16] = static_cast<int8_t>((src->qs[j] >> 4) - 8);
+        }
+      }
+      w = as_q8.data();
+      wt = DType::Q8_0;
+    }
+    for (int64_t b = 0; b < n_tokens; ++b)
+      y[b * y_stride + r] = dot(wt, w, static_cast<const uint8_t*>(act) + b * act_stride, cols);
+  }
+}
+
+}  // namespace ref
+
+}  // namespace coda

@@ -1,0 +1,49 @@
+// Weights repacked at load into groups of 16 interleaved rows: the layout the GEMM kernels stream.
+//
+// The kernels keep one output row per 32-bit lane of a 512-bit register, so a block of weights
+// meets a broadcast of 4 activation bytes and every lane accumulates its own row: no horizontal
+// sums, and one load of the weights serves every token of a tile. In a group, for each block of
+// the original format, the 16 rows' scales come first, then their quants 4 bytes per row in turn
+// (bytes r*4..r*4+3 of each 64-byte chunk belong to row r). docs/formats.md has the byte layouts.
+//
+//   Q8_0: per 32 values, 16 x f16 d, then 8 chunks of quants stored as q ^ 0x80 (unsigned, q + 128);
+//         the same size as the original rows.
+//   Q4_0: per 32 values, 16 x f16 d, then 4 chunks: chunk p holds each row's original bytes
+//         4p..4p+3 (low nibbles: values 4p.., high: 16 + 4p..); the same size as the original.
+//   Q4_K: per 256 values, 16 x f16 d, 16 x f16 dmin, the 8 sub-block scales as bytes (16 per
+//         sub-block), the 8 mins as byte pairs (sub-blocks 2p, 2p + 1 per row), then 32 chunks of
+//         the original quant bytes; 148 bytes per row and super-block instead of 144 (+2.8%),
+//         because the 6-bit scales are stored unpacked.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+
+namespace coda {
+
+constexpr int kPackRows = 16;
+
+// Whether `t` has a repacked layout at all (the CPU's kernel table decides whether it is used).
+bool repack_supported(DType t);
+// Bytes of one packed group of 16 rows of `cols` values.
+int64_t packed_group_bytes(DType t, int64_t cols);
+// Packs 16 original rows (`src`, dtype_row_bytes(t, cols) apart) into `dst`.
+void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst);
+// Writes row r (0..15) of a packed group back in its original block format (dtype_row_bytes).
+void unpack_row(DType t, const uint8_t* group, int64_t cols, int r, uint8_t* dst);
+// The weight type whose prepare_act() gives the activations packed weights of type `t` take:
+// Q8_0 and Q4_0 take per-32 quants in natural order (Q8_0's form), Q4_K per-256 blocks.
+DType packed_act_type(DType t);
+
+namespace ref {
+// The scalar reference of every GemmFn: unpacks each row and takes ref::dot.
+void gemm_packed(DType t, const uint8_t* group, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens,
+                 float* y, int64_t y_stride);
+}  // namespace ref
+
+// Fills t.gemm with the AVX-512 VNNI kernels (gemm_avx512.cpp; run only where the CPU has them).
+void install_gemm_avx512(KernelTable& t);
+
+}  // namespace coda

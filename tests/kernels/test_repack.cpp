@@ -1,0 +1,182 @@
+// Packed weights (kernels/repack.h): the layout round-trips to the original blocks byte for byte,
+// and every GEMM kernel agrees with the scalar reference, for every token count of a tile.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+#include "kernels/repack.h"
+
+namespace coda {
+namespace {
+
+const DType kPacked[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K};
+
+std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// `rows` rows quantized from Gaussian values whose spread changes from row to row, so the scales
+// (and the Q4_K sub-block scales and mins) differ between the lanes of a group.
+std::vector<uint8_t> quantized_rows(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const int64_t rb = dtype_row_bytes(t, cols);
+  std::vector<uint8_t> q(static_cast<size_t>(rows * rb));
+  for (int64_t r = 0; r < rows; ++r) {
+    auto x = random_vec(cols, seed + static_cast<uint32_t>(r), 0.5f + 0.1f * static_cast<float>(r % 7));
+    for (int64_t i = 0; i < cols; ++i) x[i] += 0.3f * static_cast<float>((i / 32) % 3);  // uneven sub-blocks
+    ref::quantize_row(t, x.data(), q.data() + r * rb, cols);
+  }
+  return q;
+}
+
+class Packed : public ::testing::TestWithParam<DType> {};
+
+// Any bytes are a valid block as far as the layout goes, so random bytes exercise every bit of the
+// scales fields (Q4_K's 6-bit scales and mins included), not just what a quantizer writes.
+TEST_P(Packed, RoundTripsToTheOriginalBlocks) {
+  const DType t = GetParam();
+  for (int64_t cols : {256, 512, 2048}) {
+    const int64_t rb = dtype_row_bytes(t, cols);
+    std::mt19937 rng(static_cast<uint32_t>(cols));
+    std::vector<uint8_t> rows(static_cast<size_t>(kPackRows * rb));
+    for (auto& b : rows) b = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> group(static_cast<size_t>(packed_group_bytes(t, cols)));
+    repack_group(t, rows.data(), cols, group.data());
+    std::vector<uint8_t> back(static_cast<size_t>(rb));
+    for (int r = 0; r < kPackRows; ++r) {
+      unpack_row(t, group.data(), cols, r, back.data());
+      ASSERT_EQ(0, std::memcmp(back.data(), rows.data() + r * rb, static_cast<size_t>(rb)))
+          << dtype_name(t) << " cols=" << cols << " row " << r;
+    }
+  }
+}
+
+// The scalar reference itself against ref::dot on the original rows (for Q4_0 it reads the
+// activations in natural order, which ref::dot on Q4_0 does not: compare through dequantized sums).
+TEST_P(Packed, ReferenceGemmIsTheDotOfTheOriginalRows) {
+  const DType t = GetParam();
+  const int64_t cols = 512;
+  const auto q = quantized_rows(t, kPackRows, cols, 3);
+  std::vector<uint8_t> group(static_cast<size_t>(packed_group_bytes(t, cols)));
+  repack_group(t, q.data(), cols, group.data());
+  const DType at = packed_act_type(t);
+  const auto x = random_vec(cols, 9);
+  std::vector<uint8_t> act(static_cast<size_t>(act_row_bytes(at, cols)));
+  prepare_act(at, x.data(), act.data(), cols);
+  // The activation values the kernels see, dequantized.
+  std::vector<float> xa(static_cast<size_t>(cols));
+  if (at == DType::Q8_0) {
+    const ActRowQ8 a(act.data(), cols);
+    for (int64_t i = 0; i < cols; ++i) xa[i] = a.d[i / kQK] * a.q[i];
+  } else {
+    const auto* a = reinterpret_cast<const ActBlockK*>(act.data());
+    for (int64_t i = 0; i < cols; ++i) xa[i] = a[i / kQKK].d * a[i / kQKK].q[i % kQKK];
+  }
+  float y[kPackRows];
+  ref::gemm_packed(t, group.data(), cols, act.data(), 0, 1, y, 0);
+  std::vector<float> w(static_cast<size_t>(cols));
+  for (int r = 0; r < kPackRows; ++r) {
+    ref::dequantize_row(t, q.data() + r * dtype_row_bytes(t, cols), w.data(), cols);
+    double want = 0;
+    for (int64_t i = 0; i < cols; ++i) want += static_cast<double>(w[i]) * xa[i];
+    EXPECT_NEAR(y[r], want, 1e-4 * (1 + std::fabs(want))) << dtype_name(t) << " row " << r;
+  }
+}
+
+// Every table with a GEMM for the type, for token counts that fill whole tiles of 8, leave every
+// remainder, and the single token of decode.
+TEST_P(Packed, GemmMatchesTheReference) {
+  const DType t = GetParam();
+  for (int64_t cols : {256, 2048}) {
+    const auto q = quantized_rows(t, kPackRows, cols, static_cast<uint32_t>(cols));
+    std::vector<uint8_t> group(static_cast<size_t>(packed_group_bytes(t, cols)));
+    repack_group(t, q.data(), cols, group.data());
+    const DType at = packed_act_type(t);
+    const int64_t stride = act_row_bytes(at, cols);
+    const int64_t max_tokens = 19;
+    std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
+    std::vector<float> mags(static_cast<size_t>(max_tokens * kPackRows));
+    for (int64_t b = 0; b < max_tokens; ++b) {
+      const auto x = random_vec(cols, 100 + static_cast<uint32_t>(b), 1.0f + 0.25f * static_cast<float>(b % 5));
+      prepare_act(at, x.data(), acts.data() + b * stride, cols);
+      // Error scale: sum |w_i x_i| bounds the float rounding of any summation order.
+      std::vector<float> w(static_cast<size_t>(cols));
+      for (int r = 0; r < kPackRows; ++r) {
+        ref::dequantize_row(t, q.data() + r * dtype_row_bytes(t, cols), w.data(), cols);
+        double m = 0;
+        for (int64_t i = 0; i < cols; ++i) m += std::fabs(w[i] * x[i]);
+        mags[b * kPackRows + r] = static_cast<float>(m);
+      }
+    }
+    std::vector<float> want(static_cast<size_t>(max_tokens * kPackRows));
+    ref::gemm_packed(t, group.data(), cols, acts.data(), stride, max_tokens, want.data(), kPackRows);
+    int tables = 0;
+    for (const KernelTable* k : available_kernels()) {
+      const GemmFn gemm = k->gemm[static_cast<int>(t)];
+      if (gemm == nullptr) continue;
+      ++tables;
+      for (int64_t n : {1, 2, 3, 7, 8, 9, 16, 19}) {
+        // A y stride wider than 16 with a guard value after each row block: nothing else is written.
+        const int64_t ys = kPackRows + 3;
+        std::vector<float> y(static_cast<size_t>(n * ys), -7.0f);
+        gemm(group.data(), cols, acts.data(), stride, n, y.data(), ys);
+        for (int64_t b = 0; b < n; ++b) {
+          for (int r = 0; r < kPackRows; ++r)
+            ASSERT_NEAR(y[b * ys + r], want[b * kPackRows + r], 2e-6 * mags[b * kPackRows + r] + 1e-6)
+                << k->name << " " << dtype_name(t) << " cols=" << cols << " n=" << n << " token " << b << " row " << r;
+          for (int r = kPackRows; r < ys; ++r) ASSERT_EQ(y[b * ys + r], -7.0f);
+        }
+      }
+    }
+    if (tables == 0) GTEST_LOG_(INFO) << "no kernel table on this CPU has a GEMM for " << dtype_name(t);
+  }
+}
+
+// Through matmul(): a packed weight gives what the same weight unpacked gives, threaded, with
+// several matrices in one call (packed and unpacked mixed), and embedding rows read back.
+TEST_P(Packed, MatmulOnPackedWeightsMatchesUnpacked) {
+  const DType t = GetParam();
+  const KernelTable& k = kernels();
+  const int64_t rows = 96, cols = 512, tokens = 11;
+  const auto q = quantized_rows(t, rows, cols, 77);
+  const WeightView view{t, q.data(), rows, cols, dtype_row_bytes(t, cols)};
+  if (!packable(k, view)) GTEST_SKIP() << "this CPU's kernels (" << k.name << ") do not repack " << dtype_name(t);
+  std::vector<uint8_t> buf(static_cast<size_t>(packed_bytes(view)));
+  const WeightView packed = repack_weight(view, buf.data());
+  ASSERT_TRUE(packed.packed);
+  EXPECT_FALSE(packable(k, packed));
+  EXPECT_FALSE(packable(k, WeightView{t, q.data(), 40, cols, dtype_row_bytes(t, cols)}));  // not whole groups
+
+  const auto x = random_vec(tokens * cols, 5);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  std::vector<float> y_plain(static_cast<size_t>(tokens * rows * 2)), y_packed(y_plain.size());
+  matmul_multi(pool, k, {{&view, y_plain.data(), 2 * rows}, {&view, y_plain.data() + rows, 2 * rows}}, x.data(), cols,
+               tokens, scratch);
+  matmul_multi(pool, k, {{&packed, y_packed.data(), 2 * rows}, {&view, y_packed.data() + rows, 2 * rows}}, x.data(),
+               cols, tokens, scratch);
+  for (size_t i = 0; i < y_plain.size(); ++i)
+    ASSERT_NEAR(y_packed[i], y_plain[i], 1e-4 * (1 + std::fabs(y_plain[i]))) << dtype_name(t) << " at " << i;
+
+  std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+  for (int64_t r : {0, 15, 16, 57, 95}) {
+    dequantize_weight_row(view, r, a.data());
+    dequantize_weight_row(packed, r, b.data());
+    ASSERT_EQ(a, b) << "row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedTypes, Packed, ::testing::ValuesIn(kPacked),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace coda
