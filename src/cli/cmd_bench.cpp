@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "core/timer.h"
 #include "kernels/kernels.h"
 #include "lab/bench_model.h"
 
@@ -12,7 +13,7 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
     std::string model;
     int threads = 0;
     BenchModelOptions opt;
-    bool json = false;
+    bool json = false, no_repack = false, no_warmup = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* sub =
@@ -26,12 +27,24 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-r,--reps", f->opt.reps, "Repetitions (best is reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
+  sub->add_option("-d,--depth", f->opt.depth, "Tokens of context in the cache before prefill and decode are timed")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_flag("--no-warmup", f->no_warmup, "Skip the untimed warm-up run");
+  sub->add_flag("--no-repack", f->no_repack,
+                "Keep the weights in the file's layout (no 16-row repacking for the GEMM kernels)");
   sub->add_flag("--json", f->json, "Print one JSON object instead of text");
   out.push_back(
       {sub, [f] {
          const std::string path = f->model.empty() ? default_model_path() : f->model;
-         auto model = Model::load(path);
+         LoadOptions lo;
+         if (f->no_repack) lo.repack = false;
+         f->opt.warmup = !f->no_warmup;
+         Timer load_timer;
+         auto model = Model::load(path, lo);
          if (!model) return fail(model.message());
+         const double load_s = load_timer.ms() / 1000;
+         const RepackStats& rs = (*model)->repack_stats();
          ThreadPool pool(f->threads > 0 ? f->threads : default_threads());
          auto r = bench_model(**model, pool, f->opt);
          if (!r) return fail(r.message());
@@ -43,13 +56,20 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                "{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"n_prompt\":%lld,\"prefill_tps\":%.2f,"
                "\"n_gen\":%lld,\"decode_tps\":%.3f,\"decode_ms\":%.3f,\"bytes_per_token\":%lld,"
                "\"bandwidth_gbs\":%.2f,\"buffer_bandwidth_gbs\":%.2f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.3f,"
-               "\"rep_fractions\":[%s]}\n",
+               "\"rep_fractions\":[%s],\"depth\":%lld,\"load_s\":%.3f,\"repacked_matrices\":%d,"
+               "\"repacked_mib\":%.1f,\"repack_s\":%.3f}\n",
                path.c_str(), pool.size(), kernels().name, static_cast<long long>(f->opt.n_prompt), r->prefill_tps,
                static_cast<long long>(f->opt.n_gen), r->decode_tps, r->decode_ms,
                static_cast<long long>(r->bytes_per_token), r->bandwidth_gbs, r->buffer_bandwidth_gbs, r->roofline_tps,
-               frac, reps.c_str());
+               frac, reps.c_str(), static_cast<long long>(f->opt.depth), load_s, rs.matrices,
+               static_cast<double>(rs.bytes) / (1 << 20), rs.seconds);
          } else {
            std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
+           std::printf("load       %.2f s (%d matrices repacked for the GEMM kernels, %.1f MiB, in %.2f s)\n", load_s,
+                       rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), rs.seconds);
+           if (f->opt.depth > 0)
+             std::printf("depth      %lld tokens of context before the timed runs\n",
+                         static_cast<long long>(f->opt.depth));
            std::printf("prefill    %.2f tokens/s (%lld-token prompt)\n", r->prefill_tps,
                        static_cast<long long>(f->opt.n_prompt));
            std::printf("decode     %.2f tokens/s (%.2f ms/token)\n", r->decode_tps, r->decode_ms);

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/http_flags.h"
 #include "engine/generator.h"
+#include "kernels/kernels.h"
 #include "server/server.h"
 
 namespace coda::cli {
@@ -58,6 +59,9 @@ int serve(ServeFlags& f) {
                "full context %.2fx; batches of up to %zu sequences; guard %s\n",
                path.c_str(), static_cast<long long>(n_ctx), budget / (1 << 30), static_cast<long long>(capacity),
                static_cast<double>(capacity) / static_cast<double>(n_ctx), f.server.max_batch, f.guard.c_str());
+  if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
+    std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
+                 rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
   std::printf("coda serve: listening on http://%s:%d\n", f.server.host.c_str(), *port);
   std::fflush(stdout);
   g_server = &server;

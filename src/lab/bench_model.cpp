@@ -41,26 +41,39 @@ double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
 Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, const BenchModelOptions& opt) {
   const ModelConfig& c = model.config();
   if (opt.n_prompt < 1 || opt.n_gen < 1 || opt.reps < 1) return Error("bench: -p, -n and --reps must be >= 1");
-  const int64_t ctx = opt.n_prompt + opt.n_gen;
+  if (opt.depth < 0) return Error("bench: --depth must be >= 0");
+  const int64_t ctx = opt.depth + opt.n_prompt + opt.n_gen;
   CODA_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(c, ctx));
   ForwardBuffers buf;
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
   std::mt19937_64 rng(opt.seed);
   std::vector<int32_t> prompt(static_cast<size_t>(opt.n_prompt));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.n_vocab));
+  std::vector<int32_t> context(static_cast<size_t>(opt.depth));
+  for (auto& t : context) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.n_vocab));
+  // The context is prefilled in chunks, as a server would, so that its scratch stays small.
+  for (int64_t i = 0; i < opt.depth; i += 512)
+    CODA_RETURN_IF_ERROR(
+        model.forward(context.data() + i, std::min<int64_t>(512, opt.depth - i), kv, pool, buf, logits.data(), false));
+  if (opt.warmup) {
+    CODA_RETURN_IF_ERROR(model.forward(prompt.data(), opt.n_prompt, kv, pool, buf, logits.data(), false));
+    const int32_t next = 0;
+    CODA_RETURN_IF_ERROR(model.forward(&next, 1, kv, pool, buf, logits.data(), false));
+  }
 
   // The roofline uses the bandwidth of streaming exactly the weights a decode step reads, from the
   // same mapping: on a shared VM a fresh buffer's bandwidth varies with where its pages land.
   std::vector<MemRange> ranges;
   const ModelWeights& w = model.weights();
-  ranges.push_back({w.output.data, w.output.rows * w.output.row_bytes});
+  auto bytes = [](const WeightView& m) { return m.packed ? packed_bytes(m) : m.rows * m.row_bytes; };
+  ranges.push_back({w.output.data, bytes(w.output)});
   for (const LayerWeights& L : w.layers)
     for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      ranges.push_back({m->data, m->rows * m->row_bytes});
+      ranges.push_back({m->data, bytes(*m)});
   BenchModelResult r;
   r.bytes_per_token = model.decode_weight_bytes();
   for (int rep = 0; rep < opt.reps; ++rep) {
-    kv.clear();
+    CODA_RETURN_IF_ERROR(kv.truncate(opt.depth));
     Timer t;
     CODA_RETURN_IF_ERROR(model.forward(prompt.data(), opt.n_prompt, kv, pool, buf, logits.data(), false));
     r.prefill_tps = std::max(r.prefill_tps, static_cast<double>(opt.n_prompt) / (t.ms() / 1000));

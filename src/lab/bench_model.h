@@ -15,6 +15,12 @@ struct BenchModelOptions {
   int64_t n_gen = 32;
   int reps = 3;
   uint64_t seed = 1;
+  // Tokens of context already in the cache when prefill and decode are timed (llama-bench -d):
+  // prefilled once, untimed; every repetition then starts from that context.
+  int64_t depth = 0;
+  // One untimed prefill and decode step before the timed repetitions (llama-bench's warm-up), so
+  // that even -r 1 measures a warm run rather than page faults and cold caches.
+  bool warmup = true;
 };
 
 struct BenchModelResult {

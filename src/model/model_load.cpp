@@ -2,10 +2,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -90,27 +93,41 @@ static void release_mapped(const uint8_t* p, int64_t n) {
 void Model::repack_weights() {
   const KernelTable& k = kernels();
   const auto start = std::chrono::steady_clock::now();
-  auto pack = [&](WeightView& w) {
-    if (!packable(k, w)) return;
-    const int64_t bytes = packed_bytes(w);
+  // A tied output is the embedding table: packed once, and lookups unpack their row.
+  std::vector<WeightView*> todo;
+  for (LayerWeights& L : w_.layers)
+    for (WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) todo.push_back(m);
+  todo.push_back(w_.tied_output ? &w_.token_embd : &w_.output);
+  struct Job {
+    WeightView* w;
+    uint8_t* dst;
+  };
+  std::vector<Job> jobs;
+  for (WeightView* w : todo) {
+    if (!packable(k, *w)) continue;
+    const int64_t bytes = packed_bytes(*w);
     auto* dst = static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64)));
-    if (dst == nullptr) return;  // keep the mapped layout; the unpacked kernels still work
+    if (dst == nullptr) continue;  // keep the mapped layout; the unpacked kernels still work
     packed_.emplace_back(dst);
-    const WeightView src = w;
-    w = repack_weight(src, dst);
-    if (file_.file_backed()) release_mapped(src.data, src.rows * src.row_bytes);
+    jobs.push_back({w, dst});
     repack_.matrices++;
     repack_.bytes += bytes;
-  };
-  for (LayerWeights& L : w_.layers)
-    for (WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*m);
-  // A tied output is the embedding table: packed once, and lookups unpack their row.
-  if (w_.tied_output) {
-    pack(w_.token_embd);
-    w_.output = w_.token_embd;
-  } else {
-    pack(w_.output);
   }
+  // Repacking reads the whole file once; the cores share the matrices.
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      const WeightView src = *jobs[i].w;
+      *jobs[i].w = repack_weight(src, jobs[i].dst);
+      if (file_.file_backed()) release_mapped(src.data, src.rows * src.row_bytes);
+    }
+  };
+  const unsigned n_threads = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < n_threads; ++i) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  if (w_.tied_output) w_.output = w_.token_embd;
   repack_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
