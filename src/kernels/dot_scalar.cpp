@@ -122,6 +122,26 @@ int64_t count_above_scalar(const float* x, int64_t n, float t) {
   return c;
 }
 
+void attn_scores_scalar(const float* q, int64_t G, const float* k, int64_t kv_stride, int64_t len, int64_t hd,
+                        float scale, float* scores, int64_t s_stride) {
+  for (int64_t h = 0; h < G; ++h)
+    for (int64_t j = 0; j < len; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < hd; ++i) acc += static_cast<double>(q[h * hd + i]) * k[j * kv_stride + i];
+      scores[h * s_stride + j] = static_cast<float>(acc) * scale;
+    }
+}
+
+void attn_values_scalar(const float* p, int64_t G, int64_t s_stride, const float* v, int64_t kv_stride, int64_t len,
+                        int64_t hd, float* out) {
+  for (int64_t h = 0; h < G; ++h)
+    for (int64_t i = 0; i < hd; ++i) {
+      double acc = 0;
+      for (int64_t j = 0; j < len; ++j) acc += static_cast<double>(p[h * s_stride + j]) * v[j * kv_stride + i];
+      out[h * hd + i] = static_cast<float>(acc);
+    }
+}
+
 uint64_t stream_read_scalar(const uint8_t* p, int64_t n) {
   uint64_t acc = 0;
   int64_t i = 0;
@@ -161,6 +181,8 @@ KernelTable make_scalar() {
   t.max_f32 = max_scalar;
   t.softmax_moments = softmax_moments_scalar;
   t.count_above = count_above_scalar;
+  t.attn_scores = attn_scores_scalar;
+  t.attn_values = attn_values_scalar;
   t.prepare_act = prepare_act;
   return t;
 }

@@ -88,6 +88,15 @@ struct KernelTable {
   SoftmaxMoments (*softmax_moments)(const float* x, int64_t n, float shift);
   // How many of the n values are > t.
   int64_t (*count_above)(const float* x, int64_t n, float t);
+  // Attention of a group of G query heads that share one key/value head (grouped-query attention),
+  // over `len` cached positions; hd (the head size) is a multiple of 8. Each key and value row is
+  // read once for the whole group.
+  // scores[h * s_stride + j] = scale * dot(q + h * hd, k + j * kv_stride) for h < G, j < len.
+  void (*attn_scores)(const float* q, int64_t G, const float* k, int64_t kv_stride, int64_t len, int64_t hd,
+                      float scale, float* scores, int64_t s_stride);
+  // out[h * hd + i] = sum over j of p[h * s_stride + j] * v[j * kv_stride + i] for h < G, i < hd.
+  void (*attn_values)(const float* p, int64_t G, int64_t s_stride, const float* v, int64_t kv_stride, int64_t len,
+                      int64_t hd, float* out);
   // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).
   uint64_t (*stream_read)(const uint8_t* p, int64_t n);
 };

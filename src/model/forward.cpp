@@ -91,8 +91,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
 
   int64_t r = 0;
   for (const BatchSeq& q : seqs)
-    for (int64_t i = 0; i < q.n; ++i, ++r)
-      dequantize_weight_row(w_.token_embd, q.tokens[i], buf.x.data() + r * dim);
+    for (int64_t i = 0; i < q.n; ++i, ++r) dequantize_weight_row(w_.token_embd, q.tokens[i], buf.x.data() + r * dim);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
@@ -171,21 +170,41 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
   int64_t max_ctx = 0;
   for (const RowTarget& r : buf.rows) max_ctx = std::max(max_ctx, r.pos + 1);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  grow(buf.scores, static_cast<int64_t>(pool.size()) * max_ctx);
-  const int64_t jobs = static_cast<int64_t>(buf.rows.size()) * c.n_heads;
+  grow(buf.scores, static_cast<int64_t>(pool.size()) * group * max_ctx);
+  // One job per row and key/value head: the `group` query heads that share it read each cached key
+  // and value row once.
+  const int64_t jobs = static_cast<int64_t>(buf.rows.size()) * c.n_kv_heads;
+  const bool simd = hd % 8 == 0;
+  const KernelTable& kt = simd ? k : scalar_kernels();
+  const int64_t kvd = c.kv_dim();
   pool.run([&](int tid, int nt) {
-    float* scores = buf.scores.data() + tid * max_ctx;
+    float* scores = buf.scores.data() + tid * group * max_ctx;
     for (int64_t job = tid; job < jobs; job += nt) {
-      const int64_t t = job / c.n_heads, h = job % c.n_heads;
-      const int64_t kvh = h / group;
+      const int64_t t = job / c.n_kv_heads, kvh = job % c.n_kv_heads;
       const RowTarget& row = buf.rows[static_cast<size_t>(t)];
       const int64_t len = row.pos + 1;  // causal: positions 0..pos of its own sequence
-      const float* q = buf.q.data() + t * c.q_dim() + h * hd;
-      for (int64_t j = 0; j < len; ++j) scores[j] = k.dot_f32(q, row.kv->k(layer, j) + kvh * hd, hd) * scale;
-      softmax(scores, len);
-      float* out = buf.att_out.data() + t * c.q_dim() + h * hd;
-      std::fill(out, out + hd, 0.0f);
-      for (int64_t j = 0; j < len; ++j) k.axpy_f32(scores[j], row.kv->v(layer, j) + kvh * hd, out, hd);
+      const float* q = buf.q.data() + t * c.q_dim() + kvh * group * hd;
+      kt.attn_scores(q, group, row.kv->k(layer, 0) + kvh * hd, kvd, len, hd, scale, scores, max_ctx);
+      // Softmax numerators with the SIMD kernels; the 1/sum is applied to the head's output instead of
+      // to every weight. A non-finite maximum (a broken model) takes the careful scalar softmax.
+      float inv[64];
+      const bool fast = group <= 64;
+      for (int64_t h = 0; h < group; ++h) {
+        float* sh = scores + h * max_ctx;
+        const float m = fast ? k.max_f32(sh, len) : 0.0f;
+        if (fast && std::isfinite(m)) {
+          const float sum = k.exp_sum(sh, sh, len, m);
+          inv[h] = sum > 0 ? 1.0f / sum : 0.0f;
+        } else {
+          softmax(sh, len);
+          if (fast) inv[h] = 1.0f;
+        }
+      }
+      float* out = buf.att_out.data() + t * c.q_dim() + kvh * group * hd;
+      kt.attn_values(scores, group, max_ctx, row.kv->v(layer, 0) + kvh * hd, kvd, len, hd, out);
+      if (fast)
+        for (int64_t h = 0; h < group; ++h)
+          for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv[h];
     }
   });
 }

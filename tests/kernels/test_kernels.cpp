@@ -338,3 +338,40 @@ TEST(Kernels, ExpSumMatchesStdExp) {
 
 }  // namespace
 }  // namespace coda
+
+namespace coda {
+namespace {
+
+// The grouped attention kernels against the scalar reference: head counts of a group, head sizes
+// that do and do not fill 32 columns, and lengths around the 8-position blocks.
+TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
+  const KernelTable& ref_table = scalar_kernels();
+  for (int64_t hd : {8, 40, 64, 128})
+    for (int64_t G : {1, 4, 7})
+      for (int64_t len : {1, 7, 8, 9, 70, 129}) {
+        const int64_t kv_stride = 3 * hd;  // rows of a cache with several heads per position
+        const auto q = random_vec(G * hd, 1);
+        const auto kv = random_vec(len * kv_stride, 2);
+        const int64_t s_stride = len + 5;
+        std::vector<float> want(static_cast<size_t>(G * s_stride)), got(want.size());
+        ref_table.attn_scores(q.data(), G, kv.data() + hd, kv_stride, len, hd, 0.125f, want.data(), s_stride);
+        const auto p = random_vec(G * s_stride, 3);
+        std::vector<float> want_out(static_cast<size_t>(G * hd)), got_out(want_out.size());
+        ref_table.attn_values(p.data(), G, s_stride, kv.data() + hd, kv_stride, len, hd, want_out.data());
+        for (const KernelTable* k : available_kernels()) {
+          k->attn_scores(q.data(), G, kv.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
+          for (int64_t h = 0; h < G; ++h)
+            for (int64_t j = 0; j < len; ++j)
+              ASSERT_NEAR(got[h * s_stride + j], want[h * s_stride + j], 1e-5 * std::sqrt(static_cast<double>(hd)))
+                  << k->name << " hd=" << hd << " G=" << G << " len=" << len << " h=" << h << " j=" << j;
+          std::fill(got_out.begin(), got_out.end(), 99.0f);  // the kernel overwrites, it does not accumulate
+          k->attn_values(p.data(), G, s_stride, kv.data() + hd, kv_stride, len, hd, got_out.data());
+          for (size_t i = 0; i < got_out.size(); ++i)
+            ASSERT_NEAR(got_out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
+                << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
+        }
+      }
+}
+
+}  // namespace
+}  // namespace coda

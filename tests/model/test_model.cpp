@@ -9,6 +9,7 @@
 
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
+#include "model/quantize_model.h"
 #include "model/synth.h"
 
 namespace coda {
@@ -84,37 +85,51 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ForwardPerShape,
                                            std::make_pair("tiny-llama3", DType::Q8_0),
                                            std::make_pair("tiny-qwen2", DType::F16)));
 
-// Weights repacked for the GEMM kernels give the logits of the file's own layout (to float
-// rounding): every matrix, the tied output and the embedding lookups through it included.
+// Weights repacked for the GEMM kernels give the logits of the file's own layout: every matrix, and
+// the tied output with the embedding lookups through it. On the bundled (trained) model quantized to
+// each packed type. The two layouts sum in different orders, so their activations differ in the
+// last bits, and once in a while an 8-bit activation quant rounds the other way (a step of 1/127 of
+// its block's maximum); from there the cache carries a difference of ~1e-3. Positions before the
+// first such flip agree to ~1e-7. A misplaced row, scale or nibble changes logits by O(1), so the
+// bound of 1e-2 still separates a right layout from a wrong one; the kernels themselves are held to
+// the scalar reference in test_repack.cpp.
 TEST(Forward, RepackedWeightsGiveTheSameLogits) {
   ThreadPool pool(2);
-  for (auto [shape, type] : {std::make_pair("tiny-llama3", DType::Q8_0), std::make_pair("tiny", DType::Q4_0),
-                             std::make_pair("tiny", DType::Q4_K)}) {
-    auto packed = synth_model(shape, type, pool);
-    auto plain = synth_model(shape, type, pool, LoadOptions{.repack = false});
-    ASSERT_NE(packed, nullptr);
-    ASSERT_NE(plain, nullptr);
-    EXPECT_EQ(plain->repack_stats().matrices, 0);
-    if (packed->repack_stats().matrices == 0) {
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    const std::string path = temp_path(std::string("bundled-") + dtype_name(type) + ".gguf");
+    ASSERT_TRUE(quantize_model_file(CODA_MODEL_PATH, path, type, pool).ok());
+    auto packed_m = Model::load(path);
+    auto plain_m = Model::load(path, LoadOptions{.repack = false});
+    std::filesystem::remove(path);
+    ASSERT_TRUE(packed_m.ok() && plain_m.ok());
+    const Model& packed = **packed_m;
+    const Model& plain = **plain_m;
+    EXPECT_EQ(plain.repack_stats().matrices, 0);
+    if (packed.repack_stats().matrices == 0) {
       GTEST_LOG_(INFO) << "this CPU's kernels do not repack " << dtype_name(type);
       continue;
     }
-    EXPECT_EQ(packed->repack_stats().matrices, 7 * packed->config().n_layers + 1) << shape;
-    const int64_t V = packed->config().n_vocab;
-    const int n = 21;
+    const int64_t n_matrices = 7 * packed.config().n_layers + 1;
+    EXPECT_EQ(packed.repack_stats().matrices, n_matrices);
+    EXPECT_GT(packed.repack_stats().bytes, 0);
+    const int64_t V = packed.config().n_vocab;
+    const int n = 37;  // 4 tiles of 8 tokens and a remainder of 5
     const auto toks = random_tokens(n, static_cast<int>(V), 8);
     std::vector<float> a(static_cast<size_t>(n * V)), b(a.size());
     ForwardBuffers buf;
-    KvCache kv_a = std::move(*KvCache::create(packed->config(), n));
-    KvCache kv_b = std::move(*KvCache::create(plain->config(), n));
-    ASSERT_TRUE(packed->forward(toks.data(), n, kv_a, pool, buf, a.data(), true).ok());
-    ASSERT_TRUE(plain->forward(toks.data(), n, kv_b, pool, buf, b.data(), true).ok());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      num += (a[i] - b[i]) * (a[i] - b[i]);
-      den += b[i] * b[i];
+    KvCache kv_a = std::move(*KvCache::create(packed.config(), n));
+    KvCache kv_b = std::move(*KvCache::create(plain.config(), n));
+    ASSERT_TRUE(packed.forward(toks.data(), n, kv_a, pool, buf, a.data(), true).ok());
+    ASSERT_TRUE(plain.forward(toks.data(), n, kv_b, pool, buf, b.data(), true).ok());
+    for (int i = 0; i < n; ++i) {
+      double num = 0, den = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double d = a[i * V + v] - b[i * V + v];
+        num += d * d;
+        den += static_cast<double>(b[i * V + v]) * b[i * V + v];
+      }
+      ASSERT_LE(std::sqrt(num / den), i == 0 ? 1e-5 : 1e-2) << dtype_name(type) << " position " << i;
     }
-    EXPECT_LE(std::sqrt(num / den), 1e-5) << shape << " " << dtype_name(type);
   }
 }
 
