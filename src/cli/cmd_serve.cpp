@@ -20,6 +20,8 @@ struct ServeFlags {
   int64_t ctx = 0;
   int default_max_tokens = 4096;
   double kv_budget_gib = 0;
+  bool no_prefix_cache = false;
+  int64_t prefix_cache_tokens = -1;          // -1: a quarter of the KV budget
   std::string guard = "stop:loop,flooding";  // exact loops and floods stop; the rest is observed (docs/guard.md)
   ServerOptions server;
 };
@@ -51,6 +53,8 @@ int serve(ServeFlags& f) {
   if (f.server.defaults.model_id.empty()) f.server.defaults.model_id = "coda";
   tune_allocator_for_server();
   f.server.kv_budget_tokens = capacity;
+  f.server.prefix_cache_tokens =
+      f.no_prefix_cache ? 0 : (f.prefix_cache_tokens >= 0 ? std::min(f.prefix_cache_tokens, capacity) : capacity / 4);
   coda::Server server(*loaded->generator, f.server);
   auto port = server.bind();
   if (!port) return fail(port.message());
@@ -59,6 +63,11 @@ int serve(ServeFlags& f) {
                "full context %.2fx; batches of up to %zu sequences; guard %s\n",
                path.c_str(), static_cast<long long>(n_ctx), budget / (1 << 30), static_cast<long long>(capacity),
                static_cast<double>(capacity) / static_cast<double>(n_ctx), f.server.max_batch, f.guard.c_str());
+  std::fprintf(stderr, "coda serve: KV cache %.1f KiB per token of context; prefix cache %s\n", per_token / 1024,
+               f.server.prefix_cache_tokens > 0 ? ("up to " + std::to_string(f.server.prefix_cache_tokens) +
+                                                   " tokens (evicted first when requests need the room)")
+                                                      .c_str()
+                                                : "off");
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
@@ -107,6 +116,11 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--default-max-tokens", f->default_max_tokens, "max_tokens for requests that omit it")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
+  sub->add_flag("--no-prefix-cache", f->no_prefix_cache,
+                "Do not reuse the KV cache of earlier requests that share a prompt prefix");
+  sub->add_option("--prefix-cache-tokens", f->prefix_cache_tokens,
+                  "Positions the prefix cache may hold, within the KV budget (default: a quarter of it)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub->add_option("--kv-budget", f->kv_budget_gib, "KV cache budget in GiB (default: half the memory)");
   sub->add_option("--guard", f->guard,
                   "Default guard policy: observe, stop or repair, optionally for some detectors (stop:loop,flooding; "

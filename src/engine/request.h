@@ -60,6 +60,7 @@ struct GenerationResult {
   std::string finish_reason;
   std::string stop_reason;  // the stop string, or the token id as text, that ended generation
   int prompt_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not prefilled)
   int completion_tokens = 0;
   GenerationTimings timings;
   std::vector<TokenLogprob> logprobs;  // when requested, one per completion token

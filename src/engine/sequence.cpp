@@ -48,7 +48,7 @@ Sequence::Sequence(const GenerationRequest& r, const Vocab& v, KvCache kv, Sampl
 
 Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const GenerationRequest& r,
                                                      StreamCallback on_chunk, StepObserver* observer,
-                                                     int64_t prefill_chunk) {
+                                                     int64_t prefill_chunk, PrefixCache* cache) {
   Timer timer;
   CODA_RETURN_IF_ERROR(gen.validate(r));
   auto prompt = gen.prepare(r);
@@ -77,10 +77,19 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
   s->res_.prompt_tokens = n_prompt;
   s->res_.timings.tokenize_ms = timer.ms();
   if (observer) observer->on_start(s->history_.prompt, prompt->text);
-  const int64_t first = std::min<int64_t>(s->prefill_chunk_, n_prompt);
-  s->pending_.assign(s->history_.prompt.begin(), s->history_.prompt.begin() + first);
+  if (cache != nullptr) s->prefilled_ = cache->restore(s->history_.prompt, s->kv_);
+  s->res_.cached_tokens = static_cast<int>(s->prefilled_);
+  const int64_t first = std::min<int64_t>(s->prefill_chunk_, n_prompt - s->prefilled_);
+  s->pending_.assign(s->history_.prompt.begin() + s->prefilled_, s->history_.prompt.begin() + s->prefilled_ + first);
   s->phase_timer_.reset();
   return s;
+}
+
+std::vector<int32_t> Sequence::cached_token_ids() const {
+  std::vector<int32_t> ids = history_.prompt;
+  ids.insert(ids.end(), history_.generated.begin(), history_.generated.end());
+  ids.resize(std::min(ids.size(), static_cast<size_t>(kv_.size())));
+  return ids;
 }
 
 void Sequence::cancel() {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/timer.h"
+#include "engine/prefix_cache.h"
 #include "engine/prompt.h"
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
@@ -28,9 +29,10 @@ class Sequence {
  public:
   // Checks the request, renders and tokenizes the prompt, allocates the KV cache (prompt +
   // max_tokens). `prefill_chunk` bounds how many prompt tokens pending() asks for at once.
+  // With a prefix cache, the longest cached prefix of the prompt is copied in instead of prefilled.
   static Expected<std::unique_ptr<Sequence>> create(const Generator& gen, const GenerationRequest& r,
                                                     StreamCallback on_chunk, StepObserver* observer,
-                                                    int64_t prefill_chunk = 1 << 30);
+                                                    int64_t prefill_chunk = 1 << 30, PrefixCache* cache = nullptr);
 
   bool done() const { return done_; }
   bool prefilling() const { return prefilled_ < static_cast<int64_t>(history_.prompt.size()); }
@@ -45,6 +47,8 @@ class Sequence {
   // The result (after done()).
   Expected<GenerationResult> finish();
   int64_t tokens_in_cache() const { return kv_.size(); }
+  // The tokens at the cache's positions 0 .. kv().size() - 1 (prompt, then generated tokens).
+  std::vector<int32_t> cached_token_ids() const;
 
  private:
   Sequence(const GenerationRequest& r, const Vocab& v, KvCache kv, SamplerChain chain, SamplerVocab sv);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <new>
 #include <stdexcept>
 
@@ -36,6 +37,21 @@ Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
   } catch (const std::length_error&) {
     return Error(what + ", which cannot be allocated here; lower the context size (-c) or tokens (-n)");
   }
+}
+
+Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
+  if (src.kv_dim_ != kv_dim_ || src.n_layers() != n_layers())
+    return Error("KV cache copy: the caches belong to models of different shapes");
+  if (n < 0 || n > src.size_ || n > capacity_)
+    return Error("KV cache copy of " + std::to_string(n) + " positions: the source holds " + std::to_string(src.size_) +
+                 ", this cache has room for " + std::to_string(capacity_));
+  const size_t row = static_cast<size_t>(n * kv_dim_) * sizeof(float);
+  for (int64_t l = 0; l < n_layers(); ++l) {
+    std::memcpy(k(l, 0), src.k(l, 0), row);
+    std::memcpy(v(l, 0), src.v(l, 0), row);
+  }
+  size_ = n;
+  return Status::Ok();
 }
 
 Status KvCache::truncate(int64_t n) {

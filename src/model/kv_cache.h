@@ -33,6 +33,12 @@ class KvCache {
   float* v(int64_t layer, int64_t pos) { return v_.get() + (layer * capacity_ + pos) * kv_dim_; }
   int64_t kv_dim() const { return kv_dim_; }
 
+  // Makes this cache hold the first n positions of `src` (a model of the same shape): prefix reuse.
+  Status copy_prefix(const KvCache& src, int64_t n);
+  int64_t n_layers() const { return capacity_ > 0 && kv_dim_ > 0 ? elems_ / (capacity_ * kv_dim_) : 0; }
+  const float* k(int64_t layer, int64_t pos) const { return k_.get() + (layer * capacity_ + pos) * kv_dim_; }
+  const float* v(int64_t layer, int64_t pos) const { return v_.get() + (layer * capacity_ + pos) * kv_dim_; }
+
   // Called by the forward pass once a batch's K/V rows are written.
   void commit(int64_t n) { size_ += n; }
 

@@ -296,9 +296,11 @@ std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json&
 }
 
 nlohmann::ordered_json usage_json(const GenerationResult& g) {
+  // prompt_tokens_details.cached_tokens as OpenAI reports it: prompt tokens served from the cache.
   return {{"prompt_tokens", g.prompt_tokens},
           {"completion_tokens", g.completion_tokens},
-          {"total_tokens", g.prompt_tokens + g.completion_tokens}};
+          {"total_tokens", g.prompt_tokens + g.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
 }
 
 namespace {

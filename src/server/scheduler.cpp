@@ -45,7 +45,22 @@ const Expected<GuardedResult>& Ticket::result() {
 }
 
 Scheduler::Scheduler(Generator& gen, Metrics& metrics, SchedulerOptions opts)
-    : gen_(gen), metrics_(metrics), opts_(opts), worker_([this] { work(); }) {}
+    : gen_(gen),
+      metrics_(metrics),
+      opts_(opts),
+      prefix_(opts.prefix_cache_tokens > 0
+                  ? std::make_unique<PrefixCache>(gen.model().config(), opts.prefix_cache_tokens)
+                  : nullptr),
+      worker_([this] { work(); }) {
+  metrics_.set_help("coda:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");
+  metrics_.set_help("coda:prefix_cache_hits_total", "Prompt tokens whose KV came from the prefix cache.");
+  metrics_.set_help("coda:prefix_cache_tokens", "Positions held by the prefix cache.");
+  if (prefix_) {
+    metrics_.add("coda:prefix_cache_queries_total", 0);
+    metrics_.add("coda:prefix_cache_hits_total", 0);
+    metrics_.set_gauge("coda:prefix_cache_tokens", 0);
+  }
+}
 
 Scheduler::~Scheduler() {
   {
@@ -169,7 +184,7 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
           raw->push(c.text, c.logprobs);
           return !raw->cancelled.load();
         },
-        guard.get(), opts_.prefill_chunk);
+        guard.get(), opts_.prefill_chunk, prefix_.get());
     if (!seq) {
       pop_waiting();
       metrics_.add("coda:request_success_total", 1, "finished_reason", "error");
@@ -177,6 +192,10 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
       continue;
     }
     const int64_t need = (*seq)->kv().capacity();
+    // Running sequences come before cached prefixes: evict what they need.
+    if (prefix_ && kv_used + need + prefix_->tokens_held() > opts_.kv_budget_tokens)
+      prefix_->shrink_to(opts_.kv_budget_tokens - kv_used - need);
+    if (prefix_) report_prefix_cache();
     if (!active.empty() && kv_used + need > opts_.kv_budget_tokens) break;  // wait for room; order is kept
     pop_waiting();
     kv_used += need;
@@ -191,6 +210,7 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
 void Scheduler::step(std::vector<Active>& active) {
   std::vector<BatchSeq> batch;
   std::vector<Sequence*> in_batch;
+  std::vector<bool> was_prefilling;
   int64_t rows = 0;
   for (auto& a : active) {
     Sequence& s = *a.seq;
@@ -201,15 +221,34 @@ void Scheduler::step(std::vector<Active>& active) {
     if (rows + static_cast<int64_t>(p.size()) > 256 && !batch.empty()) continue;  // next step
     batch.push_back({p.data(), static_cast<int64_t>(p.size()), &s.kv(), s.logits()});
     in_batch.push_back(&s);
+    was_prefilling.push_back(s.prefilling());
     rows += static_cast<int64_t>(p.size());
   }
   if (batch.empty()) return;
   metrics_.observe("coda:iteration_sequences", static_cast<double>(batch.size()));
   const Status st = gen_.model().forward_batch(batch, gen_.pool(), buf_);
-  for (Sequence* s : in_batch) s->advance(st);
+  for (size_t i = 0; i < in_batch.size(); ++i) {
+    Sequence* s = in_batch[i];
+    s->advance(st);
+    // A prompt just prefilled is cached at once, so that requests arriving while this one still
+    // generates (the same system prompt, say) can use it.
+    if (prefix_ && st.ok() && was_prefilling[i] && !s->prefilling()) prefix_->insert(s->cached_token_ids(), s->kv());
+  }
+  if (prefix_) report_prefix_cache();
+}
+
+void Scheduler::report_prefix_cache() {
+  metrics_.add("coda:prefix_cache_queries_total",
+               static_cast<double>(prefix_->queried_tokens() - prefix_queried_reported_));
+  metrics_.add("coda:prefix_cache_hits_total", static_cast<double>(prefix_->hit_tokens() - prefix_hits_reported_));
+  prefix_queried_reported_ = prefix_->queried_tokens();
+  prefix_hits_reported_ = prefix_->hit_tokens();
+  metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
 }
 
 void Scheduler::complete(Active& a) {
+  // The whole conversation so far (prompt and reply) for the next turn of a chat.
+  if (prefix_) prefix_->insert(a.seq->cached_token_ids(), a.seq->kv());
   auto res = a.seq->finish();
   Ticket& t = *a.ticket;
   if (!res) {

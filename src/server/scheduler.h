@@ -19,6 +19,7 @@
 
 #include "core/timer.h"
 #include "engine/generator.h"
+#include "engine/prefix_cache.h"
 #include "engine/sequence.h"
 #include "guard/guard.h"
 #include "server/metrics.h"
@@ -55,6 +56,9 @@ struct SchedulerOptions {
   size_t max_batch = 8;                // sequences generated together
   int64_t kv_budget_tokens = 1 << 20;  // sum of the running sequences' KV capacities
   int64_t prefill_chunk = 64;          // prompt tokens per sequence per step
+  // Positions of finished requests' caches kept for prompts that start the same way (0: off). The
+  // cache lives inside kv_budget_tokens: admitting a request evicts cached prefixes first.
+  int64_t prefix_cache_tokens = 0;
 };
 
 class Scheduler {
@@ -98,7 +102,10 @@ class Scheduler {
   bool paused_ = false;
   std::atomic<size_t> running_{0};
   ForwardBuffers buf_;
-  std::thread worker_;
+  std::unique_ptr<PrefixCache> prefix_;  // scheduler thread only
+  int64_t prefix_queried_reported_ = 0, prefix_hits_reported_ = 0;
+  void report_prefix_cache();
+  std::thread worker_;  // last: starts once everything above is built
 };
 
 }  // namespace coda

@@ -36,7 +36,8 @@ Server::Server(Generator& gen, ServerOptions opts)
     : gen_(gen),
       opts_(std::move(opts)),
       scheduler_(std::make_unique<Scheduler>(
-          gen, metrics_, SchedulerOptions{opts_.max_queue, opts_.max_batch, opts_.kv_budget_tokens, 64})) {
+          gen, metrics_,
+          SchedulerOptions{opts_.max_queue, opts_.max_batch, opts_.kv_budget_tokens, 64, opts_.prefix_cache_tokens})) {
   started_ = static_cast<int64_t>(std::time(nullptr));
   const int threads =
       opts_.http_threads > 0 ? opts_.http_threads : static_cast<int>(opts_.max_queue + opts_.max_batch) + 8;

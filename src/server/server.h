@@ -31,6 +31,7 @@ struct ServerOptions {
   size_t max_queue = 64;
   size_t max_batch = 8;                // sequences generated together
   int64_t kv_budget_tokens = 1 << 20;  // KV cache tokens all running sequences may hold
+  int64_t prefix_cache_tokens = 0;     // of those, kept for prompt prefixes (0: no prefix cache)
   int http_threads = 0;                // --max-connections; 0: max_queue + max_batch + 8
   RequestLimits limits;
   bool admin_api = false;  // POST /admin/pause and /admin/resume (behind the API key)

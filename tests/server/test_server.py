@@ -283,6 +283,60 @@ def burst_tests(s):
     check(results.count(200) == 100, f"a burst of 100 connections all answered: {[r for r in results if r != 200][:3]}")
 
 
+def prefix_cache_tests(s):
+    """A shared system prompt is prefilled once: the second request copies its KV (usage reports it as
+    prompt_tokens_details.cached_tokens) and gets exactly the logprobs of the cold run; a chat's next
+    turn reuses the previous turn's prompt and reply; the metrics count the tokens."""
+    system = ("You are the archivist of a small library. " * 3 +
+              "Answer in one sentence, and cite the shelf. " * 2 + f"Session {os.getpid()}.")
+
+    def chat(messages):
+        st, _, body = s.json("POST", "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0,
+                                                              "logprobs": True, "top_logprobs": 2})
+        check(st == 200, f"prefix cache request -> {st} {body}")
+        return body
+
+    hits0 = s.metric("coda:prefix_cache_hits_total")
+    queries0 = s.metric("coda:prefix_cache_queries_total")
+    check(hits0 is not None and queries0 is not None, "prefix cache counters are exported from the start")
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Where is the atlas?"}]
+    cold, warm = chat(msgs), chat(msgs)
+    n = cold["usage"]["prompt_tokens"]
+    check(cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"first request is cold: {cold['usage']}")
+    cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(n - 16 <= cached < n and cached % 16 == 0, f"second request reuses all whole blocks but the last token: {n} {cached}")
+    check(warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+          and warm["choices"][0]["logprobs"] == cold["choices"][0]["logprobs"],
+          "a prefix-cache hit gives exactly the logprobs of the cold run")
+    other = chat([msgs[0], {"role": "user", "content": "And the dictionaries?"}])
+    c2 = other["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(0 < c2 < other["usage"]["prompt_tokens"], f"a new question after the same system prompt hits its prefix: {c2}")
+    turn2 = chat(msgs + [{"role": "assistant", "content": cold["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": "Thanks. Which floor?"}])
+    c3 = turn2["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(c3 >= n - 16, f"a chat's next turn reuses the previous turn: {c3} of {turn2['usage']['prompt_tokens']}")
+    hits = s.metric("coda:prefix_cache_hits_total") - hits0
+    queries = s.metric("coda:prefix_cache_queries_total") - queries0
+    prompts = sum(b["usage"]["prompt_tokens"] for b in (cold, warm, other, turn2))
+    check(hits == cached + c2 + c3 and queries == prompts, f"prefix cache metrics: hits {hits} queries {queries} "
+          f"(expected {cached + c2 + c3} and {prompts})")
+    check(s.metric("coda:prefix_cache_tokens") > 0, "the gauge shows the cached positions")
+
+
+def no_prefix_cache_tests(coda):
+    s = Server(coda, "--no-prefix-cache")
+    try:
+        body = {"prompt": "The library opens at nine. " * 8, "max_tokens": 2, "temperature": 0}
+        for _ in range(2):
+            st, _, r = s.json("POST", "/v1/completions", body)
+            check(st == 200 and r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+                  f"--no-prefix-cache: nothing is reused: {r.get('usage')}")
+        check(s.metric("coda:prefix_cache_hits_total") is None, "--no-prefix-cache: no prefix cache metrics")
+    finally:
+        err = s.stop()
+        check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
+
+
 def auth_tests(coda):
     s = Server(coda, "--api-key", "sekret")
     try:
@@ -409,12 +463,14 @@ def main():
     s = Server(coda, "--max-queue", "6", "--max-num-seqs", "4", "--enable-admin-api")
     try:
         api_tests(s)
+        prefix_cache_tests(s)
         burst_tests(s)
         load_tests(s, "bundled", n_streams=16, max_queue=6, max_batch=4)
     finally:
         err = s.stop()
     check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
     auth_tests(coda)
+    no_prefix_cache_tests(coda)
     # A random-weight model emits arbitrary tokens (byte pieces, special tokens): still valid JSON/SSE.
     synth = os.path.join(work, f"random-{os.getpid()}.gguf")
     subprocess.run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "-o", synth],
