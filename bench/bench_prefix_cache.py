@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""What the prefix cache buys: time to first token of two chat requests that share a long system
+prompt (about 1,000 tokens), over HTTP, with the prefix cache on (the default) and off
+(--no-prefix-cache). The second request asks a different question after the same system prompt.
+
+TTFT is measured by the client: from sending the request to the first streamed content.
+
+Usage: /usr/bin/python3 bench/bench_prefix_cache.py build/coda MODEL.gguf [--threads 2] [--words 750]
+"""
+import argparse
+import http.client
+import json
+import subprocess
+import time
+
+
+def ttft(port, messages):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+    body = {"messages": messages, "max_tokens": 4, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    first, usage, buf = None, None, b""
+    while True:
+        chunk = r.read1(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            data = ev[6:]
+            if not ev.startswith(b"data: ") or data == b"[DONE]":
+                continue
+            j = json.loads(data)
+            if first is None and j.get("choices") and j["choices"][0].get("delta", {}).get("content"):
+                first = time.perf_counter() - t0
+            if j.get("usage"):
+                usage = j["usage"]
+    c.close()
+    return first, usage
+
+
+def run(coda, model, threads, extra, system):
+    proc = subprocess.Popen([coda, "serve", "-m", model, "--port", "0", "-t", str(threads), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        raise RuntimeError("server did not start: " + line + proc.stderr.read())
+    port = int(line.strip().rsplit(":", 1)[1])
+    try:
+        out = []
+        for q in ("Which shelf holds the atlases?", "And where are the dictionaries kept?"):
+            t, usage = ttft(port, [{"role": "system", "content": system}, {"role": "user", "content": q}])
+            out.append((t, usage["prompt_tokens"], usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)))
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("coda")
+    ap.add_argument("model")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--words", type=int, default=750, help="words of system prompt (about 1.3 tokens each)")
+    a = ap.parse_args()
+    words = ("the archive keeps maps letters ledgers and records of every river town along the coast "
+             "and each shelf is numbered by decade and region").split()
+    system = " ".join(words[i % len(words)] for i in range(a.words)) + "."
+    print("| prefix cache | request | prompt tokens | cached | TTFT s |")
+    print("|---|---|---|---|---|")
+    for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
+        res = run(a.coda, a.model, a.threads, extra, system)
+        for i, (t, n, cached) in enumerate(res):
+            print(f"| {label} | {i + 1} | {n} | {cached} | {t:.3f} |")
+        if res[1][0]:
+            print(f"| {label} | first / second | | | {res[0][0] / res[1][0]:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
