@@ -27,9 +27,10 @@ int64_t PrefixCache::restore(const std::vector<int32_t>& tokens, KvCache& dst) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = *entries_[i];
     const int64_t n = common_prefix(tokens, e.tokens, static_cast<int64_t>(e.tokens.size()));
-    const int64_t blocks = std::min(n, usable) / kBlock * kBlock;
-    if (blocks > best) {
-      best = blocks;
+    // Entries hold whole blocks; a hit may end anywhere inside one (the rows are copied).
+    const int64_t len = std::min(n, usable);
+    if (len > best) {
+      best = len;
       best_i = i;
     }
   }

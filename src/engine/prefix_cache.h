@@ -3,7 +3,7 @@
 //
 // Entries are immutable snapshots of the first n positions of a finished (or fully prefilled)
 // sequence's cache, n a whole number of 16-token blocks. A new sequence copies the rows of its
-// longest cached prefix into its own cache and prefills only the rest, so an entry is never shared
+// longest cached prefix (which may end inside a block) into its own cache and prefills only the rest, so an entry is never shared
 // mutably; entries are held by shared_ptr (reference counted) while a copy is in progress, and
 // evicted least recently used first, when the cache holds more tokens than its budget or when the
 // scheduler needs the memory for running sequences. A hit gives exactly the logits of a cold run:
@@ -25,9 +25,9 @@ class PrefixCache {
   // Holds at most `budget_tokens` positions in all (0 disables the cache).
   PrefixCache(const ModelConfig& config, int64_t budget_tokens);
 
-  // The longest cached prefix of `tokens` in whole blocks, leaving at least one token to run (its
-  // logits are needed); copies its rows into the empty cache `dst` and returns how many positions
-  // it copied (0 on a miss). Counts the query and the hit.
+  // The longest cached prefix of `tokens`, leaving at least one token to run (its logits are
+  // needed); copies its rows into the empty cache `dst` and returns how many positions it copied
+  // (0 on a miss). Counts the query and the hit.
   int64_t restore(const std::vector<int32_t>& tokens, KvCache& dst);
   // Keeps the first positions of `kv` (as many whole blocks as it holds) as the cache of `tokens`
   // (which has at least kv.size() entries: the tokens at positions 0, 1, ...).

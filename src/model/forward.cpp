@@ -163,48 +163,80 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
 }
 
 // Causal grouped-query attention of every row over its own sequence's cache, up to its position.
+//
+// A job is one key/value head for a block of up to 8 consecutive rows of one sequence (a prefill
+// chunk; a decoding sequence is a block of 1). Its 8 x group query vectors are gathered into one
+// matrix, so each cached key and value row is read once per block instead of once per query: at a
+// depth of thousands of tokens that is the difference between streaming the cache from memory for
+// every token and reusing it from L1. Scores past a row's own position (causality) are zeroed
+// after the softmax.
 void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) const {
+  constexpr int64_t kRowBlock = 8;
   const ModelConfig& c = config_;
   const KernelTable& k = kernels();
   const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
   int64_t max_ctx = 0;
   for (const RowTarget& r : buf.rows) max_ctx = std::max(max_ctx, r.pos + 1);
+  // Blocks of consecutive rows of the same sequence.
+  std::vector<std::pair<int64_t, int64_t>>& blocks = buf.row_blocks;
+  blocks.clear();
+  const auto n_rows = static_cast<int64_t>(buf.rows.size());
+  for (int64_t t = 0; t < n_rows;) {
+    int64_t e = t + 1;
+    while (e < n_rows && e - t < kRowBlock &&
+           buf.rows[static_cast<size_t>(e)].kv == buf.rows[static_cast<size_t>(t)].kv &&
+           buf.rows[static_cast<size_t>(e)].pos == buf.rows[static_cast<size_t>(e - 1)].pos + 1)
+      ++e;
+    blocks.emplace_back(t, e);
+    t = e;
+  }
+  const int64_t qv = kRowBlock * group;  // query vectors per job at most
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  grow(buf.scores, static_cast<int64_t>(pool.size()) * group * max_ctx);
-  // One job per row and key/value head: the `group` query heads that share it read each cached key
-  // and value row once.
-  const int64_t jobs = static_cast<int64_t>(buf.rows.size()) * c.n_kv_heads;
+  const auto threads = static_cast<int64_t>(pool.size());
+  grow(buf.scores, threads * qv * max_ctx);
+  grow(buf.att_q, threads * qv * hd);
+  grow(buf.att_o, threads * qv * hd);
+  const int64_t jobs = static_cast<int64_t>(blocks.size()) * c.n_kv_heads;
   const bool simd = hd % 8 == 0;
   const KernelTable& kt = simd ? k : scalar_kernels();
   const int64_t kvd = c.kv_dim();
   pool.run([&](int tid, int nt) {
-    float* scores = buf.scores.data() + tid * group * max_ctx;
+    float* scores = buf.scores.data() + tid * qv * max_ctx;
+    float* qm = buf.att_q.data() + tid * qv * hd;
+    float* om = buf.att_o.data() + tid * qv * hd;
     for (int64_t job = tid; job < jobs; job += nt) {
-      const int64_t t = job / c.n_kv_heads, kvh = job % c.n_kv_heads;
-      const RowTarget& row = buf.rows[static_cast<size_t>(t)];
-      const int64_t len = row.pos + 1;  // causal: positions 0..pos of its own sequence
-      const float* q = buf.q.data() + t * c.q_dim() + kvh * group * hd;
-      kt.attn_scores(q, group, row.kv->k(layer, 0) + kvh * hd, kvd, len, hd, scale, scores, max_ctx);
-      // Softmax numerators with the SIMD kernels; the 1/sum is applied to the head's output instead of
-      // to every weight. A non-finite maximum (a broken model) takes the careful scalar softmax.
-      float inv[64];
-      const bool fast = group <= 64;
-      for (int64_t h = 0; h < group; ++h) {
-        float* sh = scores + h * max_ctx;
-        const float m = fast ? k.max_f32(sh, len) : 0.0f;
+      const auto [t0, t1] = blocks[static_cast<size_t>(job / c.n_kv_heads)];
+      const int64_t kvh = job % c.n_kv_heads;
+      const int64_t nq = (t1 - t0) * group;
+      KvCache* kv = buf.rows[static_cast<size_t>(t0)].kv;
+      const int64_t len = buf.rows[static_cast<size_t>(t1 - 1)].pos + 1;  // the block's last row sees most
+      for (int64_t t = t0; t < t1; ++t)
+        std::copy_n(buf.q.data() + t * c.q_dim() + kvh * group * hd, group * hd, qm + (t - t0) * group * hd);
+      kt.attn_scores(qm, nq, kv->k(layer, 0) + kvh * hd, kvd, len, hd, scale, scores, max_ctx);
+      // Softmax numerators with the SIMD kernels over each row's own positions; the 1/sum is applied
+      // to the output instead of to every weight. A non-finite maximum (a broken model) takes the
+      // careful scalar softmax.
+      float inv[kRowBlock * 64];
+      const bool fast = nq <= kRowBlock * 64;
+      for (int64_t i = 0; i < nq; ++i) {
+        float* si = scores + i * max_ctx;
+        const int64_t own = buf.rows[static_cast<size_t>(t0 + i / group)].pos + 1;
+        const float m = fast ? k.max_f32(si, own) : 0.0f;
         if (fast && std::isfinite(m)) {
-          const float sum = k.exp_sum(sh, sh, len, m);
-          inv[h] = sum > 0 ? 1.0f / sum : 0.0f;
+          const float sum = k.exp_sum(si, si, own, m);
+          inv[i] = sum > 0 ? 1.0f / sum : 0.0f;
         } else {
-          softmax(sh, len);
-          if (fast) inv[h] = 1.0f;
+          softmax(si, own);
+          if (fast) inv[i] = 1.0f;
         }
+        std::fill(si + own, si + len, 0.0f);  // causality within the block
       }
-      float* out = buf.att_out.data() + t * c.q_dim() + kvh * group * hd;
-      kt.attn_values(scores, group, max_ctx, row.kv->v(layer, 0) + kvh * hd, kvd, len, hd, out);
-      if (fast)
-        for (int64_t h = 0; h < group; ++h)
-          for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv[h];
+      kt.attn_values(scores, nq, max_ctx, kv->v(layer, 0) + kvh * hd, kvd, len, hd, om);
+      for (int64_t i = 0; i < nq; ++i) {
+        const float f = fast ? inv[i] : 1.0f;
+        float* out = buf.att_out.data() + (t0 + i / group) * c.q_dim() + (kvh * group + i % group) * hd;
+        for (int64_t d = 0; d < hd; ++d) out[d] = om[i * hd + d] * f;
+      }
     }
   });
 }
