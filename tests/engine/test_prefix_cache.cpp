@@ -1,4 +1,4 @@
-// The prefix cache: whole blocks only, at least one token left to run, longest match wins, LRU
+// The prefix cache: entries of whole blocks, at least one token left to run, longest match wins, LRU
 // eviction within the budget, and a hit gives bit for bit the logits of a cold run.
 #include <gtest/gtest.h>
 
@@ -44,14 +44,14 @@ TEST(PrefixCache, HitGivesTheLogitsOfAColdRun) {
   auto second = range(10, 50);  // shares 50 tokens with `first`, then differs
   for (int32_t t : {900, 901, 902, 903, 904}) second.push_back(t);
   KvCache kv = std::move(*KvCache::create(f.model->config(), 256));
-  EXPECT_EQ(cache.restore(second, kv), 48);
-  EXPECT_EQ(kv.size(), 48);
+  EXPECT_EQ(cache.restore(second, kv), 50);  // the common prefix, ending inside the 4th block
+  EXPECT_EQ(kv.size(), 50);
   std::vector<float> warm(static_cast<size_t>(f.model->config().n_vocab)), cold;
-  ASSERT_TRUE(f.model->forward(second.data() + 48, 7, kv, f.pool, f.buf, warm.data(), false).ok());
+  ASSERT_TRUE(f.model->forward(second.data() + 50, 5, kv, f.pool, f.buf, warm.data(), false).ok());
   f.prefill(second, &cold);
   EXPECT_EQ(warm, cold);
   EXPECT_EQ(cache.queried_tokens(), 55);
-  EXPECT_EQ(cache.hit_tokens(), 48);
+  EXPECT_EQ(cache.hit_tokens(), 50);
 }
 
 TEST(PrefixCache, LeavesOneTokenAndEvictsLeastRecentlyUsed) {
@@ -61,9 +61,9 @@ TEST(PrefixCache, LeavesOneTokenAndEvictsLeastRecentlyUsed) {
   cache.insert(a, f.prefill(a));
   cache.insert(b, f.prefill(b));
   EXPECT_EQ(cache.tokens_held(), 64);
-  // The same 32 tokens as a prompt: 31 are usable, so one block (16) is copied.
+  // The same 32 tokens as a prompt: the last one runs again for its logits.
   KvCache kv = std::move(*KvCache::create(f.model->config(), 64));
-  EXPECT_EQ(cache.restore(a, kv), 16);
+  EXPECT_EQ(cache.restore(a, kv), 31);
   cache.insert(c, f.prefill(c));  // over budget: b (least recently used) goes
   EXPECT_EQ(cache.entries(), 2u);
   KvCache kv2 = std::move(*KvCache::create(f.model->config(), 64));

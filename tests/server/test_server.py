@@ -302,9 +302,11 @@ def prefix_cache_tests(s):
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Where is the atlas?"}]
     cold, warm = chat(msgs), chat(msgs)
     n = cold["usage"]["prompt_tokens"]
-    check(cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"first request is cold: {cold['usage']}")
+    c0 = cold["usage"]["prompt_tokens_details"]["cached_tokens"]
+    # Earlier chats share at most the template's opening tokens with this system prompt.
+    check(c0 < 16, f"first request is cold but for the template's opening: {cold['usage']}")
     cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"]
-    check(n - 16 <= cached < n and cached % 16 == 0, f"second request reuses all whole blocks but the last token: {n} {cached}")
+    check(cached == n - 1, f"second request reuses every prompt token but the last: {n} {cached}")
     check(warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
           and warm["choices"][0]["logprobs"] == cold["choices"][0]["logprobs"],
           "a prefix-cache hit gives exactly the logprobs of the cold run")
@@ -318,8 +320,8 @@ def prefix_cache_tests(s):
     hits = s.metric("coda:prefix_cache_hits_total") - hits0
     queries = s.metric("coda:prefix_cache_queries_total") - queries0
     prompts = sum(b["usage"]["prompt_tokens"] for b in (cold, warm, other, turn2))
-    check(hits == cached + c2 + c3 and queries == prompts, f"prefix cache metrics: hits {hits} queries {queries} "
-          f"(expected {cached + c2 + c3} and {prompts})")
+    check(hits == c0 + cached + c2 + c3 and queries == prompts, f"prefix cache metrics: hits {hits} "
+          f"queries {queries} (expected {c0 + cached + c2 + c3} and {prompts})")
     check(s.metric("coda:prefix_cache_tokens") > 0, "the gauge shows the cached positions")
 
 
