@@ -19,7 +19,6 @@ int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>&
 
 int64_t PrefixCache::restore(const std::vector<int32_t>& tokens, KvCache& dst) {
   if (budget_ == 0 || tokens.empty()) return 0;
-  queried_ += static_cast<int64_t>(tokens.size());
   // At least the last token runs again: its logits start generation.
   const int64_t usable = static_cast<int64_t>(tokens.size()) - 1;
   int64_t best = 0;
@@ -38,7 +37,6 @@ int64_t PrefixCache::restore(const std::vector<int32_t>& tokens, KvCache& dst) {
   const std::shared_ptr<const Entry> e = entries_[best_i];  // held while copying
   if (!dst.copy_prefix(e->kv, std::min(best, dst.capacity())).ok()) return 0;
   used_[best_i] = ++clock_;
-  hits_ += dst.size();
   return dst.size();
 }
 

@@ -3,11 +3,11 @@
 //
 // Entries are immutable snapshots of the first n positions of a finished (or fully prefilled)
 // sequence's cache, n a whole number of 16-token blocks. A new sequence copies the rows of its
-// longest cached prefix (which may end inside a block) into its own cache and prefills only the rest, so an entry is never shared
-// mutably; entries are held by shared_ptr (reference counted) while a copy is in progress, and
-// evicted least recently used first, when the cache holds more tokens than its budget or when the
-// scheduler needs the memory for running sequences. A hit gives exactly the logits of a cold run:
-// every cached row was computed from the same tokens at the same positions.
+// longest cached prefix (which may end inside a block) into its own cache and prefills only the rest, so an entry is
+// never shared mutably; entries are held by shared_ptr (reference counted) while a copy is in progress, and evicted
+// least recently used first, when the cache holds more tokens than its budget or when the scheduler needs the memory
+// for running sequences. A hit gives exactly the logits of a cold run: every cached row was computed from the same
+// tokens at the same positions.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ class PrefixCache {
 
   // The longest cached prefix of `tokens`, leaving at least one token to run (its logits are
   // needed); copies its rows into the empty cache `dst` and returns how many positions it copied
-  // (0 on a miss). Counts the query and the hit.
+  // (0 on a miss).
   int64_t restore(const std::vector<int32_t>& tokens, KvCache& dst);
   // Keeps the first positions of `kv` (as many whole blocks as it holds) as the cache of `tokens`
   // (which has at least kv.size() entries: the tokens at positions 0, 1, ...).
@@ -38,9 +38,6 @@ class PrefixCache {
   int64_t tokens_held() const { return held_; }
   int64_t budget() const { return budget_; }
   size_t entries() const { return entries_.size(); }
-  // Tokens looked up and tokens found, since start (vLLM's prefix_cache_queries / hits).
-  int64_t queried_tokens() const { return queried_; }
-  int64_t hit_tokens() const { return hits_; }
 
  private:
   struct Entry {
@@ -51,7 +48,6 @@ class PrefixCache {
   int64_t budget_;
   int64_t held_ = 0;
   uint64_t clock_ = 0;
-  int64_t queried_ = 0, hits_ = 0;
   std::vector<std::shared_ptr<const Entry>> entries_;
   std::vector<uint64_t> used_;  // last use of entries_[i] (entries themselves stay immutable)
 };

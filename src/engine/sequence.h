@@ -47,6 +47,9 @@ class Sequence {
   // The result (after done()).
   Expected<GenerationResult> finish();
   int64_t tokens_in_cache() const { return kv_.size(); }
+  int64_t prompt_tokens() const { return static_cast<int64_t>(history_.prompt.size()); }
+  // Prompt tokens whose KV was copied from the prefix cache at creation.
+  int64_t cached_prompt_tokens() const { return res_.cached_tokens; }
   // The tokens at the cache's positions 0 .. kv().size() - 1 (prompt, then generated tokens).
   std::vector<int32_t> cached_token_ids() const;
 

@@ -195,9 +195,14 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
     // Running sequences come before cached prefixes: evict what they need.
     if (prefix_ && kv_used + need + prefix_->tokens_held() > opts_.kv_budget_tokens)
       prefix_->shrink_to(opts_.kv_budget_tokens - kv_used - need);
-    if (prefix_) report_prefix_cache();
     if (!active.empty() && kv_used + need > opts_.kv_budget_tokens) break;  // wait for room; order is kept
     pop_waiting();
+    // Counted on admission only: a request that waits for room is created again on the next try.
+    if (prefix_) {
+      metrics_.add("coda:prefix_cache_queries_total", static_cast<double>((*seq)->prompt_tokens()));
+      metrics_.add("coda:prefix_cache_hits_total", static_cast<double>((*seq)->cached_prompt_tokens()));
+      metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
+    }
     kv_used += need;
     active.push_back(Active{std::move(t), std::move(guard), std::move(*seq)});
     any = true;
@@ -234,21 +239,15 @@ void Scheduler::step(std::vector<Active>& active) {
     // generates (the same system prompt, say) can use it.
     if (prefix_ && st.ok() && was_prefilling[i] && !s->prefilling()) prefix_->insert(s->cached_token_ids(), s->kv());
   }
-  if (prefix_) report_prefix_cache();
-}
-
-void Scheduler::report_prefix_cache() {
-  metrics_.add("coda:prefix_cache_queries_total",
-               static_cast<double>(prefix_->queried_tokens() - prefix_queried_reported_));
-  metrics_.add("coda:prefix_cache_hits_total", static_cast<double>(prefix_->hit_tokens() - prefix_hits_reported_));
-  prefix_queried_reported_ = prefix_->queried_tokens();
-  prefix_hits_reported_ = prefix_->hit_tokens();
-  metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
+  if (prefix_) metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
 }
 
 void Scheduler::complete(Active& a) {
   // The whole conversation so far (prompt and reply) for the next turn of a chat.
-  if (prefix_) prefix_->insert(a.seq->cached_token_ids(), a.seq->kv());
+  if (prefix_) {
+    prefix_->insert(a.seq->cached_token_ids(), a.seq->kv());
+    metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
+  }
   auto res = a.seq->finish();
   Ticket& t = *a.ticket;
   if (!res) {

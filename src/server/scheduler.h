@@ -103,8 +103,6 @@ class Scheduler {
   std::atomic<size_t> running_{0};
   ForwardBuffers buf_;
   std::unique_ptr<PrefixCache> prefix_;  // scheduler thread only
-  int64_t prefix_queried_reported_ = 0, prefix_hits_reported_ = 0;
-  void report_prefix_cache();
   std::thread worker_;  // last: starts once everything above is built
 };
 

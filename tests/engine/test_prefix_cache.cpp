@@ -50,8 +50,6 @@ TEST(PrefixCache, HitGivesTheLogitsOfAColdRun) {
   ASSERT_TRUE(f.model->forward(second.data() + 50, 5, kv, f.pool, f.buf, warm.data(), false).ok());
   f.prefill(second, &cold);
   EXPECT_EQ(warm, cold);
-  EXPECT_EQ(cache.queried_tokens(), 55);
-  EXPECT_EQ(cache.hit_tokens(), 50);
 }
 
 TEST(PrefixCache, LeavesOneTokenAndEvictsLeastRecentlyUsed) {
