@@ -9,7 +9,7 @@ g(1 - sqrt(x1/g))) and failure (the study's shape: a failure probability over te
 and repetition_penalty seen through Binomial(120, p)/120, and repetition_penalty - 1). Both start
 from the same baseline trial and 10 random trials.
 
-Usage: /usr/bin/python3 bench/tune_vs_optuna.py build/coda [SEEDS]
+Usage: /usr/bin/python3 bench/tune_vs_optuna.py build/coda [SEEDS] [FIRST_SEED]
 CODA_TUNE_ARGS="--multivariate" (or any coda tune flags) tries a variant on coda's side.
 """
 import json
@@ -84,11 +84,12 @@ def run_coda(coda, problem, seed, n):
 def main():
     coda = sys.argv[1]
     seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     print("| problem | trials | coda median HV (IQR) | Optuna 3.1 median HV (IQR) | coda / Optuna |")
     print("|---|---|---|---|---|")
     for problem in ("zdt1", "failure"):
         res = {"coda": {24: [], 48: []}, "optuna": {24: [], 48: []}}
-        for seed in range(seeds):
+        for seed in range(first, first + seeds):
             for name, found in (("coda", run_coda(coda, problem, seed, 48)), ("optuna", run_optuna(problem, seed, 48))):
                 for n in (24, 48):
                     res[name][n].append(hv2(found[:n], REF[problem]))

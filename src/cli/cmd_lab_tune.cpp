@@ -5,10 +5,10 @@
 #include <fstream>
 
 #include "cli/commands.h"
-#include "core/strings.h"
 #include "cli/load_flags.h"
 #include "cli/progress.h"
 #include "cli/target_flags.h"
+#include "core/strings.h"
 #include "lab/tune.h"
 #include "lab/tune_load.h"
 
@@ -77,10 +77,9 @@ int tune(TuneFlags& f, const CLI::App* sub) {
     std::fprintf(stderr, "coda tune: %s, %d trials of %lld requests, phase 2: top %d with %lld requests; study %s\n",
                  target.describe().c_str(), t.n_trials, static_cast<long long>(t.requests), t.phase2_top,
                  static_cast<long long>(t.phase2_requests), t.study_path.c_str());
-    auto eval = lab::load_evaluator(target, prompts, f.load.load, t.objectives, interrupt.flag(),
-                                    [&](const lab::Progress& pr) {
-                                      bar.update(pr.done, pr.total, "requests of this trial");
-                                    });
+    auto eval =
+        lab::load_evaluator(target, prompts, f.load.load, t.objectives, interrupt.flag(),
+                            [&](const lab::Progress& pr) { bar.update(pr.done, pr.total, "requests of this trial"); });
     res = lab::run_tune(t, eval, report, interrupt.flag());
   }
   bar.finish();
@@ -97,15 +96,18 @@ int tune(TuneFlags& f, const CLI::App* sub) {
 
 void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
   auto f = std::make_shared<TuneFlags>();
-  CLI::App* sub = app.add_subcommand("tune", "Multi-objective TPE over sampling parameters under load (Optuna study file)");
+  CLI::App* sub =
+      app.add_subcommand("tune", "Multi-objective TPE over sampling parameters under load (Optuna study file)");
   add_target_flags(sub, f->target);
   add_load_flags(sub, f->load);
-  sub->add_option("--space", f->space, "name=low:high[:log|:int|:STEP],... (request field names)")->capture_default_str();
+  sub->add_option("--space", f->space, "name=low:high[:log|:int|:STEP],... (request field names)")
+      ->capture_default_str();
   sub->add_option("--objectives", f->objectives,
                   "Minimised: failure_rate, PARAM_deviation, error_rate, guard_event_rate, mean_output_tokens, "
                   "ttft_ms.p50, e2e_ms.p99, ...")
       ->capture_default_str();
-  sub->add_option("--baseline", f->baseline, "Trial 0's values, name=value,... (default: the fields' neutral defaults)");
+  sub->add_option("--baseline", f->baseline,
+                  "Trial 0's values, name=value,... (default: the fields' neutral defaults)");
   sub->add_option("--trials", f->tune.n_trials, "Phase-1 trials")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--phase2-top", f->tune.phase2_top, "Re-run the best K (and the baseline) in phase 2")
       ->capture_default_str()
@@ -113,7 +115,8 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--phase2-requests", f->tune.phase2_requests, "Requests per phase-2 configuration")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000000));
-  sub->add_option("--n-startup-trials", f->tune.tpe.n_startup_trials, "Random trials before TPE")->capture_default_str();
+  sub->add_option("--n-startup-trials", f->tune.tpe.n_startup_trials, "Random trials before TPE")
+      ->capture_default_str();
   sub->add_option("--n-ei-candidates", f->tune.tpe.n_ei_candidates, "TPE candidates per proposal")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
@@ -123,6 +126,9 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
                 "Weigh every non-good trial the same (MOTPESampler's setting; default: Optuna's ramp)");
   sub->add_flag("--multivariate", f->tune.tpe.multivariate,
                 "Joint Parzen kernels over all parameters (Optuna's multivariate=True)");
+  sub->add_flag("--exact-density", f->tune.tpe.exact_density,
+                "Score candidates with the exact Parzen density (default: Optuna 3.1.0's, kernels weighed by "
+                "bandwidth; docs/lab.md)");
   sub->add_option("--tune-seed", f->tune.seed, "Seed of the sampler and of each trial's load")->capture_default_str();
   sub->add_option("--study", f->study, "Optuna journal file (default OUT/study.log); an existing one is resumed");
   sub->add_option("--study-name", f->study_name, "The study's name in the journal")->capture_default_str();

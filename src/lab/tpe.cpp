@@ -51,6 +51,7 @@ double log_ndtr_diff(double a, double b) {  // log(Phi(b) - Phi(a)), a < b
 struct Parzen {
   std::vector<double> mus, sigmas, weights;
   Bounds b;
+  bool unit_scale = false;  // score each kernel without its 1/sigma (Optuna 3.1.0's density)
 
   // log density of component i at x (a probability mass on a grid).
   double component_log_pdf(size_t i, double x) const {
@@ -61,7 +62,7 @@ struct Parzen {
       return log_ndtr_diff((lo - m) / s, (hi - m) / s) - log_accept;
     }
     const double z = (x - m) / s;
-    return -0.5 * z * z - std::log(s) - 0.5 * std::log(2 * M_PI) - log_accept;
+    return -0.5 * z * z - (unit_scale ? 0.0 : std::log(s)) - 0.5 * std::log(2 * M_PI) - log_accept;
   }
 
   double log_pdf(double x) const {
@@ -93,10 +94,13 @@ struct Parzen {
 };
 
 // `scott` > 0: the multivariate bandwidth (that fraction of the range for every observation).
-Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const Bounds& b, double prior_weight,
-                   bool consider_endpoints, double scott = 0) {
+Parzen make_parzen(const std::vector<double>& obs, std::vector<double> w, const Bounds& b, const TpeOptions& opts,
+                   double scott = 0) {
+  const double prior_weight = opts.prior_weight;
+  const bool consider_endpoints = opts.consider_endpoints;
   Parzen p;
   p.b = b;
+  p.unit_scale = !opts.exact_density;
   const double range = b.high - b.low;
   p.mus = obs;
   p.mus.push_back(0.5 * (b.low + b.high));  // the prior
@@ -133,8 +137,8 @@ std::vector<double> default_weights(size_t x) {  // Optuna's: recent trials 1, o
   const size_t ramp = x - 25;
   for (size_t i = 0; i < ramp; ++i)
     w.push_back(ramp == 1 ? 1.0 / static_cast<double>(x)
-                          : 1.0 / static_cast<double>(x) +
-                                (1.0 - 1.0 / static_cast<double>(x)) * static_cast<double>(i) / static_cast<double>(ramp - 1));
+                          : 1.0 / static_cast<double>(x) + (1.0 - 1.0 / static_cast<double>(x)) *
+                                                               static_cast<double>(i) / static_cast<double>(ramp - 1));
   w.resize(x, 1.0);
   return w;
 }
@@ -254,8 +258,8 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
     std::vector<double> ob, oa;
     for (size_t i : below) ob.push_back(to_internal(p, trials[i].params.at(p.name)));
     for (size_t i : above) oa.push_back(to_internal(p, trials[i].params.at(p.name)));
-    const Parzen l = make_parzen(ob, wb, b, opts_.prior_weight, opts_.consider_endpoints);
-    const Parzen g = make_parzen(oa, wa, b, opts_.prior_weight, opts_.consider_endpoints);
+    const Parzen l = make_parzen(ob, wb, b, opts_);
+    const Parzen g = make_parzen(oa, wa, b, opts_);
     double best_x = 0, best_score = -std::numeric_limits<double>::infinity();
     for (int k = 0; k < opts_.n_ei_candidates; ++k) {
       double x = l.sample(rng);
@@ -282,8 +286,8 @@ std::map<std::string, double> MotpeSampler::propose_joint(const std::vector<Comp
     std::vector<double> ob, oa;
     for (size_t i : below) ob.push_back(to_internal(p, trials[i].params.at(p.name)));
     for (size_t i : above) oa.push_back(to_internal(p, trials[i].params.at(p.name)));
-    l.push_back(make_parzen(ob, wb, b, opts_.prior_weight, opts_.consider_endpoints, scott(ob.size())));
-    g.push_back(make_parzen(oa, wa, b, opts_.prior_weight, opts_.consider_endpoints, scott(oa.size())));
+    l.push_back(make_parzen(ob, wb, b, opts_, scott(ob.size())));
+    g.push_back(make_parzen(oa, wa, b, opts_, scott(oa.size())));
   }
   // The joint density: a mixture over trials of products over parameters.
   auto joint_log_pdf = [&](const std::vector<Parzen>& est, const std::vector<double>& x) {
@@ -309,7 +313,8 @@ std::map<std::string, double> MotpeSampler::propose_joint(const std::vector<Comp
     for (size_t k = 0; k < space_.size(); ++k) {
       double v = l[k].sample_component(i, rng);
       const Bounds& b = l[k].b;
-      if (b.q > 0) v = std::clamp(space_[k].low + std::round((v - space_[k].low) / b.q) * b.q, space_[k].low, space_[k].high);
+      if (b.q > 0)
+        v = std::clamp(space_[k].low + std::round((v - space_[k].low) / b.q) * b.q, space_[k].low, space_[k].high);
       x.push_back(v);
     }
     const double score = joint_log_pdf(l, x) - joint_log_pdf(g, x);

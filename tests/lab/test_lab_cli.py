@@ -3,6 +3,8 @@
 - `coda tune` on a noisy test problem writes an Optuna journal that Debian's python3-optuna loads
   with the same trials, params and values as pareto.json; an interrupted study (cut short, even
   mid-line) resumes to exactly the trials an uninterrupted one has;
+- on the same history (a study Optuna wrote), coda's next proposal follows the distribution of
+  Optuna 3.1's TPESampler's next proposal (two-sample Kolmogorov-Smirnov test per parameter);
 - `coda bench --url` against `coda serve` over loopback counts the finish reasons the server's
   /metrics report;
 - `coda threshold` on the bundled model, greedy: the Kaplan-Meier curve falls where the loops of
@@ -86,6 +88,70 @@ def tune_tests(coda, work):
     p = run([coda, "tune", "--space", "temperature=2:1", "-o", os.path.join(work, "d")], ok=False)
     check(p.returncode != 0 and "low must be below high" in p.stderr, "bad space: " + p.stderr.strip()[-120:])
     return os.path.join(a, "report.html")
+
+
+def ks_two_sample_p(a, b):
+    """Asymptotic p-value of the two-sample Kolmogorov-Smirnov statistic (Kolmogorov's series)."""
+    import math
+    a, b = sorted(a), sorted(b)
+    d, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        x = min(a[i], b[j])
+        while i < len(a) and a[i] <= x:
+            i += 1
+        while j < len(b) and b[j] <= x:
+            j += 1
+        d = max(d, abs(i / len(a) - j / len(b)))
+    en = math.sqrt(len(a) * len(b) / (len(a) + len(b)))
+    lam = (en + 0.12 + 0.11 / en) * d
+    return min(1.0, max(0.0, 2 * sum((-1) ** (k - 1) * math.exp(-2 * k * k * lam * lam) for k in range(1, 101))))
+
+
+def proposal_tests(coda, work, seeds=200):
+    """Optuna writes a 20-trial zdt1 history (10 random, 10 crowded near the front); coda resumes it
+    and proposes trial 20 under `seeds` sampler seeds, Optuna's TPESampler the same. The proposals
+    must share one distribution per parameter: a sampler that scores or splits differently moves
+    them (with the exact Parzen density, which Optuna 3.1.0 does not use, x2 gives p = 6e-37)."""
+    import math
+    import random
+    import optuna
+    import warnings
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rng = random.Random(0)
+    hist = []
+    for i in range(20):
+        p = {"x1": 0.5, "x2": 0.5} if i == 0 else {"x1": rng.random(), "x2": rng.random() ** (4 if i >= 10 else 1)}
+        g = 1 + 9 * p["x2"]
+        noisy = sum(rng.random() < p["x1"] for _ in range(120)) / 120
+        hist.append((p, (noisy, g * (1 - math.sqrt(p["x1"] / g)))))
+    base = os.path.join(work, "history.log")
+    storage = optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(base))
+    st = optuna.create_study(directions=["minimize", "minimize"], storage=storage, study_name="history")
+    for p, _ in hist:
+        st.enqueue_trial(p)
+    values = iter([v for _, v in hist])
+    st.optimize(lambda t: (t.suggest_float("x1", 0, 1), t.suggest_float("x2", 0, 1), next(values))[2], n_trials=20)
+    dist = {"x1": optuna.distributions.FloatDistribution(0, 1), "x2": optuna.distributions.FloatDistribution(0, 1)}
+    theirs, ours = {"x1": [], "x2": []}, {"x1": [], "x2": []}
+    for seed in range(seeds):
+        mem = optuna.create_study(directions=["minimize", "minimize"], sampler=optuna.samplers.TPESampler(seed=seed))
+        for p, v in hist:
+            mem.add_trial(optuna.trial.create_trial(params=p, distributions=dist, values=list(v)))
+        t = mem.ask(dist)
+        d = os.path.join(work, "prop")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        shutil.copy(base, os.path.join(d, "study.log"))
+        run([coda, "tune", "--test-problem", "zdt1", "--trials", "21", "--tune-seed", str(seed), "-o", d])
+        last = json.load(open(os.path.join(d, "pareto.json")))["trials"][20]
+        for k in ("x1", "x2"):
+            theirs[k].append(t.params[k])
+            ours[k].append(last["params"][k])
+    for k in ("x1", "x2"):
+        p = ks_two_sample_p(theirs[k], ours[k])
+        check(p > 1e-3, f"next proposal's {k}: coda and Optuna 3.1 share a distribution (KS p = {p:.3g}, "
+              f"{seeds} seeds; medians {sorted(ours[k])[seeds // 2]:.4f} and {sorted(theirs[k])[seeds // 2]:.4f})")
 
 
 def bench_http_tests(coda, work):
@@ -249,6 +315,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     tune_report = tune_tests(coda, work)
+    proposal_tests(coda, work)
     bench_report = bench_http_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
