@@ -123,13 +123,17 @@ std::string_view Guard::tail_text(const std::string& text, int64_t tokens) const
   return std::string_view(text).substr(std::min(from, text.size()));
 }
 
-bool Guard::structural_tail(const std::string& text, int64_t tokens) const {
+bool Guard::structural_tail(const std::string& text, int64_t tokens, double max_share) const {
   const std::string_view t = tail_text(text, tokens);
-  // No letter, digit or non-ASCII character (letters of other scripts) in it.
-  return !t.empty() && std::none_of(t.begin(), t.end(), [](char ch) {
+  // Letters and digits: ASCII ones, and any non-ASCII byte (letters of other scripts).
+  size_t alnum = 0, visible = 0;
+  for (char ch : t) {
     const auto c = static_cast<unsigned char>(ch);
-    return c >= 0x80 || std::isalnum(c);
-  });
+    alnum += c >= 0x80 || std::isalnum(c);
+    visible += !std::isspace(c);
+  }
+  if (t.empty()) return false;
+  return max_share > 0 ? static_cast<double>(alnum) <= max_share * static_cast<double>(visible) : alnum == 0;
 }
 
 bool Guard::line_tail(const std::string& text, int64_t tokens) const {
@@ -177,8 +181,10 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
     // An exact repetition still growing (exact but for its first period) is the exact detector's,
     // with its rule for long periods; the near detector is for loops that change as they go.
     const bool exact_so_far = near.period > 0 && periods_.run(near.period) + 2 * near.period >= near.span;
+    // A near loop over typography (a banner of asterisks broken by a title, a ruled table) is
+    // judged by the whole span: the few letters where the pattern breaks do not make it prose.
     if (near.period > 0 && !exact_so_far &&
-        !(near.span < cfg_.structural_min_span && structural_tail(text, near.period)))
+        !(near.span < cfg_.structural_min_span && structural_tail(text, near.span, cfg_.structural_max_share)))
       return event("near_loop", near.onset, near.match * std::min(1.0, near.repeats / (cfg_.near_min_repeats + 2)),
                    {{"period", near.period}, {"repeats", near.repeats}, {"span", near.span}, {"match", near.match}},
                    near.span);

@@ -44,6 +44,9 @@ struct GuardConfig {
   // Loops and floods whose repeated text has no letter or digit (table rules, separators, blank
   // form rows, runs of punctuation) need this many tokens: typography repeats by design.
   int64_t structural_min_span = 96;
+  // A near loop counts as typography when letters and digits are at most this share of its
+  // span's visible characters (a near loop's span includes where the pattern breaks).
+  double structural_max_share = 0.25;
   // Flooding: one token repeated (period 1).
   int64_t flood_min_run = 16;
   // Near loops: a period whose positions repeat with share >= near_min_match (a changing number).
@@ -54,7 +57,7 @@ struct GuardConfig {
   // A near loop whose period spans a line break (a list, a table, a log, code) needs more: that is
   // how legitimate structured text repeats with a changing number or word (docs/guard-eval).
   double near_line_min_match = 0.9;
-  double near_line_min_repeats = 8.0;
+  double near_line_min_repeats = 12.0;
   // Entropy collapse: mean entropy over the window below the bound while the window is repetitive.
   int collapse_window = 64;
   double collapse_entropy = 0.15;
@@ -143,8 +146,9 @@ class Guard : public StepObserver {
   std::string prompt_language_, prompt_script_;
   // The text of the last `tokens` tokens (empty when there are fewer).
   std::string_view tail_text(const std::string& text, int64_t tokens) const;
-  // The text of the last `tokens` tokens holds no letter or digit.
-  bool structural_tail(const std::string& text, int64_t tokens) const;
+  // The text of the last `tokens` tokens holds no letter or digit (with `max_share` > 0: letters
+  // and digits are at most that share of its visible characters).
+  bool structural_tail(const std::string& text, int64_t tokens, double max_share = 0) const;
   // The text of the last `tokens` tokens holds a line break.
   bool line_tail(const std::string& text, int64_t tokens) const;
 

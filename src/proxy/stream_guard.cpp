@@ -24,7 +24,9 @@ std::pair<size_t, bool> first_piece(const std::string& s) {
   const Kind k = at(i);
   if (k == Kind::Other) return {i + 1, true};
   size_t j = i + 1;
-  while (j < s.size() && at(j) == k) {
+  // Digits go in groups of at most three, as Llama 3 and GPT-4's tokenizers cut numbers (Llama 2,
+  // Mistral and Qwen cut single digits): a run of one digit is then a flood, as it is in tokens.
+  while (j < s.size() && at(j) == k && !(k == Kind::Digit && j - i == 3)) {
     // A run of spaces ends before the space that leads the next word.
     if (k == Kind::Space && s[j] == ' ' && j + 1 < s.size() && at(j + 1) != Kind::Space) break;
     ++j;
@@ -53,8 +55,8 @@ void TextPieces::finish(std::vector<std::string>& out) {
 }
 
 bool is_eos_text(const std::string& t) {
-  static const char* const kEos[] = {"</s>", "<|eot_id|>", "<|end_of_text|>", "<|im_end|>", "<|endoftext|>",
-                                     "<|end|>", "<eos>", "<|eom_id|>"};
+  static const char* const kEos[] = {"</s>",          "<|eot_id|>", "<|end_of_text|>", "<|im_end|>",
+                                     "<|endoftext|>", "<|end|>",    "<eos>",           "<|eom_id|>"};
   return std::any_of(std::begin(kEos), std::end(kEos), [&](const char* e) { return t == e; });
 }
 

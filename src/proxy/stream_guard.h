@@ -2,8 +2,8 @@
 // them, each token's text with its logprob and top-k alternatives. The guard's detectors work on
 // token ids, so each token's text gets a stable id for this request; loops show as the same ids
 // coming back, whatever the upstream's vocabulary. Without logprobs (an upstream that refuses
-// them), the text is cut into word-sized pieces (a word with its leading space, a number, one
-// punctuation mark, a run of whitespace) and the pieces stand in for tokens: the loop detectors
+// them), the text is cut into word-sized pieces (a word with its leading space, up to three digits
+// of a number, one punctuation mark, a run of whitespace) and the pieces stand in for tokens: the loop detectors
 // still see the repetition, and the detectors that need a distribution stay quiet.
 #pragma once
 
@@ -65,9 +65,9 @@ class StreamGuard {
   Guard guard_;
   std::unordered_map<std::string, int32_t> ids_;
   std::string text_;
-  std::vector<size_t> ends_;                     // byte offset after each unit
-  std::vector<client::TokenLogprob> logprobs_;   // per unit
-  std::vector<bool> has_logprob_;                // false for text pieces
+  std::vector<size_t> ends_;                    // byte offset after each unit
+  std::vector<client::TokenLogprob> logprobs_;  // per unit
+  std::vector<bool> has_logprob_;               // false for text pieces
   TextPieces pieces_;
   bool text_only_ = false;
 };

@@ -254,6 +254,25 @@ TEST(GuardDetectors, TypographyNeedsALongerRunThanWords) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].type, "flooding");
   EXPECT_EQ(events[0].detected_at, 20 + 96 - 1);
+  // A release banner: rows of asterisks around a title and a status line. Where each row of
+  // asterisks meets the title, the near-loop test sees a period-2 pattern that breaks on a few
+  // letters; judged by its whole span it is typography, as the rows are.
+  {
+    std::vector<int32_t> b = random_tokens(20, 14);
+    std::vector<std::string> bt(b.size(), " word");
+    const std::vector<Piece> title = {{75, "\n"}, {76, " RELEASE"}, {77, " 2"}, {78, "."},
+                                      {79, "4"},  {78, "."},        {80, "0"},  {75, "\n"}};
+    const std::vector<Piece> status = {{75, "\n"},     {81, " All"}, {82, " 136"}, {83, " targets"},
+                                       {84, " built"}, {78, "."},    {75, "\n"}};
+    const std::vector<Piece> stars = {{85, "****"}, {86, "**"}};  // how a small vocabulary cuts a row
+    append(b, bt, stars, 30);
+    append(b, bt, title, 1);
+    append(b, bt, stars, 30);
+    append(b, bt, status, 1);
+    append(b, bt, stars, 30);
+    const auto be = f.run(b, &bt);
+    EXPECT_TRUE(be.empty()) << be[0].type << " " << be[0].evidence;
+  }
   // The same run of a word token floods at 16.
   std::vector<int32_t> w = random_tokens(20, 12);
   std::vector<std::string> wt(w.size(), " word");
@@ -264,8 +283,8 @@ TEST(GuardDetectors, TypographyNeedsALongerRunThanWords) {
 }
 
 TEST(GuardDetectors, ListsWithACounterNeedMoreThanProse) {
-  // "Set N: 12 squats, then rest and stretch.\n": a numbered line (10 of 11 tokens repeat); 6 sets
-  // are a workout, 40 a loop.
+  // "Set N: 12 squats, then rest and stretch.\n": a numbered line (10 of 11 tokens repeat); 11 sets
+  // are a workout (a log of eleven shards, a list of ten steps), 40 a loop.
   auto line = [](int n) {
     return std::vector<Piece>{{80, "Set"},     {static_cast<int32_t>(900 + n), " " + std::to_string(n)},
                               {81, ":"},       {82, " 12"},
@@ -274,13 +293,13 @@ TEST(GuardDetectors, ListsWithACounterNeedMoreThanProse) {
                               {88, " and"},    {89, " stretch"},
                               {87, ".\n"}};
   };
-  for (int sets : {6, 40}) {
+  for (int sets : {11, 40}) {
     std::vector<int32_t> ids = random_tokens(20, 13);
     std::vector<std::string> texts(ids.size(), " word");
     for (int n = 1; n <= sets; ++n) append(ids, texts, line(n), 1);
     Feeder f;
     const auto events = f.run(ids, &texts);
-    if (sets == 6)
+    if (sets == 11)
       EXPECT_TRUE(events.empty()) << events[0].type << " " << events[0].evidence;
     else
       EXPECT_TRUE(has(events, "near_loop"));

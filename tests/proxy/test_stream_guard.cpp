@@ -32,6 +32,9 @@ TEST(TextPieces, WordsWithTheirSpaceNumbersPunctuationWhitespaceRuns) {
   EXPECT_EQ(pieces_of(text, text.size()), want);
   for (size_t step : {1, 2, 3, 5}) EXPECT_EQ(pieces_of(text, step), want) << "fed " << step << " bytes at a time";
   EXPECT_EQ(pieces_of(" città è", 1), (std::vector<std::string>{" città", " è"}));  // UTF-8 letters stay whole
+  // Digits in groups of three, as Llama 3 cuts numbers: a run of zeros is a run of equal pieces.
+  EXPECT_EQ(pieces_of("v 1234567 00000000", 2),
+            (std::vector<std::string>{"v", " 123", "456", "7", " 000", "000", "00"}));
 }
 
 TEST(TopKSignals, HandComputedWithUnseenMass) {
