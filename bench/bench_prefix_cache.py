@@ -13,6 +13,8 @@ import json
 import subprocess
 import time
 
+from sse import sse_events
+
 
 def ttft(port, messages):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
@@ -21,22 +23,12 @@ def ttft(port, messages):
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
-    first, usage, buf = None, None, b""
-    while True:
-        chunk = r.read1(65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            data = ev[6:]
-            if not ev.startswith(b"data: ") or data == b"[DONE]":
-                continue
-            j = json.loads(data)
-            if first is None and j.get("choices") and j["choices"][0].get("delta", {}).get("content"):
-                first = time.perf_counter() - t0
-            if j.get("usage"):
-                usage = j["usage"]
+    first, usage = None, None
+    for j in sse_events(r):
+        if first is None and j.get("choices") and j["choices"][0].get("delta", {}).get("content"):
+            first = time.perf_counter() - t0
+        if j.get("usage"):
+            usage = j["usage"]
     c.close()
     return first, usage
 

@@ -16,6 +16,8 @@ import subprocess
 import threading
 import time
 
+from sse import sse_events
+
 
 def stream_one(port, prompt, max_tokens, out):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -24,22 +26,12 @@ def stream_one(port, prompt, max_tokens, out):
     t0 = time.perf_counter()
     c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
-    first, tokens, buf = None, 0, b""
-    while True:
-        chunk = r.read1(65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            data = ev[6:]
-            if data == b"[DONE]":
-                continue
-            j = json.loads(data)
-            if j.get("choices") and j["choices"][0].get("text") and first is None:
-                first = time.perf_counter() - t0
-            if j.get("usage"):
-                tokens = j["usage"]["completion_tokens"]
+    first, tokens = None, 0
+    for j in sse_events(r):
+        if j.get("choices") and j["choices"][0].get("text") and first is None:
+            first = time.perf_counter() - t0
+        if j.get("usage"):
+            tokens = j["usage"]["completion_tokens"]
     out.append({"ttft": first if first is not None else float("nan"), "tokens": tokens,
                 "end": time.perf_counter()})
     c.close()

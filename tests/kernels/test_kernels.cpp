@@ -10,20 +10,13 @@
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "random_data.h"
 
 namespace coda {
 namespace {
 
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                         DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-
-std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
   std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(t, static_cast<int64_t>(x.size()))));

@@ -11,19 +11,12 @@
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/repack.h"
+#include "random_data.h"
 
 namespace coda {
 namespace {
 
 const DType kPacked[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K};
-
-std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // `rows` rows quantized from Gaussian values whose spread changes from row to row, so the scales
 // (and the Q4_K sub-block scales and mins) differ between the lanes of a group.
