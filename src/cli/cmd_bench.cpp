@@ -30,6 +30,11 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-d,--depth", f->opt.depth, "Tokens of context in the cache before prefill and decode are timed")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--streams", f->opt.streams,
+                  "Also time batched decode of these numbers of sequences at once, e.g. 1,4,8 "
+                  "(llama-batched-bench's -npl)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
   sub->add_flag("--no-warmup", f->no_warmup, "Skip the untimed warm-up run");
   sub->add_flag("--no-repack", f->no_repack,
                 "Keep the weights in the file's layout (no 16-row repacking for the GEMM kernels)");
@@ -49,6 +54,11 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
          auto r = bench_model(**model, pool, f->opt);
          if (!r) return fail(r.message());
          const double frac = r->roofline_fraction;
+         std::string batched;
+         for (const StreamsResult& b : r->batched)
+           batched += (batched.empty() ? "" : ",") + std::string("{\"streams\":") + std::to_string(b.streams) +
+                      ",\"aggregate_tps\":" + std::to_string(b.aggregate_tps) +
+                      ",\"vs_decode\":" + std::to_string(b.aggregate_tps / r->decode_tps) + "}";
          std::string reps;
          for (double x : r->rep_fractions) reps += (reps.empty() ? "" : ",") + std::to_string(x).substr(0, 5);
          if (f->json) {
@@ -57,12 +67,12 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                "\"n_gen\":%lld,\"decode_tps\":%.3f,\"decode_ms\":%.3f,\"bytes_per_token\":%lld,"
                "\"bandwidth_gbs\":%.2f,\"buffer_bandwidth_gbs\":%.2f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.3f,"
                "\"rep_fractions\":[%s],\"depth\":%lld,\"load_s\":%.3f,\"repacked_matrices\":%d,"
-               "\"repacked_mib\":%.1f,\"repack_s\":%.3f}\n",
+               "\"repacked_mib\":%.1f,\"repack_s\":%.3f,\"batched\":[%s]}\n",
                path.c_str(), pool.size(), kernels().name, static_cast<long long>(f->opt.n_prompt), r->prefill_tps,
                static_cast<long long>(f->opt.n_gen), r->decode_tps, r->decode_ms,
                static_cast<long long>(r->bytes_per_token), r->bandwidth_gbs, r->buffer_bandwidth_gbs, r->roofline_tps,
                frac, reps.c_str(), static_cast<long long>(f->opt.depth), load_s, rs.matrices,
-               static_cast<double>(rs.bytes) / (1 << 20), rs.seconds);
+               static_cast<double>(rs.bytes) / (1 << 20), rs.seconds, batched.c_str());
          } else {
            std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
            std::printf("load       %.2f s (%d matrices repacked for the GEMM kernels, %.1f MiB, in %.2f s)\n", load_s,
@@ -81,6 +91,9 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                "decode is  %.1f%% of the roofline (median over repetitions, each against the bandwidth "
                "measured around it: %s)\n",
                100 * frac, reps.c_str());
+           for (const StreamsResult& b : r->batched)
+             std::printf("batched    %3d streams: %.2f tokens/s in all, %.2fx one stream's decode\n", b.streams,
+                         b.aggregate_tps, b.aggregate_tps / r->decode_tps);
          }
          return 0;
        }});

@@ -129,6 +129,9 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
   sub->add_flag("--exact-density", f->tune.tpe.exact_density,
                 "Score candidates with the exact Parzen density (default: Optuna 3.1.0's, kernels weighed by "
                 "bandwidth; docs/lab.md)");
+  sub->add_flag_callback(
+      "--random-startup", [f] { f->tune.tpe.latin_hypercube_startup = false; },
+      "Draw the startup trials independently at random, as Optuna does (default: a Latin hypercube)");
   sub->add_option("--tune-seed", f->tune.seed, "Seed of the sampler and of each trial's load")->capture_default_str();
   sub->add_option("--study", f->study, "Optuna journal file (default OUT/study.log); an existing one is resumed");
   sub->add_option("--study-name", f->study_name, "The study's name in the journal")->capture_default_str();

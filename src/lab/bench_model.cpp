@@ -38,6 +38,48 @@ double measure_read_bandwidth(ThreadPool& pool, int64_t bytes, int reps) {
   return measure_read_bandwidth(pool, {{buf.data(), bytes}}, reps);
 }
 
+namespace {
+
+Expected<StreamsResult> bench_streams(const Model& model, ThreadPool& pool, const BenchModelOptions& opt, int b,
+                                      std::mt19937_64& rng) {
+  constexpr int64_t kPrompt = 16;
+  if (b < 1 || b > 256) return Error("bench: --streams takes counts from 1 to 256");
+  const ModelConfig& c = model.config();
+  std::vector<KvCache> kvs;
+  for (int s = 0; s < b; ++s) {
+    CODA_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(c, kPrompt + opt.n_gen + 1));
+    kvs.push_back(std::move(kv));
+  }
+  ForwardBuffers buf;
+  std::vector<float> logits(static_cast<size_t>(b) * static_cast<size_t>(c.n_vocab));
+  std::vector<int32_t> prompt(kPrompt), next(static_cast<size_t>(b), 0);
+  StreamsResult sr;
+  sr.streams = b;
+  for (int rep = 0; rep < opt.reps; ++rep) {
+    for (int s = 0; s < b; ++s) {
+      for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(c.n_vocab));
+      CODA_RETURN_IF_ERROR(kvs[static_cast<size_t>(s)].truncate(0));
+      CODA_RETURN_IF_ERROR(model.forward(prompt.data(), kPrompt, kvs[static_cast<size_t>(s)], pool, buf,
+                                         logits.data() + static_cast<int64_t>(s) * c.n_vocab, false));
+    }
+    std::vector<BatchSeq> seqs(static_cast<size_t>(b));
+    Timer d;
+    for (int64_t i = 0; i < opt.n_gen; ++i) {
+      for (int s = 0; s < b; ++s) {
+        const float* l = logits.data() + static_cast<int64_t>(s) * c.n_vocab;
+        next[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(l, l + c.n_vocab) - l);
+        seqs[static_cast<size_t>(s)] = {&next[static_cast<size_t>(s)], 1, &kvs[static_cast<size_t>(s)],
+                                        logits.data() + static_cast<int64_t>(s) * c.n_vocab};
+      }
+      CODA_RETURN_IF_ERROR(model.forward_batch(seqs, pool, buf));
+    }
+    sr.aggregate_tps = std::max(sr.aggregate_tps, static_cast<double>(opt.n_gen * b) / (d.ms() / 1000));
+  }
+  return sr;
+}
+
+}  // namespace
+
 Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, const BenchModelOptions& opt) {
   const ModelConfig& c = model.config();
   if (opt.n_prompt < 1 || opt.n_gen < 1 || opt.reps < 1) return Error("bench: -p, -n and --reps must be >= 1");
@@ -96,6 +138,10 @@ Expected<BenchModelResult> bench_model(const Model& model, ThreadPool& pool, con
   std::sort(sorted.begin(), sorted.end());
   r.roofline_fraction = sorted[sorted.size() / 2];
   r.buffer_bandwidth_gbs = measure_read_bandwidth(pool);
+  for (int b : opt.streams) {
+    CODA_ASSIGN_OR_RETURN(StreamsResult sr, bench_streams(model, pool, opt, b, rng));
+    r.batched.push_back(sr);
+  }
   return r;
 }
 

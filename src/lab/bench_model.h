@@ -21,6 +21,15 @@ struct BenchModelOptions {
   // One untimed prefill and decode step before the timed repetitions (llama-bench's warm-up), so
   // that even -r 1 measures a warm run rather than page faults and cold caches.
   bool warmup = true;
+  // Batched decode (llama-batched-bench's -npl): for each count B, B sequences each prefilled with
+  // a 16-token prompt (untimed), then n_gen steps that decode one token of every sequence in one
+  // forward pass. Measures the engine alone, without a server's sampling and HTTP.
+  std::vector<int> streams;
+};
+
+struct StreamsResult {
+  int streams = 0;
+  double aggregate_tps = 0;  // tokens of all sequences per second, best of reps
 };
 
 struct BenchModelResult {
@@ -36,6 +45,7 @@ struct BenchModelResult {
   // the median of those.
   std::vector<double> rep_fractions;
   double roofline_fraction = 0;
+  std::vector<StreamsResult> batched;
 };
 
 // Streams the given memory ranges with every thread (each takes an equal share of the bytes) and

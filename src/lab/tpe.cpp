@@ -224,18 +224,36 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
   std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ULL + number * 0xBF58476D1CE4E5B9ULL + 1);
   std::map<std::string, double> out;
   const size_t n = trials.size();
-  if (n < static_cast<size_t>(std::max(1, opts_.n_startup_trials))) {
+  const size_t n_startup = static_cast<size_t>(std::max(1, opts_.n_startup_trials));
+  if (n < n_startup) {
+    // A Latin hypercube over the startup trials' numbers: each parameter's range is cut into
+    // n_startup strata and trial `number` takes stratum perm[number] of a permutation drawn from
+    // the seed alone, so the startup trials cover every stratum of every parameter once (random
+    // draws leave gaps, and with a 24-trial budget a gap near the front is a trial lost). A study
+    // that resumes draws the same permutations. Trial numbers past the design draw at random.
+    const bool lhs = opts_.latin_hypercube_startup && number < n_startup;
+    size_t index = 0;
     for (const auto& p : space_) {
       const Bounds b = bounds_of(p);
       // Random search draws on the parameter's own range (a grid's end points included).
       const double lo = p.log ? b.low : p.low, hi = p.log ? b.high : p.high;
-      std::uniform_real_distribution<double> u(lo, p.integer || p.step > 0 ? hi + (b.q > 0 ? b.q : 0) * 0.999999 : hi);
-      double x = u(rng);
+      const double top = p.integer || p.step > 0 ? hi + (b.q > 0 ? b.q : 0) * 0.999999 : hi;
+      std::uniform_real_distribution<double> u(0.0, 1.0);
+      double unit = u(rng);
+      if (lhs) {
+        std::vector<size_t> perm(n_startup);
+        std::iota(perm.begin(), perm.end(), size_t{0});
+        std::mt19937_64 prng(seed_ * 0xD1B54A32D192ED03ULL + index * 0x94D049BB133111EBULL + 7);
+        std::shuffle(perm.begin(), perm.end(), prng);
+        unit = (static_cast<double>(perm[number]) + unit) / static_cast<double>(n_startup);
+      }
+      double x = std::min(lo + unit * (top - lo), top);
       if ((p.integer || p.step > 0) && !p.log) {
         const double q = p.integer ? std::max(1.0, p.step) : p.step;
         x = p.low + std::floor((x - p.low) / q) * q;
       }
       out[p.name] = from_internal(p, x);
+      ++index;
     }
     return out;
   }

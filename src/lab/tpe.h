@@ -2,7 +2,9 @@
 // computationally expensive optimization problems", GECCO 2020), following Optuna 3.1's
 // TPESampler on a multi-objective study, so a `coda tune` study behaves like an Optuna one:
 //
-//  - the first `n_startup_trials` (10) trials are random (uniform; log-uniform on a log scale);
+//  - the first `n_startup_trials` (10) trials are random (uniform; log-uniform on a log scale),
+//    stratified as a Latin hypercube unless `latin_hypercube_startup` is off (Optuna draws them
+//    independently; this is coda's one deliberate difference, see docs/lab.md);
 //  - then the completed trials split into "below" (good) and "above": below takes whole
 //    non-domination ranks while they fit in gamma(n) = min(ceil(n / 10), 25) trials, and the rank
 //    that overflows is cut by greedy hypervolume subset selection (reference point: 1.1 x the
@@ -45,6 +47,10 @@ struct TpeOptions {
   // benchmark problems this finds better fronts than the exact density (docs/lab.md), so it is the
   // default; `exact_density` scores with the textbook mixture density.
   bool exact_density = false;
+  // The startup trials form a Latin hypercube (every parameter's range cut into n_startup_trials
+  // strata, each stratum drawn once) instead of independent uniform draws (Optuna's
+  // RandomSampler). Better coverage for the same budget; `--random-startup` restores Optuna's.
+  bool latin_hypercube_startup = true;
 };
 
 struct CompletedTrial {

@@ -118,6 +118,15 @@ assert len(lines) == r['usage']['completion_tokens'], (len(lines), r['usage'])
 expect_fail "guard policy: 'fix' is not one of observe, stop, repair" run --guard fix
 expect_fail "drop --guard off" run --guard off --report "$work/r.json"
 expect_fail "give prompts to generate from" analyze -o "$work/analysis"
+# bench-model times batched decode of several sequences (llama-batched-bench's -npl).
+"$coda" bench-model -p 8 -n 4 -r 1 --streams 1,3 --json >"$work/bm.json" 2>"$work/err" &&
+  /usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [b['streams'] for b in r['batched']] == [1, 3], r
+assert all(b['aggregate_tps'] > 0 for b in r['batched']), r
+" "$work/bm.json" || { echo "FAIL: bench-model --streams: $(cat "$work/err")"; failures=$((failures + 1)); }
+expect_fail "--streams" bench-model -n 2 -r 1 --streams 0
 # coda serve refuses a context its KV budget cannot hold, and says what would fit.
 expect_fail "the largest context that fits is" serve --kv-budget 0.001 --port 0
 

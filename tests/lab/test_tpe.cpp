@@ -3,6 +3,10 @@
 // it learns (beats random search on a problem with a known front).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+#include <set>
+
 #include "lab/stats.h"
 #include "lab/tpe.h"
 #include "lab/tune.h"
@@ -79,6 +83,40 @@ TEST_P(MotpeModes, SeededProposalsReproduceAndStayInTheSpace) {
     trials.push_back({p, {p.at("a") + p.at("c"), std::fabs(p.at("b") - 0.1) + p.at("k") / 50}});
   }
   EXPECT_NE(s3.propose(trials, 30), s1.propose(trials, 30));
+}
+
+TEST(Motpe, StartupTrialsFormALatinHypercube) {
+  // 10 startup trials: each parameter's range (in the sampler's space: log for a log scale) is
+  // cut into 10 strata and every stratum is drawn exactly once. Independent draws (Optuna's
+  // RandomSampler, --random-startup) leave strata empty: 10 draws hit 10 distinct strata with
+  // probability 10!/10^10 = 0.04%.
+  auto space = *parse_search_space("a=0:1,b=1e-3:1:log");
+  auto stratum = [](const ParamSpec& p, double v) {
+    const double u =
+        p.log ? (std::log(v) - std::log(p.low)) / (std::log(p.high) - std::log(p.low)) : (v - p.low) / (p.high - p.low);
+    return static_cast<int>(std::floor(u * 10));
+  };
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    for (bool lhs : {true, false}) {
+      TpeOptions o;
+      o.latin_hypercube_startup = lhs;
+      MotpeSampler s(space, o, seed);
+      std::vector<CompletedTrial> trials;
+      std::map<std::string, std::set<int>> seen;
+      for (uint64_t i = 0; i < 10; ++i) {
+        auto p = s.propose(trials, i);
+        for (const auto& ps : space) seen[ps.name].insert(stratum(ps, p.at(ps.name)));
+        trials.push_back({p, {p.at("a"), p.at("b")}});
+      }
+      for (const auto& ps : space) {
+        if (lhs) {
+          EXPECT_EQ(seen[ps.name].size(), 10u) << ps.name << " seed " << seed;
+        } else {
+          EXPECT_LT(seen[ps.name].size(), 10u) << ps.name << " seed " << seed;
+        }
+      }
+    }
+  }
 }
 
 TEST_P(MotpeModes, LearnsBeyondRandomSearch) {
