@@ -43,10 +43,12 @@ int64_t PrefixCache::restore(const std::vector<int32_t>& tokens, KvCache& dst) {
 void PrefixCache::insert(const std::vector<int32_t>& tokens, const KvCache& kv) {
   const int64_t n = std::min<int64_t>(kv.size(), static_cast<int64_t>(tokens.size())) / kBlock * kBlock;
   if (budget_ == 0 || n == 0 || n > budget_) return;
-  // Already held by an entry that covers these n tokens: only mark it used.
+  // Already held by an entry that covers these n tokens, or all but a few of them: only mark it used.
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = *entries_[i];
-    if (static_cast<int64_t>(e.tokens.size()) >= n && common_prefix(tokens, e.tokens, n) == n) {
+    const auto held = static_cast<int64_t>(e.tokens.size());
+    const int64_t covered = std::min(held, n);
+    if (held > n - kMinExtension && common_prefix(tokens, e.tokens, covered) == covered) {
       used_[i] = ++clock_;
       return;
     }

@@ -72,16 +72,34 @@ TEST(PrefixCache, LeavesOneTokenAndEvictsLeastRecentlyUsed) {
   auto a_longer = a;
   a_longer.push_back(7);
   EXPECT_EQ(cache.restore(a_longer, kv3), 32);
-  // A longer prefix of the same tokens replaces the shorter entry; shrinking empties the cache.
-  const auto a48 = range(100, 48);
-  cache.insert(a48, f.prefill(a48));
-  EXPECT_LE(cache.tokens_held(), 64);
+  // Shrinking empties the cache.
   cache.shrink_to(0);
   EXPECT_EQ(cache.tokens_held(), 0);
   EXPECT_EQ(cache.entries(), 0u);
   PrefixCache off(f.model->config(), 0);
   off.insert(a, f.prefill(a));
   EXPECT_EQ(off.entries(), 0u);
+}
+
+TEST(PrefixCache, SnapshotsAgainOnlyWhenAPromptExtendsAnEntryByManyTokens) {
+  Fixture f;
+  PrefixCache cache(f.model->config(), 256);
+  const auto a = range(100, 32);
+  cache.insert(a, f.prefill(a));
+  // 48 more tokens (a system prompt, then a short question): the 32-token entry stays the only one.
+  const auto short_ext = range(100, 80);
+  cache.insert(short_ext, f.prefill(short_ext));
+  EXPECT_EQ(cache.entries(), 1u);
+  EXPECT_EQ(cache.tokens_held(), 32);
+  KvCache kv = std::move(*KvCache::create(f.model->config(), 128));
+  EXPECT_EQ(cache.restore(short_ext, kv), 32);
+  // 64 more tokens or beyond: the longer snapshot replaces the shorter one.
+  const auto long_ext = range(100, 96);
+  cache.insert(long_ext, f.prefill(long_ext));
+  EXPECT_EQ(cache.entries(), 1u);
+  EXPECT_EQ(cache.tokens_held(), 96);
+  KvCache kv2 = std::move(*KvCache::create(f.model->config(), 128));
+  EXPECT_EQ(cache.restore(long_ext, kv2), 95);
 }
 
 }  // namespace

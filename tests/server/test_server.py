@@ -306,7 +306,9 @@ def prefix_cache_tests(s):
     # Earlier chats share at most the template's opening tokens with this system prompt.
     check(c0 < 16, f"first request is cold but for the template's opening: {cold['usage']}")
     cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"]
-    check(cached == n - 1, f"second request reuses every prompt token but the last: {n} {cached}")
+    # Its prompt's whole 16-token blocks; the reply's few tokens are not worth a second snapshot
+    # (PrefixCache::kMinExtension), so the blocks the reply completed are not there.
+    check(cached == min(n // 16 * 16, n - 1), f"second request reuses the prompt's whole blocks: {n} {cached}")
     check(warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
           and warm["choices"][0]["logprobs"] == cold["choices"][0]["logprobs"],
           "a prefix-cache hit gives exactly the logprobs of the cold run")
