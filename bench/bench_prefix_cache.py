@@ -3,7 +3,9 @@
 prompt (about 1,000 tokens), over HTTP, with the prefix cache on (the default) and off
 (--no-prefix-cache). The second request asks a different question after the same system prompt.
 
-TTFT is measured by the client: from sending the request to the first streamed content.
+TTFT is measured by the client: from sending the request to the first streamed content; "next
+token" is the gap from the first streamed content to the second (work the server does right after
+the first token, such as keeping a snapshot of the prompt's cache, shows there).
 
 Usage: /usr/bin/python3 bench/bench_prefix_cache.py build/coda MODEL.gguf [--threads 2] [--words 750]
 """
@@ -23,14 +25,15 @@ def ttft(port, messages):
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
-    first, usage = None, None
+    contents, usage = [], None
     for j in sse_events(r):
-        if first is None and j.get("choices") and j["choices"][0].get("delta", {}).get("content"):
-            first = time.perf_counter() - t0
+        if j.get("choices") and j["choices"][0].get("delta", {}).get("content"):
+            contents.append(time.perf_counter() - t0)
         if j.get("usage"):
             usage = j["usage"]
     c.close()
-    return first, usage
+    gap = contents[1] - contents[0] if len(contents) > 1 else None
+    return (contents[0] if contents else None), gap, usage
 
 
 def run(coda, model, threads, extra, system):
@@ -43,8 +46,8 @@ def run(coda, model, threads, extra, system):
     try:
         out = []
         for q in ("Which shelf holds the atlases?", "And where are the dictionaries kept?"):
-            t, usage = ttft(port, [{"role": "system", "content": system}, {"role": "user", "content": q}])
-            out.append((t, usage["prompt_tokens"], usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)))
+            t, gap, usage = ttft(port, [{"role": "system", "content": system}, {"role": "user", "content": q}])
+            out.append((t, usage["prompt_tokens"], usage.get("prompt_tokens_details", {}).get("cached_tokens", 0), gap))
         return out
     finally:
         proc.terminate()
@@ -61,12 +64,12 @@ def main():
     words = ("the archive keeps maps letters ledgers and records of every river town along the coast "
              "and each shelf is numbered by decade and region").split()
     system = " ".join(words[i % len(words)] for i in range(a.words)) + "."
-    print("| prefix cache | request | prompt tokens | cached | TTFT s |")
-    print("|---|---|---|---|---|")
+    print("| prefix cache | request | prompt tokens | cached | TTFT s | next token s |")
+    print("|---|---|---|---|---|---|")
     for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
         res = run(a.coda, a.model, a.threads, extra, system)
-        for i, (t, n, cached) in enumerate(res):
-            print(f"| {label} | {i + 1} | {n} | {cached} | {t:.3f} |")
+        for i, (t, n, cached, gap) in enumerate(res):
+            print(f"| {label} | {i + 1} | {n} | {cached} | {t:.3f} | {gap if gap is None else round(gap, 3)} |")
         if res[1][0]:
             print(f"| {label} | first / second | | | {res[0][0] / res[1][0]:.1f}x |")
 

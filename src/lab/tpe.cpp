@@ -230,7 +230,8 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
     // n_startup strata and trial `number` takes stratum perm[number] of a permutation drawn from
     // the seed alone, so the startup trials cover every stratum of every parameter once (random
     // draws leave gaps, and with a 24-trial budget a gap near the front is a trial lost). A study
-    // that resumes draws the same permutations. Trial numbers past the design draw at random.
+    // that resumes draws the same permutations. Trial numbers past the design draw at random. In
+    // `coda tune` trial 0 is the baseline, so the stratum perm[0] is left to it.
     const bool lhs = opts_.latin_hypercube_startup && number < n_startup;
     size_t index = 0;
     for (const auto& p : space_) {

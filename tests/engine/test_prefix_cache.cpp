@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <tuple>
 
 #include "engine/prefix_cache.h"
 #include "model/model.h"
@@ -25,6 +26,12 @@ struct Fixture {
         model->forward(tokens.data(), static_cast<int64_t>(tokens.size()), kv, pool, buf, out.data(), false).ok());
     if (logits) *logits = out;
     return kv;
+  }
+
+  // Positions `cache` restores for `tokens` into a fresh, empty cache.
+  int64_t restored(PrefixCache& cache, const std::vector<int32_t>& tokens) {
+    KvCache kv = std::move(*KvCache::create(model->config(), 256));
+    return cache.restore(tokens, kv);
   }
 };
 
@@ -87,19 +94,14 @@ TEST(PrefixCache, SnapshotsAgainOnlyWhenAPromptExtendsAnEntryByManyTokens) {
   const auto a = range(100, 32);
   cache.insert(a, f.prefill(a));
   // 48 more tokens (a system prompt, then a short question): the 32-token entry stays the only one.
-  const auto short_ext = range(100, 80);
-  cache.insert(short_ext, f.prefill(short_ext));
-  EXPECT_EQ(cache.entries(), 1u);
-  EXPECT_EQ(cache.tokens_held(), 32);
-  KvCache kv = std::move(*KvCache::create(f.model->config(), 128));
-  EXPECT_EQ(cache.restore(short_ext, kv), 32);
   // 64 more tokens or beyond: the longer snapshot replaces the shorter one.
-  const auto long_ext = range(100, 96);
-  cache.insert(long_ext, f.prefill(long_ext));
-  EXPECT_EQ(cache.entries(), 1u);
-  EXPECT_EQ(cache.tokens_held(), 96);
-  KvCache kv2 = std::move(*KvCache::create(f.model->config(), 128));
-  EXPECT_EQ(cache.restore(long_ext, kv2), 95);
+  for (const auto& [extended, held, hit] : {std::tuple{80, 32, 32}, std::tuple{96, 96, 95}}) {
+    const auto tokens = range(100, extended);
+    cache.insert(tokens, f.prefill(tokens));
+    EXPECT_EQ(cache.entries(), 1u) << extended;
+    EXPECT_EQ(cache.tokens_held(), held) << extended;
+    EXPECT_EQ(f.restored(cache, tokens), hit) << extended;
+  }
 }
 
 }  // namespace
