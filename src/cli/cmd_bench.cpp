@@ -1,6 +1,7 @@
 // `coda bench-model`: prefill/decode throughput and the memory-bandwidth roofline.
 #include <cstdio>
 
+#include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "core/timer.h"
 #include "kernels/kernels.h"
@@ -14,6 +15,7 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
     int threads = 0;
     BenchModelOptions opt;
     bool json = false, no_repack = false, no_warmup = false;
+    KvType ctk = KvType::F16, ctv = KvType::F16;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* sub =
@@ -35,6 +37,7 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                   "(llama-batched-bench's -npl)")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
+  add_cache_type_flags(sub, f->ctk, f->ctv);
   sub->add_flag("--no-warmup", f->no_warmup, "Skip the untimed warm-up run");
   sub->add_flag("--no-repack", f->no_repack,
                 "Keep the weights in the file's layout (no 16-row repacking for the GEMM kernels)");
@@ -44,6 +47,8 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
          const std::string path = f->model.empty() ? default_model_path() : f->model;
          LoadOptions lo;
          if (f->no_repack) lo.repack = false;
+         lo.kv_type_k = f->ctk;
+         lo.kv_type_v = f->ctv;
          f->opt.warmup = !f->no_warmup;
          Timer load_timer;
          auto model = Model::load(path, lo);
@@ -67,19 +72,21 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                "\"n_gen\":%lld,\"decode_tps\":%.3f,\"decode_ms\":%.3f,\"bytes_per_token\":%lld,"
                "\"bandwidth_gbs\":%.2f,\"buffer_bandwidth_gbs\":%.2f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.3f,"
                "\"rep_fractions\":[%s],\"depth\":%lld,\"load_s\":%.3f,\"repacked_matrices\":%d,"
-               "\"repacked_mib\":%.1f,\"repack_s\":%.3f,\"batched\":[%s]}\n",
+               "\"repacked_mib\":%.1f,\"repack_s\":%.3f,\"cache_type_k\":\"%s\",\"cache_type_v\":\"%s\","
+               "\"batched\":[%s]}\n",
                path.c_str(), pool.size(), kernels().name, static_cast<long long>(f->opt.n_prompt), r->prefill_tps,
                static_cast<long long>(f->opt.n_gen), r->decode_tps, r->decode_ms,
                static_cast<long long>(r->bytes_per_token), r->bandwidth_gbs, r->buffer_bandwidth_gbs, r->roofline_tps,
                frac, reps.c_str(), static_cast<long long>(f->opt.depth), load_s, rs.matrices,
-               static_cast<double>(rs.bytes) / (1 << 20), rs.seconds, batched.c_str());
+               static_cast<double>(rs.bytes) / (1 << 20), rs.seconds, kv_type_name(f->ctk), kv_type_name(f->ctv),
+               batched.c_str());
          } else {
            std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
            std::printf("load       %.2f s (%d matrices repacked for the GEMM kernels, %.1f MiB, in %.2f s)\n", load_s,
                        rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), rs.seconds);
            if (f->opt.depth > 0)
-             std::printf("depth      %lld tokens of context before the timed runs\n",
-                         static_cast<long long>(f->opt.depth));
+             std::printf("depth      %lld tokens of context before the timed runs (KV cache: keys %s, values %s)\n",
+                         static_cast<long long>(f->opt.depth), kv_type_name(f->ctk), kv_type_name(f->ctv));
            std::printf("prefill    %.2f tokens/s (%lld-token prompt)\n", r->prefill_tps,
                        static_cast<long long>(f->opt.n_prompt));
            std::printf("decode     %.2f tokens/s (%.2f ms/token)\n", r->decode_tps, r->decode_ms);

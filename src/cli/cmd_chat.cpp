@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "cli/sampling_flags.h"
 #include "engine/generator.h"
@@ -21,6 +22,7 @@ struct ChatFlags {
   std::string chat_template;
   int threads = 0;
   int64_t ctx = 0;
+  KvType ctk = KvType::F16, ctv = KvType::F16;
   int n_predict = -1;
   bool show_prompt = false;
   std::string guard = "observe";
@@ -33,6 +35,8 @@ int chat(ChatFlags& f) {
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
   opts.chat_template = f.chat_template;
+  opts.kv_type_k = f.ctk;
+  opts.kv_type_v = f.ctv;
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
   Generator& gen = *loaded->generator;
@@ -107,6 +111,7 @@ void add_chat(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
+  add_cache_type_flags(sub, f->ctk, f->ctv);
   sub->add_flag("--show-prompt", f->show_prompt, "Print each rendered prompt to stderr");
   sub->add_option("--guard", f->guard,
                   "Degeneration guard: observe, stop or repair, optionally for some detectors (stop:loop,flooding)")

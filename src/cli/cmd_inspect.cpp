@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -146,6 +147,7 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
       std::string model, tokens_file, positions, out;
       int batch = 256, threads = 0;
       int64_t decode_from = -1;
+      KvType ctk = KvType::F16, ctv = KvType::F16;
     };
     auto f = std::make_shared<Flags>();
     CLI::App* sub = app.add_subcommand("logits", "Write float32 logits at chosen positions of a token sequence");
@@ -156,8 +158,12 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
     sub->add_option("-b,--batch", f->batch, "Prefill batch size")->capture_default_str()->check(CLI::Range(1, 4096));
     sub->add_option("--decode-from", f->decode_from, "Feed tokens from this position one at a time (decode path)");
     sub->add_option("-t,--threads", f->threads, "Threads")->check(CLI::Range(1, 256));
+    add_cache_type_flags(sub, f->ctk, f->ctv);
     out.push_back({sub, [f] {
-                     auto model = Model::load(f->model);
+                     LoadOptions lo;
+                     lo.kv_type_k = f->ctk;
+                     lo.kv_type_v = f->ctv;
+                     auto model = Model::load(f->model, lo);
                      if (!model) return fail(model.message());
                      const Model& m = **model;
                      std::ifstream in(f->tokens_file);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "lab/perplexity.h"
 #include "tokenizer/vocab.h"
@@ -19,6 +20,7 @@ struct PerplexityFlags {
   bool kl = false;
   int64_t per_position = 0;
   int threads = 0;
+  KvType ctk = KvType::F16, ctv = KvType::F16;
   PerplexityOptions opts;
 };
 
@@ -45,7 +47,10 @@ int perplexity(PerplexityFlags& f) {
   if (f.kl && f.kl_base.empty()) return fail("--kl-divergence needs --kl-divergence-base FILE (the saved base)");
   if (!f.kl && f.file.empty()) return fail("give the text with -f FILE");
   const std::string path = f.model.empty() ? default_model_path() : f.model;
-  auto model = Model::load(path);
+  LoadOptions lo;
+  lo.kv_type_k = f.ctk;
+  lo.kv_type_v = f.ctv;
+  auto model = Model::load(path, lo);
   if (!model) return fail(model.message());
   std::vector<int32_t> tokens;
   if (!f.kl) {
@@ -123,6 +128,7 @@ void add_perplexity(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-c,--ctx-size", f->opts.n_ctx, "Tokens per chunk")
       ->capture_default_str()
       ->check(CLI::Range(4, 1 << 20));
+  add_cache_type_flags(sub, f->ctk, f->ctv);
   sub->add_option("--chunks", f->opts.max_chunks, "At most this many chunks (default: all)")
       ->check(CLI::Range(1, 1 << 30));
   sub->add_option("-b,--batch-size", f->opts.n_batch, "Tokens per forward pass")

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "cli/sampling_flags.h"
 #include "engine/generator.h"
@@ -17,6 +18,7 @@ struct RunFlags {
   int n_predict = 128;
   int threads = 0;
   int64_t ctx = 0;
+  KvType ctk = KvType::F16, ctv = KvType::F16;
   bool json = false;
   GenerationRequest request;
   std::string guard = "observe";  // off, observe, stop, repair
@@ -54,6 +56,8 @@ int run(RunFlags& f) {
   GeneratorOptions opts;
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
+  opts.kv_type_k = f.ctk;
+  opts.kv_type_v = f.ctv;
   auto loaded = load_generator(f.model.empty() ? default_model_path() : f.model, opts);
   if (!loaded) return fail(loaded.message());
   Generator& gen = *loaded->generator;
@@ -147,6 +151,7 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
+  add_cache_type_flags(sub, f->ctk, f->ctv);
   sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");
   sub->add_flag("--json", f->json, "Print one JSON result (text, tokens, finish_reason, usage, timings)");
   add_sampling_flags(sub, f->request);

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "cli/http_flags.h"
 #include "engine/generator.h"
@@ -18,6 +19,7 @@ struct ServeFlags {
   std::string model;
   int threads = 0;
   int64_t ctx = 0;
+  KvType ctk = KvType::F16, ctv = KvType::F16;
   int default_max_tokens = 4096;
   double kv_budget_gib = 0;
   bool no_prefix_cache = false;
@@ -34,6 +36,8 @@ int serve(ServeFlags& f) {
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
   opts.default_max_tokens = f.default_max_tokens;
+  opts.kv_type_k = f.ctk;
+  opts.kv_type_v = f.ctv;
   if (Status s = set_guard_policy(f.guard, f.server.defaults.guard); !s.ok()) return fail("--guard: " + s.message());
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
@@ -63,7 +67,8 @@ int serve(ServeFlags& f) {
                "full context %.2fx; batches of up to %zu sequences; guard %s\n",
                path.c_str(), static_cast<long long>(n_ctx), budget / (1 << 30), static_cast<long long>(capacity),
                static_cast<double>(capacity) / static_cast<double>(n_ctx), f.server.max_batch, f.guard.c_str());
-  std::fprintf(stderr, "coda serve: KV cache %.1f KiB per token of context; prefix cache %s\n", per_token / 1024,
+  std::fprintf(stderr, "coda serve: KV cache %.1f KiB per token of context (keys %s, values %s); prefix cache %s\n",
+               per_token / 1024, kv_type_name(cfg.kv_type_k), kv_type_name(cfg.kv_type_v),
                f.server.prefix_cache_tokens > 0 ? ("up to " + std::to_string(f.server.prefix_cache_tokens) +
                                                    " tokens (evicted first when requests need the room)")
                                                       .c_str()
@@ -113,6 +118,7 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-t,--threads", f->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
+  add_cache_type_flags(sub, f->ctk, f->ctv);
   sub->add_option("--default-max-tokens", f->default_max_tokens, "max_tokens for requests that omit it")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "client/openai_client.h"
 #include "guard/guard.h"
@@ -22,6 +23,7 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
       ->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f.ctx, "Context size, in-process (default: the model's)")
       ->check(CLI::Range(1, 1 << 24));
+  add_cache_type_flags(sub, f.ctk, f.ctv);
   sub->add_option("--max-num-seqs", f.max_num_seqs, "Sequences batched together, in-process")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -74,6 +76,8 @@ Expected<BuiltTarget> make_target(const TargetFlags& f) {
   GeneratorOptions opts;
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
+  opts.kv_type_k = f.ctk;
+  opts.kv_type_v = f.ctv;
   auto loaded = load_generator(f.model_file.empty() ? default_model_path() : f.model_file, opts);
   if (!loaded) return loaded.error();
   b.loaded = std::move(*loaded);

@@ -17,6 +17,7 @@ struct TargetFlags {
   double timeout_s = 600;  // longest silence from the server (a hung upstream)
   int threads = 0;
   int64_t ctx = 0;
+  KvType ctk = KvType::F16, ctv = KvType::F16;
   size_t max_num_seqs = 8;
   std::string guard = "observe";
 };

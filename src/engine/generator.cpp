@@ -48,7 +48,10 @@ Expected<std::unique_ptr<Generator>> Generator::create(const Model& model, const
 
 Expected<LoadedGenerator> load_generator(const std::string& path, const GeneratorOptions& opts) {
   LoadedGenerator out;
-  auto model = Model::load(path);
+  LoadOptions lo;
+  lo.kv_type_k = opts.kv_type_k;
+  lo.kv_type_v = opts.kv_type_v;
+  auto model = Model::load(path, lo);
   if (!model) return model.error();
   out.model = std::move(*model);
   auto vocab = Vocab::from_gguf(out.model->gguf());

@@ -24,6 +24,9 @@ struct GeneratorOptions {
   int64_t n_ctx = 0;              // 0: the model's trained context
   int default_max_tokens = 4096;  // the cap for requests that omit max_tokens
   std::string chat_template;      // "" : the model's own (or a built-in); else a built-in name or Jinja source
+  // KV cache element types (load_generator passes them to the model load).
+  KvType kv_type_k = KvType::F16;
+  KvType kv_type_v = KvType::F16;
 };
 
 class Generator {

@@ -122,24 +122,37 @@ int64_t count_above_scalar(const float* x, int64_t n, float t) {
   return c;
 }
 
-void attn_scores_scalar(const float* q, int64_t G, const float* k, int64_t kv_stride, int64_t len, int64_t hd,
-                        float scale, float* scores, int64_t s_stride) {
+inline float kv_elem(float x) {
+  return x;
+}
+inline float kv_elem(uint16_t x) {
+  return fp16_to_float(x);
+}
+
+template <class T>
+void attn_scores_scalar(const float* q, int64_t G, const T* k, int64_t kv_stride, int64_t len, int64_t hd, float scale,
+                        float* scores, int64_t s_stride) {
   for (int64_t h = 0; h < G; ++h)
     for (int64_t j = 0; j < len; ++j) {
       double acc = 0;
-      for (int64_t i = 0; i < hd; ++i) acc += static_cast<double>(q[h * hd + i]) * k[j * kv_stride + i];
+      for (int64_t i = 0; i < hd; ++i) acc += static_cast<double>(q[h * hd + i]) * kv_elem(k[j * kv_stride + i]);
       scores[h * s_stride + j] = static_cast<float>(acc) * scale;
     }
 }
 
-void attn_values_scalar(const float* p, int64_t G, int64_t s_stride, const float* v, int64_t kv_stride, int64_t len,
+template <class T>
+void attn_values_scalar(const float* p, int64_t G, int64_t s_stride, const T* v, int64_t kv_stride, int64_t len,
                         int64_t hd, float* out) {
   for (int64_t h = 0; h < G; ++h)
     for (int64_t i = 0; i < hd; ++i) {
       double acc = 0;
-      for (int64_t j = 0; j < len; ++j) acc += static_cast<double>(p[h * s_stride + j]) * v[j * kv_stride + i];
+      for (int64_t j = 0; j < len; ++j) acc += static_cast<double>(p[h * s_stride + j]) * kv_elem(v[j * kv_stride + i]);
       out[h * hd + i] = static_cast<float>(acc);
     }
+}
+
+void f32_to_f16_scalar(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_fp16(x[i]);
 }
 
 uint64_t stream_read_scalar(const uint8_t* p, int64_t n) {
@@ -181,8 +194,11 @@ KernelTable make_scalar() {
   t.max_f32 = max_scalar;
   t.softmax_moments = softmax_moments_scalar;
   t.count_above = count_above_scalar;
-  t.attn_scores = attn_scores_scalar;
-  t.attn_values = attn_values_scalar;
+  t.attn_scores = attn_scores_scalar<float>;
+  t.attn_values = attn_values_scalar<float>;
+  t.attn_scores_f16 = attn_scores_scalar<uint16_t>;
+  t.attn_values_f16 = attn_values_scalar<uint16_t>;
+  t.f32_to_f16 = f32_to_f16_scalar;
   t.prepare_act = prepare_act;
   return t;
 }

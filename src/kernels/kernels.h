@@ -97,6 +97,14 @@ struct KernelTable {
   // out[h * hd + i] = sum over j of p[h * s_stride + j] * v[j * kv_stride + i] for h < G, i < hd.
   void (*attn_values)(const float* p, int64_t G, int64_t s_stride, const float* v, int64_t kv_stride, int64_t len,
                       int64_t hd, float* out);
+  // The same two over a KV cache stored as IEEE half floats (KvType::F16); each element widens to
+  // float exactly, so these equal the float kernels run on the widened rows.
+  void (*attn_scores_f16)(const float* q, int64_t G, const uint16_t* k, int64_t kv_stride, int64_t len, int64_t hd,
+                          float scale, float* scores, int64_t s_stride);
+  void (*attn_values_f16)(const float* p, int64_t G, int64_t s_stride, const uint16_t* v, int64_t kv_stride,
+                          int64_t len, int64_t hd, float* out);
+  // y[i] = x[i] rounded to the nearest half float, ties to even (the KV cache's F16 rows).
+  void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);
   // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).
   uint64_t (*stream_read)(const uint8_t* p, int64_t n);
 };

@@ -28,6 +28,16 @@ Expected<float> optional_float(const GgufFile& f, const std::string& key, float 
 
 }  // namespace
 
+const char* kv_type_name(KvType t) {
+  return t == KvType::F16 ? "f16" : "f32";
+}
+
+std::optional<KvType> parse_kv_type(std::string_view name) {
+  if (name == "f16") return KvType::F16;
+  if (name == "f32") return KvType::F32;
+  return std::nullopt;
+}
+
 Expected<ModelConfig> read_model_config(const GgufFile& f) {
   ModelConfig c;
   if (f.find("general.architecture") == nullptr)

@@ -16,6 +16,14 @@ constexpr int64_t kMaxChunk = 256;
 void grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
+// Writes one K or V row into the cache in the cache's element type.
+void store_kv_row(const KernelTable& k, const float* x, int64_t n, KvType type, uint8_t* dst) {
+  if (type == KvType::F16)
+    k.f32_to_f16(x, reinterpret_cast<uint16_t*>(dst), n);
+  else
+    std::copy(x, x + n, reinterpret_cast<float*>(dst));
+}
+
 }  // namespace
 
 Status Model::forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
@@ -113,8 +121,8 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
            inv_freq_.data(), c.rope_neox);
       rope(kk, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), row.pos,
            inv_freq_.data(), c.rope_neox);
-      std::copy(kk, kk + kvd, row.kv->k(l, row.pos));
-      std::copy(vv, vv + kvd, row.kv->v(l, row.pos));
+      store_kv_row(k, kk, kvd, row.kv->k_type(), row.kv->k(l, row.pos));
+      store_kv_row(k, vv, kvd, row.kv->v_type(), row.kv->v(l, row.pos));
     }
     attention(l, pool, buf);
     // x += attn_out Wo^T (the matmul writes into xn, then the residual is added).
@@ -212,7 +220,12 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
       const int64_t len = buf.rows[static_cast<size_t>(t1 - 1)].pos + 1;  // the block's last row sees most
       for (int64_t t = t0; t < t1; ++t)
         std::copy_n(buf.q.data() + t * c.q_dim() + kvh * group * hd, group * hd, qm + (t - t0) * group * hd);
-      kt.attn_scores(qm, nq, kv->k(layer, 0) + kvh * hd, kvd, len, hd, scale, scores, max_ctx);
+      if (kv->k_type() == KvType::F16)
+        kt.attn_scores_f16(qm, nq, reinterpret_cast<const uint16_t*>(kv->k(layer, 0)) + kvh * hd, kvd, len, hd, scale,
+                           scores, max_ctx);
+      else
+        kt.attn_scores(qm, nq, reinterpret_cast<const float*>(kv->k(layer, 0)) + kvh * hd, kvd, len, hd, scale, scores,
+                       max_ctx);
       // Softmax numerators with the SIMD kernels over each row's own positions; the 1/sum is applied
       // to the output instead of to every weight. A non-finite maximum (a broken model) takes the
       // careful scalar softmax.
@@ -231,7 +244,12 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
         }
         std::fill(si + own, si + len, 0.0f);  // causality within the block
       }
-      kt.attn_values(scores, nq, max_ctx, kv->v(layer, 0) + kvh * hd, kvd, len, hd, om);
+      if (kv->v_type() == KvType::F16)
+        kt.attn_values_f16(scores, nq, max_ctx, reinterpret_cast<const uint16_t*>(kv->v(layer, 0)) + kvh * hd, kvd, len,
+                           hd, om);
+      else
+        kt.attn_values(scores, nq, max_ctx, reinterpret_cast<const float*>(kv->v(layer, 0)) + kvh * hd, kvd, len, hd,
+                       om);
       for (int64_t i = 0; i < nq; ++i) {
         const float f = fast ? inv[i] : 1.0f;
         float* out = buf.att_out.data() + (t0 + i / group) * c.q_dim() + (kvh * group + i % group) * hd;

@@ -12,12 +12,16 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity)
     : capacity_(capacity),
       kv_dim_(c.kv_dim()),
       elems_(c.n_layers * capacity * c.kv_dim()),
-      k_(new float[static_cast<size_t>(elems_)]),
-      v_(new float[static_cast<size_t>(elems_)]) {}
+      k_type_(c.kv_type_k),
+      v_type_(c.kv_type_v),
+      k_elem_(kv_type_bytes(c.kv_type_k)),
+      v_elem_(kv_type_bytes(c.kv_type_v)),
+      k_(new uint8_t[static_cast<size_t>(elems_ * k_elem_)]),
+      v_(new uint8_t[static_cast<size_t>(elems_ * v_elem_)]) {}
 
 double KvCache::bytes_needed(const ModelConfig& c, int64_t capacity) {
-  return 2.0 * static_cast<double>(c.n_layers) * static_cast<double>(capacity) * static_cast<double>(c.kv_dim()) *
-         sizeof(float);
+  return static_cast<double>(c.n_layers) * static_cast<double>(capacity) * static_cast<double>(c.kv_dim()) *
+         static_cast<double>(kv_type_bytes(c.kv_type_k) + kv_type_bytes(c.kv_type_v));
 }
 
 Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
@@ -42,13 +46,14 @@ Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
 Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
   if (src.kv_dim_ != kv_dim_ || src.n_layers() != n_layers())
     return Error("KV cache copy: the caches belong to models of different shapes");
+  if (src.k_type_ != k_type_ || src.v_type_ != v_type_)
+    return Error("KV cache copy: the caches store keys and values as different types");
   if (n < 0 || n > src.size_ || n > capacity_)
     return Error("KV cache copy of " + std::to_string(n) + " positions: the source holds " + std::to_string(src.size_) +
                  ", this cache has room for " + std::to_string(capacity_));
-  const size_t row = static_cast<size_t>(n * kv_dim_) * sizeof(float);
   for (int64_t l = 0; l < n_layers(); ++l) {
-    std::memcpy(k(l, 0), src.k(l, 0), row);
-    std::memcpy(v(l, 0), src.v(l, 0), row);
+    std::memcpy(k(l, 0), src.k(l, 0), static_cast<size_t>(n * kv_dim_ * k_elem_));
+    std::memcpy(v(l, 0), src.v(l, 0), static_cast<size_t>(n * kv_dim_ * v_elem_));
   }
   size_ = n;
   return Status::Ok();

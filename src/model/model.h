@@ -60,6 +60,9 @@ struct LoadOptions {
   // The environment variable CODA_REPACK=0 turns the default off.
   bool repack = default_repack();
   static bool default_repack();
+  // How KV caches made for this model store keys and values (--cache-type-k/-v).
+  KvType kv_type_k = KvType::F16;
+  KvType kv_type_v = KvType::F16;
 };
 
 // What repacking did at load: how many matrices, their bytes, and the time it took.

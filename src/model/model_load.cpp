@@ -145,6 +145,8 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const LoadOptio
   const GgufFile& f = model->file_;
   CODA_ASSIGN_OR_RETURN(model->config_, read_model_config(f));
   ModelConfig& c = model->config_;
+  c.kv_type_k = opts.kv_type_k;
+  c.kv_type_v = opts.kv_type_v;
 
   CODA_ASSIGN_OR_RETURN(const GgufTensor* embd, find(f, "token_embd.weight"));
   if (embd->n_dims != 2 || embd->ne[0] != c.dim)

@@ -1,7 +1,9 @@
 // Every fast kernel against its scalar reference, and the formats against hand-computed blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -364,6 +366,93 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
                 << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
         }
       }
+}
+
+// The same kernels over half-float rows (the KV cache's default F16 type). The scalar F16 kernels
+// must equal the scalar float kernels run on the widened rows (widening is exact); every SIMD table
+// must match the scalar F16 kernels.
+TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
+  const KernelTable& ref_table = scalar_kernels();
+  for (int64_t hd : {8, 64, 128})
+    for (int64_t G : {1, 4})
+      for (int64_t len : {1, 9, 70, 129}) {
+        const int64_t kv_stride = 2 * hd;
+        const auto q = random_vec(G * hd, 11);
+        const auto kv = random_vec(len * kv_stride, 12);
+        std::vector<uint16_t> kv16(kv.size());
+        std::vector<float> widened(kv.size());
+        for (size_t i = 0; i < kv.size(); ++i) {
+          kv16[i] = float_to_fp16(kv[i]);
+          widened[i] = fp16_to_float(kv16[i]);
+        }
+        const int64_t s_stride = len + 3;
+        std::vector<float> want(static_cast<size_t>(G * s_stride)), got(want.size());
+        ref_table.attn_scores(q.data(), G, widened.data() + hd, kv_stride, len, hd, 0.125f, want.data(), s_stride);
+        ref_table.attn_scores_f16(q.data(), G, kv16.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
+        for (int64_t h = 0; h < G; ++h)
+          for (int64_t j = 0; j < len; ++j) ASSERT_EQ(got[h * s_stride + j], want[h * s_stride + j]);
+        const auto p = random_vec(G * s_stride, 13);
+        std::vector<float> want_out(static_cast<size_t>(G * hd)), got_out(want_out.size());
+        ref_table.attn_values(p.data(), G, s_stride, widened.data() + hd, kv_stride, len, hd, want_out.data());
+        ref_table.attn_values_f16(p.data(), G, s_stride, kv16.data() + hd, kv_stride, len, hd, got_out.data());
+        ASSERT_EQ(got_out, want_out);
+        for (const KernelTable* k : available_kernels()) {
+          k->attn_scores_f16(q.data(), G, kv16.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
+          for (int64_t h = 0; h < G; ++h)
+            for (int64_t j = 0; j < len; ++j)
+              ASSERT_NEAR(got[h * s_stride + j], want[h * s_stride + j], 1e-5 * std::sqrt(static_cast<double>(hd)))
+                  << k->name << " hd=" << hd << " G=" << G << " len=" << len;
+          std::fill(got_out.begin(), got_out.end(), 99.0f);
+          k->attn_values_f16(p.data(), G, s_stride, kv16.data() + hd, kv_stride, len, hd, got_out.data());
+          for (size_t i = 0; i < got_out.size(); ++i)
+            ASSERT_NEAR(got_out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
+                << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
+        }
+      }
+}
+
+// Rounding to half floats: every table gives the scalar reference's bits (round to nearest, ties to
+// even), on ordinary values and on the edges: ties, subnormals, overflow, infinities and NaN.
+TEST(Kernels, HalfFloatRoundingMatchesTheReferenceBitForBit) {
+  std::vector<float> x = random_vec(1000, 21, 3.0f);
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         1.0f + 1.0f / 2048,
+                         1.0f + 3.0f / 2048,
+                         65504.0f,
+                         65519.0f,
+                         65520.0f,
+                         1e6f,
+                         -1e6f,
+                         6e-8f,
+                         3e-8f,
+                         2.9e-8f,
+                         1e-5f,
+                         -6.1e-5f,
+                         std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN()};
+  x.insert(x.end(), std::begin(edges), std::end(edges));
+  for (int i = 0; i < 200; ++i) x.push_back(std::ldexp(1.0f + static_cast<float>(i) / 4096.0f, -20 + i % 40));
+  std::vector<uint16_t> want(x.size()), got(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = float_to_fp16(x[i]);
+  for (const KernelTable* k : available_kernels())
+    for (int64_t n : {static_cast<int64_t>(x.size()), int64_t{5}, int64_t{13}}) {
+      std::fill(got.begin(), got.end(), uint16_t{0xDEAD});
+      k->f32_to_f16(x.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(x[static_cast<size_t>(i)])) {
+          EXPECT_EQ(got[static_cast<size_t>(i)] & 0x7c00, 0x7c00) << k->name;  // a NaN stays a NaN
+          EXPECT_NE(got[static_cast<size_t>(i)] & 0x3ff, 0) << k->name;
+        } else {
+          ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)])
+              << k->name << " x=" << x[static_cast<size_t>(i)];
+        }
+      }
+      if (n < static_cast<int64_t>(x.size())) {
+        EXPECT_EQ(got[static_cast<size_t>(n)], 0xDEAD) << k->name;
+      }
+    }
 }
 
 }  // namespace

@@ -67,8 +67,11 @@ class RefModel:
             y[..., 1:self.n_rot:2] = a * sin + b * cos
         return y
 
-    def logits(self, tokens, positions=None):
-        """Logits [len(positions), vocab] for a token sequence evaluated from position 0."""
+    def logits(self, tokens, positions=None, kv_f16=True):
+        """Logits [len(positions), vocab] for a token sequence evaluated from position 0.
+
+        kv_f16 rounds the keys (after RoPE) and values to IEEE half floats, as coda's default F16 KV
+        cache stores them (NumPy's float16 cast rounds to nearest, ties to even)."""
         tokens = np.asarray(tokens)
         T = len(tokens)
         if positions is None:
@@ -91,6 +94,9 @@ class RefModel:
             q = self._rope(q.reshape(T, self.n_heads, self.hd), pos)
             k = self._rope(k.reshape(T, self.n_kv, self.hd), pos)
             v = v.reshape(T, self.n_kv, self.hd)
+            if kv_f16:
+                k = k.astype(np.float16).astype(np.float64)
+                v = v.astype(np.float16).astype(np.float64)
             att = np.empty((T, self.n_heads, self.hd))
             for hh in range(self.n_heads):
                 kv = hh // group

@@ -78,17 +78,21 @@ def test_logits(coda, work, quick):
             tok_file = os.path.join(work, "tokens.txt")
             np.savetxt(tok_file, tokens[None, :], fmt="%d")
             out = os.path.join(work, "logits.f32")
-            run([coda, "logits", "-m", path, "--tokens", tok_file, "--positions", "0-31,2048-2079", "-o", out,
-                 "--batch", "100", "--decode-from", "2048"])
-            got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(POSITIONS), n_vocab)
-            want = ref.logits(tokens, POSITIONS)
-            for label, rows in (("pos 0-31", slice(0, 32)), ("pos 2048-2079", slice(32, 64))):
-                g, w = got[rows], want[rows]
-                rel = np.linalg.norm(g - w) / np.linalg.norm(w)
-                top1 = np.mean(np.argmax(g, axis=1) == np.argmax(w, axis=1))
-                check(rel <= LOGIT_TOL[wtype],
-                      "logits %-11s %-5s %-13s rel rms err %.2e (tol %.0e), top-1 agreement %.0f%%" %
-                      (shape, wtype, label, rel, LOGIT_TOL[wtype], 100 * top1))
+            # The default F16 KV cache against a reference that rounds K and V the same way; for F32
+            # weights also the F32 cache against the unrounded reference.
+            caches = ["f16", "f32"] if wtype == "F32" else ["f16"]
+            for cache in caches:
+                run([coda, "logits", "-m", path, "--tokens", tok_file, "--positions", "0-31,2048-2079", "-o", out,
+                     "--batch", "100", "--decode-from", "2048", "--cache-type-k", cache, "--cache-type-v", cache])
+                got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(POSITIONS), n_vocab)
+                want = ref.logits(tokens, POSITIONS, kv_f16=cache == "f16")
+                for label, rows in (("pos 0-31", slice(0, 32)), ("pos 2048-2079", slice(32, 64))):
+                    g, w = got[rows], want[rows]
+                    rel = np.linalg.norm(g - w) / np.linalg.norm(w)
+                    top1 = np.mean(np.argmax(g, axis=1) == np.argmax(w, axis=1))
+                    check(rel <= LOGIT_TOL[wtype],
+                          "logits %-11s %-5s kv %s %-13s rel rms err %.2e (tol %.0e), top-1 agreement %.0f%%" %
+                          (shape, wtype, cache, label, rel, LOGIT_TOL[wtype], 100 * top1))
 
 
 def decode_text(r, ids):
