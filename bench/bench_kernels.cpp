@@ -1,11 +1,12 @@
 // Microbenchmarks of the dot-product kernels (one 4096-element row, as in a 4K-wide matmul), SIMD vs
-// scalar. Run: ./build/bench/bench_kernels
+// scalar, and of the packed GEMM tiles (16 rows x 64 tokens, in cache). Run: ./build/bench/bench_kernels
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/repack.h"
 
 namespace coda {
 namespace {
@@ -30,6 +31,46 @@ void BM_Dot(benchmark::State& state, DType t, int level) {
   for (auto _ : state) benchmark::DoNotOptimize(k->dot[static_cast<int>(t)](q.data(), a, n));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
 }
+
+// One packed group of 16 rows x `cols` against 64 tokens of activations: the prefill GEMM's inner
+// work with everything in cache. Items are multiply-adds, so items/s compares with the CPU's int8
+// peak (one 512-bit vpdpbusd is 64 of them).
+void BM_Gemm(benchmark::State& state, DType t) {
+  const int64_t cols = state.range(0), tokens = 64;
+  const KernelTable* k = avx512_kernels();
+  if (k == nullptr || k->gemm[static_cast<int>(t)] == nullptr) {
+    state.SkipWithError("no packed GEMM for this type on this CPU");
+    return;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d;
+  const int64_t row_bytes = dtype_row_bytes(t, cols);
+  std::vector<uint8_t> rows(static_cast<size_t>(row_bytes * kPackRows));
+  std::vector<float> w(static_cast<size_t>(cols));
+  for (int r = 0; r < kPackRows; ++r) {
+    for (auto& v : w) v = d(rng);
+    ref::quantize_row(t, w.data(), rows.data() + r * row_bytes, cols);
+  }
+  std::vector<uint8_t> group(static_cast<size_t>(packed_group_bytes(t, cols)));
+  repack_group(t, rows.data(), cols, group.data());
+  const DType at = packed_act_type(t);
+  const int64_t act_bytes = act_row_bytes(at, cols);
+  std::vector<uint8_t> act(static_cast<size_t>(act_bytes * tokens));
+  for (int64_t b = 0; b < tokens; ++b) {
+    for (auto& v : w) v = d(rng);
+    prepare_act(at, w.data(), act.data() + b * act_bytes, cols);
+  }
+  std::vector<float> y(static_cast<size_t>(kPackRows * tokens));
+  for (auto _ : state) {
+    k->gemm[static_cast<int>(t)](group.data(), cols, act.data(), act_bytes, tokens, y.data(), kPackRows);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kPackRows * tokens * cols);
+}
+BENCHMARK_CAPTURE(BM_Gemm, Q8_0, DType::Q8_0)->Arg(2048)->Arg(8192);
+BENCHMARK_CAPTURE(BM_Gemm, Q4_0, DType::Q4_0)->Arg(2048)->Arg(8192);
+BENCHMARK_CAPTURE(BM_Gemm, Q4_K, DType::Q4_K)->Arg(2048)->Arg(8192);
+BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K)->Arg(2048)->Arg(8192);
 
 #define CODA_BENCH_TYPE(T)                            \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \

@@ -82,16 +82,24 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
       CODA_UNROLL
       for (int c = 0; c < 8; ++c) w[c] = load512(g + 32 + 64 * c);
     }
+    // Chunk-major, token-minor: the T accumulation chains interleave, so each vpdpbusd's latency
+    // (5 cycles on Ice Lake) hides behind the other tokens' instead of stalling its own chain.
+    __m512i s[T];
     CODA_UNROLL
     for (int t = 0; t < T; ++t) {
-      const int8_t* a = aq[t] + b * kQK;
       // Wrapping arithmetic: non-finite activations quantize to extreme sums (garbage in, no UB).
-      __m512i s = _mm512_set1_epi32(
+      s[t] = _mm512_set1_epi32(
           static_cast<int32_t>(0u - static_cast<uint32_t>(kOffset) * static_cast<uint32_t>(as[t][b])));
-      CODA_UNROLL
-      for (int c = 0; c < 8; ++c) s = _mm512_dpbusd_epi32(s, w[c], _mm512_set1_epi32(load_i32(a + 4 * c)));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t][b])), acc[t]);
     }
+    CODA_UNROLL
+    for (int c = 0; c < 8; ++c) {
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t)
+        s[t] = _mm512_dpbusd_epi32(s[t], w[c], _mm512_set1_epi32(load_i32(aq[t] + b * kQK + 4 * c)));
+    }
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t][b])), acc[t]);
   }
   CODA_UNROLL
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
@@ -127,14 +135,17 @@ void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
         const __m512i v = load512(q + 64 * p);
         w[p] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low4);
       }
+      __m512i s[T];
       CODA_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const int8_t* aq = a[t]->q + 32 * j;
-        __m512i s = _mm512_setzero_si512();
+      for (int t = 0; t < T; ++t) s[t] = _mm512_setzero_si512();
+      CODA_UNROLL
+      for (int p = 0; p < 8; ++p) {
         CODA_UNROLL
-        for (int p = 0; p < 8; ++p) s = _mm512_dpbusd_epi32(s, w[p], _mm512_set1_epi32(load_i32(aq + 4 * p)));
-        sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, sum[t]);
+        for (int t = 0; t < T; ++t)
+          s[t] = _mm512_dpbusd_epi32(s[t], w[p], _mm512_set1_epi32(load_i32(a[t]->q + 32 * j + 4 * p)));
       }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), scale, sum[t]);
     }
     // Mins: per row sum over sub-blocks of m_j * (sum of the 32 activation quants of sub-block j),
     // as int16 pairs (m_2p, m_2p+1) x (A_2p, A_2p+1) with dpwssd.
@@ -156,6 +167,69 @@ void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
       const __m512 blk = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), dmin, sum[t]);
       acc[t] = _mm512_fmadd_ps(blk, _mm512_set1_ps(a[t]->d), acc[t]);
     }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Q6_K: super-blocks of 256 with 16 signed sub-block scales; activations as ActBlockK. The 6-bit
+// quants are the unsigned operand (0..63); the -32 offset starts each sub-block's sum from
+// -32 x (sum of its 16 activation quants). Value 32v + 4c + i of a row takes its low 4 bits from
+// ql chunk 8u + c (u = 2(v / 4) + v % 2; high nibble when v % 4 >= 2) and its top 2 bits from
+// bits 2(v % 4).. of qh chunk 8(v / 4) + c (repack.h).
+template <int T>
+void tile_q6_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  const int64_t nsb = cols / kQKK;
+  constexpr int64_t kGroupBytes = 32 + 256 + 16 * (kQKK / 2 + kQKK / 4);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i top2 = _mm512_set1_epi8(0x30);
+  __m512 acc[T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    const uint8_t* ql = g + 32 + 256;
+    const uint8_t* qh = ql + 16 * kQKK / 2;
+    const ActBlockK* a[T];
+    __m512 sum[T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
+      sum[t] = _mm512_setzero_ps();
+    }
+    CODA_UNROLL
+    for (int j = 0; j < 16; ++j) {  // sub-block j: values 16j .. 16j + 15, chunks c = 4 (j % 2) ..
+      const int v = j / 2, e = v % 4;
+      const __m512 scale = _mm512_mul_ps(
+          d,
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * j)))));
+      __m512i w[4];
+      CODA_UNROLL
+      for (int cc = 0; cc < 4; ++cc) {
+        const int c = 4 * (j % 2) + cc;
+        const __m512i lq = load512(ql + (8 * (2 * (v / 4) + v % 2) + c) * 64);
+        const __m512i hq = load512(qh + (8 * (v / 4) + c) * 64);
+        const __m512i lo = _mm512_and_si512(e >= 2 ? _mm512_srli_epi16(lq, 4) : lq, low4);
+        const __m512i hi = e == 0   ? _mm512_slli_epi16(hq, 4)
+                           : e == 1 ? _mm512_slli_epi16(hq, 2)
+                           : e == 2 ? hq
+                                    : _mm512_srli_epi16(hq, 2);
+        w[cc] = _mm512_ternarylogic_epi32(lo, hi, top2, 0xF8);  // lo | (hi & 0x30)
+      }
+      __m512i s[T];
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) s[t] = _mm512_set1_epi32(-32 * static_cast<int32_t>(a[t]->bsums[j]));
+      CODA_UNROLL
+      for (int cc = 0; cc < 4; ++cc) {
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t)
+          s[t] = _mm512_dpbusd_epi32(s[t], w[cc], _mm512_set1_epi32(load_i32(a[t]->q + 16 * j + 4 * cc)));
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), scale, sum[t]);
+    }
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(sum[t], _mm512_set1_ps(a[t]->d), acc[t]);
   }
   CODA_UNROLL
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
@@ -194,6 +268,12 @@ struct Q4KTile {
     tile_q4_k<T>(g, c, a, s, y, ys);
   }
 };
+template <int T>
+struct Q6KTile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_q6_k<T>(g, c, a, s, y, ys);
+  }
+};
 
 }  // namespace
 
@@ -201,6 +281,7 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q8_0)] = run_tiles<Q8Tile>;
   t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile>;
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile>;
+  t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
 }
 
 }  // namespace coda

@@ -13,6 +13,11 @@ namespace {
 
 constexpr int64_t kQ4KHeader = 64 + 128 + 128;  // d, dmin, scales, min pairs
 constexpr int64_t kQ4KGroupBytes = kQ4KHeader + kPackRows * kQKK / 2;
+constexpr int64_t kQ6KHeader = 32 + 256;                      // d, scales
+constexpr int64_t kQ6KLow = kQ6KHeader;                       // 32 chunks of ql bytes
+constexpr int64_t kQ6KHigh = kQ6KLow + kPackRows * kQKK / 2;  // 16 chunks of qh bytes
+constexpr int64_t kQ6KGroupBytes = kQ6KHigh + kPackRows * kQKK / 4;
+static_assert(kQ6KGroupBytes == kPackRows * static_cast<int64_t>(sizeof(BlockQ6_K)));
 
 // Inverse of kquant_scale_min: packs 8 six-bit scales and mins into the 12-byte field.
 void kquant_pack_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
@@ -31,7 +36,7 @@ void kquant_pack_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
 }  // namespace
 
 bool repack_supported(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K;
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
 }
 
 int64_t packed_group_bytes(DType t, int64_t cols) {
@@ -40,7 +45,7 @@ int64_t packed_group_bytes(DType t, int64_t cols) {
 }
 
 DType packed_act_type(DType t) {
-  return t == DType::Q4_K ? DType::Q4_K : DType::Q8_0;
+  return t == DType::Q4_K || t == DType::Q6_K ? t : DType::Q8_0;
 }
 
 void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
@@ -79,6 +84,20 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
             std::memcpy(dst + kQ4KHeader + (c * 8 + p) * 64 + r * 4, blk->qs + 32 * c + 4 * p, 4);
       }
     }
+  } else if (t == DType::Q6_K) {
+    for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ6KGroupBytes) {
+      for (int r = 0; r < kPackRows; ++r) {
+        const auto* blk = reinterpret_cast<const BlockQ6_K*>(src + r * row_bytes) + b;
+        std::memcpy(dst + 2 * r, &blk->d, 2);
+        for (int j = 0; j < 16; ++j) dst[32 + j * 16 + r] = static_cast<uint8_t>(blk->scales[j]);
+        for (int c = 0; c < 4; ++c)
+          for (int p = 0; p < 8; ++p)
+            std::memcpy(dst + kQ6KLow + (c * 8 + p) * 64 + r * 4, blk->ql + 32 * c + 4 * p, 4);
+        for (int c = 0; c < 2; ++c)
+          for (int p = 0; p < 8; ++p)
+            std::memcpy(dst + kQ6KHigh + (c * 8 + p) * 64 + r * 4, blk->qh + 32 * c + 4 * p, 4);
+      }
+    }
   }
 }
 
@@ -109,6 +128,16 @@ void unpack_row(DType t, const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
       kquant_pack_scales(sc, m, blk->scales);
       for (int c = 0; c < 4; ++c)
         for (int p = 0; p < 8; ++p) std::memcpy(blk->qs + 32 * c + 4 * p, g + kQ4KHeader + (c * 8 + p) * 64 + r * 4, 4);
+    }
+  } else if (t == DType::Q6_K) {
+    for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ6KGroupBytes) {
+      auto* blk = reinterpret_cast<BlockQ6_K*>(dst) + b;
+      std::memcpy(&blk->d, g + 2 * r, 2);
+      for (int j = 0; j < 16; ++j) blk->scales[j] = static_cast<int8_t>(g[32 + j * 16 + r]);
+      for (int c = 0; c < 4; ++c)
+        for (int p = 0; p < 8; ++p) std::memcpy(blk->ql + 32 * c + 4 * p, g + kQ6KLow + (c * 8 + p) * 64 + r * 4, 4);
+      for (int c = 0; c < 2; ++c)
+        for (int p = 0; p < 8; ++p) std::memcpy(blk->qh + 32 * c + 4 * p, g + kQ6KHigh + (c * 8 + p) * 64 + r * 4, 4);
     }
   }
 }
