@@ -32,11 +32,11 @@ void BM_Dot(benchmark::State& state, DType t, int level) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
 }
 
-// One packed group of 16 rows x `cols` against 64 tokens of activations: the prefill GEMM's inner
+// One packed group of 16 rows x `cols` (first argument) against 64 or 512 tokens (second) of activations: the prefill GEMM's inner
 // work with everything in cache. Items are multiply-adds, so items/s compares with the CPU's int8
 // peak (one 512-bit vpdpbusd is 64 of them).
 void BM_Gemm(benchmark::State& state, DType t) {
-  const int64_t cols = state.range(0), tokens = 64;
+  const int64_t cols = state.range(0), tokens = state.range(1);
   const KernelTable* k = avx512_kernels();
   if (k == nullptr || k->gemm[static_cast<int>(t)] == nullptr) {
     state.SkipWithError("no packed GEMM for this type on this CPU");
@@ -67,10 +67,10 @@ void BM_Gemm(benchmark::State& state, DType t) {
   }
   state.SetItemsProcessed(state.iterations() * kPackRows * tokens * cols);
 }
-BENCHMARK_CAPTURE(BM_Gemm, Q8_0, DType::Q8_0)->Arg(2048)->Arg(8192);
-BENCHMARK_CAPTURE(BM_Gemm, Q4_0, DType::Q4_0)->Arg(2048)->Arg(8192);
-BENCHMARK_CAPTURE(BM_Gemm, Q4_K, DType::Q4_K)->Arg(2048)->Arg(8192);
-BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K)->Arg(2048)->Arg(8192);
+BENCHMARK_CAPTURE(BM_Gemm, Q8_0, DType::Q8_0)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q4_0, DType::Q4_0)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q4_K, DType::Q4_K)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
 
 #define CODA_BENCH_TYPE(T)                            \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \

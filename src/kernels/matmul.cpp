@@ -33,6 +33,19 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
   }
 }
 
+// Quantizes the activations of every token once; for a prefill chunk the tokens are split over the
+// pool (done by one thread this left the other idle).
+void quantize_rows(ThreadPool& pool, const KernelTable& k, DType t, const float* x, int64_t in_stride, int64_t n_tokens,
+                   int64_t cols, uint8_t* act, int64_t act_stride) {
+  const auto rows = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) k.prepare_act(t, x + b * in_stride, act + b * act_stride, cols);
+  };
+  if (n_tokens < 4 || pool.size() == 1)
+    rows(0, n_tokens);
+  else
+    pool.parallel_for(n_tokens, rows);
+}
+
 // All matrices packed (and of one type and width): one GEMM call per group of 16 rows.
 void matmul_packed(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
                    int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch) {
@@ -40,8 +53,7 @@ void matmul_packed(ThreadPool& pool, const KernelTable& k, const std::vector<Mat
   const DType at = packed_act_type(w0.type);
   const int64_t act_stride = act_row_bytes(at, w0.cols);
   scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
-  for (int64_t b = 0; b < n_tokens; ++b)
-    k.prepare_act(at, x + b * in_stride, scratch.act.data() + b * act_stride, w0.cols);
+  quantize_rows(pool, k, at, x, in_stride, n_tokens, w0.cols, scratch.act.data(), act_stride);
   const GemmFn gemm = k.gemm[static_cast<int>(w0.type)];
   const int64_t group_bytes = packed_group_bytes(w0.type, w0.cols);
   int64_t total = 0;
@@ -116,8 +128,7 @@ void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<Matm
     // Quantize each token's activations once; every output row of every matrix reuses them.
     act_stride = act_row_bytes(w0.type, w0.cols);
     scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
-    for (int64_t b = 0; b < n_tokens; ++b)
-      k.prepare_act(w0.type, x + b * in_stride, scratch.act.data() + b * act_stride, w0.cols);
+    quantize_rows(pool, k, w0.type, x, in_stride, n_tokens, w0.cols, scratch.act.data(), act_stride);
     act_base = scratch.act.data();
   }
   int64_t total = 0;
