@@ -32,27 +32,31 @@ void BM_Dot(benchmark::State& state, DType t, int level) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
 }
 
-// One packed group of 16 rows x `cols` (first argument) against 64 or 512 tokens (second) of activations: the prefill GEMM's inner
-// work with everything in cache. Items are multiply-adds, so items/s compares with the CPU's int8
-// peak (one 512-bit vpdpbusd is 64 of them).
-void BM_Gemm(benchmark::State& state, DType t) {
+// One packed group of 16 rows (or a pair, 32 rows, through gemm2) x `cols` (first argument) against 64 or 512 tokens
+// (second) of activations: the prefill GEMM's inner work with everything in cache. Items are multiply-adds, so items/s
+// compares with the CPU's int8 peak (one 512-bit vpdpbusd is 64 of them).
+void BM_Gemm(benchmark::State& state, DType t, bool paired) {
   const int64_t cols = state.range(0), tokens = state.range(1);
   const KernelTable* k = avx512_kernels();
-  if (k == nullptr || k->gemm[static_cast<int>(t)] == nullptr) {
+  const GemmFn gemm = k == nullptr ? nullptr : paired ? k->gemm2[static_cast<int>(t)] : k->gemm[static_cast<int>(t)];
+  if (gemm == nullptr) {
     state.SkipWithError("no packed GEMM for this type on this CPU");
     return;
   }
+  const int rows = paired ? 2 * kPackRows : kPackRows;
   std::mt19937 rng(1);
   std::normal_distribution<float> d;
   const int64_t row_bytes = dtype_row_bytes(t, cols);
-  std::vector<uint8_t> rows(static_cast<size_t>(row_bytes * kPackRows));
+  std::vector<uint8_t> q(static_cast<size_t>(row_bytes * rows));
   std::vector<float> w(static_cast<size_t>(cols));
-  for (int r = 0; r < kPackRows; ++r) {
+  for (int r = 0; r < rows; ++r) {
     for (auto& v : w) v = d(rng);
-    ref::quantize_row(t, w.data(), rows.data() + r * row_bytes, cols);
+    ref::quantize_row(t, w.data(), q.data() + r * row_bytes, cols);
   }
-  std::vector<uint8_t> group(static_cast<size_t>(packed_group_bytes(t, cols)));
-  repack_group(t, rows.data(), cols, group.data());
+  const int64_t gb = packed_group_bytes(t, cols);
+  std::vector<uint8_t> group(static_cast<size_t>(gb * rows / kPackRows));
+  for (int h = 0; h < rows / kPackRows; ++h)
+    repack_group(t, q.data() + h * kPackRows * row_bytes, cols, group.data() + h * gb);
   const DType at = packed_act_type(t);
   const int64_t act_bytes = act_row_bytes(at, cols);
   std::vector<uint8_t> act(static_cast<size_t>(act_bytes * tokens));
@@ -60,17 +64,38 @@ void BM_Gemm(benchmark::State& state, DType t) {
     for (auto& v : w) v = d(rng);
     prepare_act(at, w.data(), act.data() + b * act_bytes, cols);
   }
-  std::vector<float> y(static_cast<size_t>(kPackRows * tokens));
+  std::vector<float> y(static_cast<size_t>(rows * tokens));
   for (auto _ : state) {
-    k->gemm[static_cast<int>(t)](group.data(), cols, act.data(), act_bytes, tokens, y.data(), kPackRows);
+    gemm(group.data(), cols, act.data(), act_bytes, tokens, y.data(), rows);
     benchmark::ClobberMemory();
   }
-  state.SetItemsProcessed(state.iterations() * kPackRows * tokens * cols);
+  state.SetItemsProcessed(state.iterations() * rows * tokens * cols);
 }
-BENCHMARK_CAPTURE(BM_Gemm, Q8_0, DType::Q8_0)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
-BENCHMARK_CAPTURE(BM_Gemm, Q4_0, DType::Q4_0)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
-BENCHMARK_CAPTURE(BM_Gemm, Q4_K, DType::Q4_K)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
-BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K)->Args({2048, 64})->Args({8192, 64})->Args({2048, 512})->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q8_0, DType::Q8_0, false)
+    ->Args({2048, 64})
+    ->Args({8192, 64})
+    ->Args({2048, 512})
+    ->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q4_0, DType::Q4_0, false)
+    ->Args({2048, 64})
+    ->Args({8192, 64})
+    ->Args({2048, 512})
+    ->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q4_K, DType::Q4_K, false)
+    ->Args({2048, 64})
+    ->Args({8192, 64})
+    ->Args({2048, 512})
+    ->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q4_K_pair, DType::Q4_K, true)
+    ->Args({2048, 64})
+    ->Args({8192, 64})
+    ->Args({2048, 512})
+    ->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K, false)
+    ->Args({2048, 64})
+    ->Args({8192, 64})
+    ->Args({2048, 512})
+    ->Args({8192, 512});
 
 #define CODA_BENCH_TYPE(T)                            \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \

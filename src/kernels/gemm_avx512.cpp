@@ -37,7 +37,8 @@ namespace coda {
 
 namespace {
 
-constexpr int kTileTokens = 8;  // 16 was 3-10% slower on Zen 4 (register pressure)
+constexpr int kTileTokens = 8;      // 16 was 3-10% slower on Zen 4 (register pressure)
+constexpr int kPairTileTokens = 4;  // two groups x 4 tokens: 8 int and 16 float accumulators
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -235,18 +236,99 @@ void tile_q6_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// Q4_K over two adjacent groups (32 rows) and up to 4 tokens: each activation broadcast feeds two
+// vpdpbusd, one per group. With one group, every vpdpbusd needs its own broadcast, and on Ice Lake
+// the broadcasts take the same two vector ports as the multiply-adds (a register-only vpdpbusd
+// loop runs twice as fast as one that broadcasts from memory).
+template <int T>
+void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y,
+                    int64_t y_stride) {
+  const int64_t nsb = cols / kQKK;
+  constexpr int64_t kGroupBytes = 64 + 128 + 128 + 16 * kQKK / 2;
+  const int64_t second = nsb * kGroupBytes;  // the second group follows the whole first group
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[2][T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    const uint8_t* gg[2] = {g, g + second};
+    const ActBlockK* a[T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
+    __m512 sum[2][T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) sum[0][t] = sum[1][t] = _mm512_setzero_ps();
+    CODA_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      __m512i s[2][T];
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) s[0][t] = s[1][t] = _mm512_setzero_si512();
+      CODA_UNROLL
+      for (int p = 0; p < 8; ++p) {
+        __m512i w[2];
+        CODA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const __m512i v = load512(gg[h] + 320 + (j / 2) * 512 + 64 * p);
+          w[h] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low4);
+        }
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const __m512i x = _mm512_set1_epi32(load_i32(a[t]->q + 32 * j + 4 * p));
+          s[0][t] = _mm512_dpbusd_epi32(s[0][t], w[0], x);
+          s[1][t] = _mm512_dpbusd_epi32(s[1][t], w[1], x);
+        }
+      }
+      CODA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m512 scale = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gg[h]))),
+                                           _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                               reinterpret_cast<const __m128i*>(gg[h] + 64 + 16 * j)))));
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) sum[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[h][t]), scale, sum[h][t]);
+      }
+    }
+    CODA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gg[h] + 32)));
+      __m512i mins[4];
+      CODA_UNROLL
+      for (int p = 0; p < 4; ++p)
+        mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gg[h] + 192 + 32 * p)));
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const int16_t* bs = a[t]->bsums;
+        __m512i mi = _mm512_setzero_si512();
+        CODA_UNROLL
+        for (int p = 0; p < 4; ++p) {
+          const int32_t lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
+          const int32_t pair =
+              static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFFu) | (static_cast<uint32_t>(hi) << 16));
+          mi = _mm512_dpwssd_epi32(mi, mins[p], _mm512_set1_epi32(pair));
+        }
+        const __m512 blk = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), dmin, sum[h][t]);
+        acc[h][t] = _mm512_fmadd_ps(blk, _mm512_set1_ps(a[t]->d), acc[h][t]);
+      }
+    }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    _mm512_storeu_ps(y + t * y_stride, acc[0][t]);
+    _mm512_storeu_ps(y + t * y_stride + 16, acc[1][t]);
+  }
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
 
-template <template <int> class Tile>
+template <template <int> class Tile, int kTile = kTileTokens>
 void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens, float* y,
                int64_t y_stride) {
-  static constexpr TileFn kByCount[kTileTokens + 1] = {nullptr,      Tile<1>::run, Tile<2>::run,
-                                                       Tile<3>::run, Tile<4>::run, Tile<5>::run,
-                                                       Tile<6>::run, Tile<7>::run, Tile<8>::run};
+  static_assert(kTile >= 1 && kTile <= 8);
+  static constexpr TileFn kByCount[9] = {nullptr,      Tile<1>::run, Tile<2>::run, Tile<3>::run, Tile<4>::run,
+                                         Tile<5>::run, Tile<6>::run, Tile<7>::run, Tile<8>::run};
   const auto* a = static_cast<const uint8_t*>(act);
   int64_t b = 0;
-  for (; b + kTileTokens <= n_tokens; b += kTileTokens)
-    kByCount[kTileTokens](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
+  for (; b + kTile <= n_tokens; b += kTile)
+    kByCount[kTile](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
   if (b < n_tokens) kByCount[n_tokens - b](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
 }
 
@@ -269,6 +351,12 @@ struct Q4KTile {
   }
 };
 template <int T>
+struct Q4KPairTile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    if constexpr (T <= kPairTileTokens) tile_q4_k_pair<T>(g, c, a, s, y, ys);
+  }
+};
+template <int T>
 struct Q6KTile {
   static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
     tile_q6_k<T>(g, c, a, s, y, ys);
@@ -282,6 +370,7 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile>;
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
+  t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KPairTile, kPairTileTokens>;
 }
 
 }  // namespace coda

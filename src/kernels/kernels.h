@@ -73,6 +73,9 @@ struct KernelTable {
   DotFn dot[40];     // indexed by DType id; nullptr where unsupported
   Dot4Fn dot4[40];   // 4 tokens at once; same results as 4 calls of dot
   GemmFn gemm[40];   // packed weights (kernels/repack.h); nullptr: this table does not repack the type
+  // Two adjacent packed groups (32 rows; the second packed_group_bytes() after the first), y rows
+  // 0..31; nullptr: call gemm once per group.
+  GemmFn gemm2[40];
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);

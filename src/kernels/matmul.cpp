@@ -59,18 +59,31 @@ void matmul_packed(ThreadPool& pool, const KernelTable& k, const std::vector<Mat
   int64_t total = 0;
   for (const MatmulOut& m : outs) total += m.w->rows / kPackRows;
   const uint8_t* act = scratch.act.data();
-  pool.parallel_for(total, [&](int64_t begin, int64_t end) {
-    int64_t base = 0;
-    for (const MatmulOut& m : outs) {
-      const int64_t groups = m.w->rows / kPackRows;
-      for (int64_t g = std::max(begin, base); g < std::min(end, base + groups); ++g) {
-        const int64_t local = g - base;
-        gemm(m.w->data + local * group_bytes, w0.cols, act, act_stride, n_tokens, m.y + local * kPackRows,
-             m.out_stride);
-      }
-      base += groups;
-    }
-  });
+  // Pairs of adjacent groups go to gemm2 where the table has one; the split keeps pairs whole.
+  const GemmFn gemm2 = k.gemm2[static_cast<int>(w0.type)];
+  pool.parallel_for(
+      total,
+      [&](int64_t begin, int64_t end) {
+        int64_t base = 0;
+        for (const MatmulOut& m : outs) {
+          const int64_t groups = m.w->rows / kPackRows;
+          const int64_t last = std::min(end, base + groups);
+          for (int64_t g = std::max(begin, base); g < last;) {
+            const int64_t local = g - base;
+            if (gemm2 != nullptr && g + 1 < last) {
+              gemm2(m.w->data + local * group_bytes, w0.cols, act, act_stride, n_tokens, m.y + local * kPackRows,
+                    m.out_stride);
+              g += 2;
+            } else {
+              gemm(m.w->data + local * group_bytes, w0.cols, act, act_stride, n_tokens, m.y + local * kPackRows,
+                   m.out_stride);
+              g += 1;
+            }
+          }
+          base += groups;
+        }
+      },
+      gemm2 != nullptr ? 2 : 1);
 }
 
 }  // namespace

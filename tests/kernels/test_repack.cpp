@@ -134,6 +134,47 @@ TEST_P(Packed, GemmMatchesTheReference) {
   }
 }
 
+// The paired-group kernels (two adjacent groups, 32 rows) against the reference on each group.
+TEST_P(Packed, PairedGemmMatchesTheReference) {
+  const DType t = GetParam();
+  for (int64_t cols : {256, 2048}) {
+    const int64_t rb = dtype_row_bytes(t, cols), gb = packed_group_bytes(t, cols);
+    const auto q = quantized_rows(t, 2 * kPackRows, cols, 77 + static_cast<uint32_t>(cols));
+    std::vector<uint8_t> groups(static_cast<size_t>(2 * gb));
+    repack_group(t, q.data(), cols, groups.data());
+    repack_group(t, q.data() + kPackRows * rb, cols, groups.data() + gb);
+    const DType at = packed_act_type(t);
+    const int64_t stride = act_row_bytes(at, cols);
+    const int64_t max_tokens = 11;
+    std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
+    for (int64_t b = 0; b < max_tokens; ++b) {
+      const auto x = random_vec(cols, 300 + static_cast<uint32_t>(b), 1.0f + 0.5f * static_cast<float>(b % 3));
+      prepare_act(at, x.data(), acts.data() + b * stride, cols);
+    }
+    std::vector<float> want(static_cast<size_t>(max_tokens * 2 * kPackRows));
+    for (int h = 0; h < 2; ++h)
+      ref::gemm_packed(t, groups.data() + h * gb, cols, acts.data(), stride, max_tokens, want.data() + h * kPackRows,
+                       2 * kPackRows);
+    for (const KernelTable* k : available_kernels()) {
+      const GemmFn gemm2 = k->gemm2[static_cast<int>(t)];
+      if (gemm2 == nullptr) continue;
+      for (int64_t n : {1, 3, 4, 5, 8, 11}) {
+        const int64_t ys = 2 * kPackRows + 1;
+        std::vector<float> y(static_cast<size_t>(n * ys), -7.0f);
+        gemm2(groups.data(), cols, acts.data(), stride, n, y.data(), ys);
+        for (int64_t b = 0; b < n; ++b) {
+          for (int r = 0; r < 2 * kPackRows; ++r) {
+            const float w = want[b * 2 * kPackRows + r];
+            ASSERT_NEAR(y[b * ys + r], w, 1e-5f * (1 + std::fabs(w)))
+                << k->name << " " << dtype_name(t) << " cols=" << cols << " n=" << n << " token " << b << " row " << r;
+          }
+          ASSERT_EQ(y[b * ys + 2 * kPackRows], -7.0f);
+        }
+      }
+    }
+  }
+}
+
 // Through matmul(): a packed weight gives what the same weight unpacked gives, threaded, with
 // several matrices in one call (packed and unpacked mixed), and embedding rows read back.
 TEST_P(Packed, MatmulOnPackedWeightsMatchesUnpacked) {
