@@ -106,6 +106,27 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// Q4_K's mins: per row, the sum over sub-blocks of m_j x (sum of the 32 activation quants of
+// sub-block j), as int16 pairs (m_2p, m_2p+1) x (A_2p, A_2p+1) with dpwssd. The group's min pairs
+// start at byte 192 (repack.h).
+inline void load_q4k_mins(const uint8_t* g, __m512i mins[4]) {
+  CODA_UNROLL
+  for (int p = 0; p < 4; ++p)
+    mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 192 + 32 * p)));
+}
+
+inline __m512i q4k_min_sums(const __m512i mins[4], const int16_t* bs) {
+  __m512i mi = _mm512_setzero_si512();
+  CODA_UNROLL
+  for (int p = 0; p < 4; ++p) {
+    const int32_t lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
+    const int32_t pair =
+        static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFFu) | (static_cast<uint32_t>(hi) << 16));
+    mi = _mm512_dpwssd_epi32(mi, mins[p], _mm512_set1_epi32(pair));
+  }
+  return mi;
+}
+
 // Q4_K: super-blocks of 256 with 8 sub-block scales and mins, activations as ActBlockK.
 template <int T>
 void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
@@ -148,23 +169,11 @@ void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
       CODA_UNROLL
       for (int t = 0; t < T; ++t) sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), scale, sum[t]);
     }
-    // Mins: per row sum over sub-blocks of m_j * (sum of the 32 activation quants of sub-block j),
-    // as int16 pairs (m_2p, m_2p+1) x (A_2p, A_2p+1) with dpwssd.
     __m512i mins[4];
-    CODA_UNROLL
-    for (int p = 0; p < 4; ++p)
-      mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 192 + 32 * p)));
+    load_q4k_mins(g, mins);
     CODA_UNROLL
     for (int t = 0; t < T; ++t) {
-      const int16_t* bs = a[t]->bsums;
-      __m512i mi = _mm512_setzero_si512();
-      CODA_UNROLL
-      for (int p = 0; p < 4; ++p) {
-        const int32_t lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
-        const int32_t pair =
-            static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFFu) | (static_cast<uint32_t>(hi) << 16));
-        mi = _mm512_dpwssd_epi32(mi, mins[p], _mm512_set1_epi32(pair));
-      }
+      const __m512i mi = q4k_min_sums(mins, a[t]->bsums);
       const __m512 blk = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), dmin, sum[t]);
       acc[t] = _mm512_fmadd_ps(blk, _mm512_set1_ps(a[t]->d), acc[t]);
     }
@@ -291,20 +300,10 @@ void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t 
     for (int h = 0; h < 2; ++h) {
       const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gg[h] + 32)));
       __m512i mins[4];
-      CODA_UNROLL
-      for (int p = 0; p < 4; ++p)
-        mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gg[h] + 192 + 32 * p)));
+      load_q4k_mins(gg[h], mins);
       CODA_UNROLL
       for (int t = 0; t < T; ++t) {
-        const int16_t* bs = a[t]->bsums;
-        __m512i mi = _mm512_setzero_si512();
-        CODA_UNROLL
-        for (int p = 0; p < 4; ++p) {
-          const int32_t lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
-          const int32_t pair =
-              static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFFu) | (static_cast<uint32_t>(hi) << 16));
-          mi = _mm512_dpwssd_epi32(mi, mins[p], _mm512_set1_epi32(pair));
-        }
+        const __m512i mi = q4k_min_sums(mins, a[t]->bsums);
         const __m512 blk = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), dmin, sum[h][t]);
         acc[h][t] = _mm512_fmadd_ps(blk, _mm512_set1_ps(a[t]->d), acc[h][t]);
       }
