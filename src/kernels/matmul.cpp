@@ -33,17 +33,16 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
   }
 }
 
-// Quantizes the activations of every token once; for a prefill chunk the tokens are split over the
-// pool (done by one thread this left the other idle).
+// Quantizes the activations of every token once. A prefill chunk is split over the pool (done by
+// one thread this left the other idle); fewer than 4 rows are one unit of parallel_for, run inline.
 void quantize_rows(ThreadPool& pool, const KernelTable& k, DType t, const float* x, int64_t in_stride, int64_t n_tokens,
                    int64_t cols, uint8_t* act, int64_t act_stride) {
-  const auto rows = [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) k.prepare_act(t, x + b * in_stride, act + b * act_stride, cols);
-  };
-  if (n_tokens < 4 || pool.size() == 1)
-    rows(0, n_tokens);
-  else
-    pool.parallel_for(n_tokens, rows);
+  pool.parallel_for(
+      n_tokens,
+      [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) k.prepare_act(t, x + b * in_stride, act + b * act_stride, cols);
+      },
+      4);
 }
 
 // All matrices packed (and of one type and width): one GEMM call per group of 16 rows.

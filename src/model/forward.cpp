@@ -13,18 +13,10 @@ namespace {
 // Prefill runs in chunks of this many tokens so buffers stay bounded for long prompts.
 constexpr int64_t kMaxChunk = 256;
 
-// Row-wise work between the matmuls (norms, RoPE and cache writes, residual adds) is split over
-// the pool for a prefill chunk; done by one thread it left the other idle for ~8% of a 512-token
-// prefill. A single row (decode) stays on the calling thread: the hand-off costs more than it.
-template <class F>
-void for_rows(ThreadPool& pool, int64_t n, F&& fn) {
-  if (n < 2 || pool.size() == 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  pool.parallel_for(n, fn);
-}
-
+// Row-wise work between the matmuls (norms, RoPE and cache writes, residual adds) goes through
+// pool.parallel_for: a prefill chunk is split over the threads (on one thread it left the other
+// idle for ~8% of a 512-token prefill), and a single row (decode) runs inline, as parallel_for
+// does for one unit.
 void grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
@@ -115,13 +107,13 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
-    for_rows(pool, n, [&](int64_t t0, int64_t t1) {
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
         rms_norm(buf.x.data() + t * dim, L.attn_norm.data(), buf.xn.data() + t * dim, dim, c.norm_eps);
     });
     matmul_multi(pool, k, {{&L.wq, buf.q.data(), qd}, {&L.wk, buf.k.data(), kvd}, {&L.wv, buf.v.data(), kvd}},
                  buf.xn.data(), dim, n, buf.mm);
-    for_rows(pool, n, [&](int64_t t0, int64_t t1) {
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float* q = buf.q.data() + t * qd;
         float* kk = buf.k.data() + t * kvd;
@@ -143,7 +135,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
     attention(l, pool, buf);
     // x += attn_out Wo^T (the matmul writes into xn, then the residual is added).
     matmul(pool, k, L.wo, buf.att_out.data(), qd, n, buf.xn.data(), dim, buf.mm);
-    for_rows(pool, n, [&](int64_t t0, int64_t t1) {
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float* x = buf.x.data() + t * dim;
         const float* add = buf.xn.data() + t * dim;
@@ -157,7 +149,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
     pool.parallel_for(
         n * c.ffn_dim, [&](int64_t i0, int64_t i1) { swiglu(buf.gate.data() + i0, buf.up.data() + i0, i1 - i0); }, 64);
     matmul(pool, k, L.w_down, buf.gate.data(), c.ffn_dim, n, buf.xn.data(), dim, buf.mm);
-    for_rows(pool, n, [&](int64_t t0, int64_t t1) {
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
       for (int64_t i = t0 * dim; i < t1 * dim; ++i) buf.x[static_cast<size_t>(i)] += buf.xn[static_cast<size_t>(i)];
     });
   }
