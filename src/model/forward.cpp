@@ -128,8 +128,10 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
              inv_freq_.data(), c.rope_neox);
         rope(kk, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), row.pos,
              inv_freq_.data(), c.rope_neox);
-        store_kv_row(k, kk, kvd, row.kv->k_type(), row.kv->k(l, row.pos));
-        store_kv_row(k, vv, kvd, row.kv->v_type(), row.kv->v(l, row.pos));
+        for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+          store_kv_row(k, kk + h * c.head_dim, c.head_dim, row.kv->k_type(), row.kv->k(l, h, row.pos));
+          store_kv_row(k, vv + h * c.head_dim, c.head_dim, row.kv->v_type(), row.kv->v(l, h, row.pos));
+        }
       }
     });
     attention(l, pool, buf);
@@ -223,7 +225,6 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
   const int64_t jobs = static_cast<int64_t>(blocks.size()) * c.n_kv_heads;
   const bool simd = hd % 8 == 0;
   const KernelTable& kt = simd ? k : scalar_kernels();
-  const int64_t kvd = c.kv_dim();
   pool.run([&](int tid, int nt) {
     float* scores = buf.scores.data() + tid * qv * max_ctx;
     float* qm = buf.att_q.data() + tid * qv * hd;
@@ -237,10 +238,10 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
       for (int64_t t = t0; t < t1; ++t)
         std::copy_n(buf.q.data() + t * c.q_dim() + kvh * group * hd, group * hd, qm + (t - t0) * group * hd);
       if (kv->k_type() == KvType::F16)
-        kt.attn_scores_f16(qm, nq, reinterpret_cast<const uint16_t*>(kv->k(layer, 0)) + kvh * hd, kvd, len, hd, scale,
-                           scores, max_ctx);
+        kt.attn_scores_f16(qm, nq, reinterpret_cast<const uint16_t*>(kv->k(layer, kvh, 0)), hd, len, hd, scale, scores,
+                           max_ctx);
       else
-        kt.attn_scores(qm, nq, reinterpret_cast<const float*>(kv->k(layer, 0)) + kvh * hd, kvd, len, hd, scale, scores,
+        kt.attn_scores(qm, nq, reinterpret_cast<const float*>(kv->k(layer, kvh, 0)), hd, len, hd, scale, scores,
                        max_ctx);
       // Softmax numerators with the SIMD kernels over each row's own positions; the 1/sum is applied
       // to the output instead of to every weight. A non-finite maximum (a broken model) takes the
@@ -261,11 +262,10 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
         std::fill(si + own, si + len, 0.0f);  // causality within the block
       }
       if (kv->v_type() == KvType::F16)
-        kt.attn_values_f16(scores, nq, max_ctx, reinterpret_cast<const uint16_t*>(kv->v(layer, 0)) + kvh * hd, kvd, len,
-                           hd, om);
+        kt.attn_values_f16(scores, nq, max_ctx, reinterpret_cast<const uint16_t*>(kv->v(layer, kvh, 0)), hd, len, hd,
+                           om);
       else
-        kt.attn_values(scores, nq, max_ctx, reinterpret_cast<const float*>(kv->v(layer, 0)) + kvh * hd, kvd, len, hd,
-                       om);
+        kt.attn_values(scores, nq, max_ctx, reinterpret_cast<const float*>(kv->v(layer, kvh, 0)), hd, len, hd, om);
       for (int64_t i = 0; i < nq; ++i) {
         const float f = fast ? inv[i] : 1.0f;
         float* out = buf.att_out.data() + (t0 + i / group) * c.q_dim() + (kvh * group + i % group) * hd;

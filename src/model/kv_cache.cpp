@@ -11,6 +11,7 @@ namespace coda {
 KvCache::KvCache(const ModelConfig& c, int64_t capacity)
     : capacity_(capacity),
       kv_dim_(c.kv_dim()),
+      head_dim_(c.head_dim),
       elems_(c.n_layers * capacity * c.kv_dim()),
       k_type_(c.kv_type_k),
       v_type_(c.kv_type_v),
@@ -44,17 +45,18 @@ Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
 }
 
 Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
-  if (src.kv_dim_ != kv_dim_ || src.n_layers() != n_layers())
+  if (src.kv_dim_ != kv_dim_ || src.head_dim_ != head_dim_ || src.n_layers() != n_layers())
     return Error("KV cache copy: the caches belong to models of different shapes");
   if (src.k_type_ != k_type_ || src.v_type_ != v_type_)
     return Error("KV cache copy: the caches store keys and values as different types");
   if (n < 0 || n > src.size_ || n > capacity_)
     return Error("KV cache copy of " + std::to_string(n) + " positions: the source holds " + std::to_string(src.size_) +
                  ", this cache has room for " + std::to_string(capacity_));
-  for (int64_t l = 0; l < n_layers(); ++l) {
-    std::memcpy(k(l, 0), src.k(l, 0), static_cast<size_t>(n * kv_dim_ * k_elem_));
-    std::memcpy(v(l, 0), src.v(l, 0), static_cast<size_t>(n * kv_dim_ * v_elem_));
-  }
+  for (int64_t l = 0; l < n_layers(); ++l)
+    for (int64_t h = 0; h < n_kv_heads(); ++h) {
+      std::memcpy(k(l, h, 0), src.k(l, h, 0), static_cast<size_t>(n * head_dim_ * k_elem_));
+      std::memcpy(v(l, h, 0), src.v(l, h, 0), static_cast<size_t>(n * head_dim_ * v_elem_));
+    }
   size_ = n;
   return Status::Ok();
 }
