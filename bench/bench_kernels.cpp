@@ -97,6 +97,38 @@ BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K, false)
     ->Args({2048, 512})
     ->Args({8192, 512});
 
+// Attention of G query vectors (first argument: 4 is one decoding row of a 4-head group, 32 a block of 8
+// prefill rows) over `len` cached positions (second) of one key/value head, half-float cache, head_dim 64, the
+// cache of one head contiguous as KvCache lays it out. Items are multiply-adds (scores and values together).
+void BM_Attention(benchmark::State& state, int level) {
+  const int64_t G = state.range(0), len = state.range(1), hd = 64;
+  const KernelTable* k = level == 2 ? avx512_kernels() : level == 1 ? avx2_kernels() : &scalar_kernels();
+  if (k == nullptr) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d;
+  std::vector<float> q(static_cast<size_t>(G * hd)), kv(static_cast<size_t>(len * hd)),
+      out(static_cast<size_t>(G * hd));
+  std::vector<float> scores(static_cast<size_t>(G * len));
+  for (auto& v : q) v = d(rng);
+  for (auto& v : kv) v = d(rng);
+  std::vector<uint16_t> k16(kv.size()), v16(kv.size());
+  k->f32_to_f16(kv.data(), k16.data(), len * hd);
+  for (auto& v : kv) v = d(rng);
+  k->f32_to_f16(kv.data(), v16.data(), len * hd);
+  const int64_t part = state.range(2);
+  for (auto _ : state) {
+    if (part != 2) k->attn_scores_f16(q.data(), G, k16.data(), hd, len, hd, 0.125f, scores.data(), len);
+    if (part != 1) k->attn_values_f16(scores.data(), G, len, v16.data(), hd, len, hd, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * (part == 0 ? 2 : 1) * G * len * hd);
+}
+BENCHMARK_CAPTURE(BM_Attention, avx512, 2)->ArgsProduct({{4, 32}, {4096}, {0, 1, 2}});
+BENCHMARK_CAPTURE(BM_Attention, avx2, 1)->ArgsProduct({{4, 32}, {4096}, {0, 1, 2}});
+
 #define CODA_BENCH_TYPE(T)                            \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx2, DType::T, 1);   \

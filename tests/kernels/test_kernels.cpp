@@ -338,11 +338,12 @@ namespace coda {
 namespace {
 
 // The grouped attention kernels against the scalar reference: head counts of a group, head sizes
-// that do and do not fill 32 columns, and lengths around the 8-position blocks.
+// that do and do not fill 32 columns, and lengths around the 8-position blocks. Group sizes 1-7 and 13 take
+// every register tile of the AVX-512 values kernel (1-6 heads at a time).
 TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
   const KernelTable& ref_table = scalar_kernels();
   for (int64_t hd : {8, 40, 64, 128})
-    for (int64_t G : {1, 4, 7})
+    for (int64_t G : {1, 2, 3, 4, 5, 6, 7, 13})
       for (int64_t len : {1, 7, 8, 9, 70, 129}) {
         const int64_t kv_stride = 3 * hd;  // rows of a cache with several heads per position
         const auto q = random_vec(G * hd, 1);
@@ -353,6 +354,7 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
         const auto p = random_vec(G * s_stride, 3);
         std::vector<float> want_out(static_cast<size_t>(G * hd)), got_out(want_out.size());
         ref_table.attn_values(p.data(), G, s_stride, kv.data() + hd, kv_stride, len, hd, want_out.data());
+        std::vector<float> first_simd_out;  // every SIMD table sums each value lane in the same order
         for (const KernelTable* k : available_kernels()) {
           k->attn_scores(q.data(), G, kv.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
           for (int64_t h = 0; h < G; ++h)
@@ -364,6 +366,11 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
           for (size_t i = 0; i < got_out.size(); ++i)
             ASSERT_NEAR(got_out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
                 << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
+          if (k == &scalar_kernels() || hd % 8 != 0) continue;
+          if (first_simd_out.empty())
+            first_simd_out = got_out;
+          else
+            ASSERT_EQ(got_out, first_simd_out) << k->name << " hd=" << hd << " G=" << G << " len=" << len;
         }
       }
 }
@@ -374,7 +381,7 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
 TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
   const KernelTable& ref_table = scalar_kernels();
   for (int64_t hd : {8, 64, 128})
-    for (int64_t G : {1, 4})
+    for (int64_t G : {1, 4, 7})
       for (int64_t len : {1, 9, 70, 129}) {
         const int64_t kv_stride = 2 * hd;
         const auto q = random_vec(G * hd, 11);
@@ -396,6 +403,7 @@ TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
         ref_table.attn_values(p.data(), G, s_stride, widened.data() + hd, kv_stride, len, hd, want_out.data());
         ref_table.attn_values_f16(p.data(), G, s_stride, kv16.data() + hd, kv_stride, len, hd, got_out.data());
         ASSERT_EQ(got_out, want_out);
+        std::vector<float> first_simd_out;  // every SIMD table sums each value lane in the same order
         for (const KernelTable* k : available_kernels()) {
           k->attn_scores_f16(q.data(), G, kv16.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
           for (int64_t h = 0; h < G; ++h)
@@ -407,6 +415,11 @@ TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
           for (size_t i = 0; i < got_out.size(); ++i)
             ASSERT_NEAR(got_out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
                 << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
+          if (k == &scalar_kernels() || hd % 8 != 0) continue;
+          if (first_simd_out.empty())
+            first_simd_out = got_out;
+          else
+            ASSERT_EQ(got_out, first_simd_out) << k->name << " hd=" << hd << " G=" << G << " len=" << len;
         }
       }
 }
