@@ -8,20 +8,25 @@ token" is the gap from the first streamed content to the second (work the server
 the first token, such as keeping a snapshot of the prompt's cache, shows there).
 
 Usage: /usr/bin/python3 bench/bench_prefix_cache.py build/coda MODEL.gguf [--threads 2] [--words 750]
+       /usr/bin/python3 bench/bench_prefix_cache.py --url http://127.0.0.1:8080 [--words 750]
+
+With --url it measures a server that is already running (llama-server, vLLM, another coda) with
+whatever prompt caching that server does; the requests also send llama.cpp's "cache_prompt": true.
 """
 import argparse
 import http.client
 import json
 import subprocess
 import time
+import urllib.parse
 
 from sse import sse_events
 
 
-def ttft(port, messages):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+def ttft(host, port, messages, extra_body=None):
+    c = http.client.HTTPConnection(host, port, timeout=900)
     body = {"messages": messages, "max_tokens": 4, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, **(extra_body or {})}
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
@@ -44,34 +49,51 @@ def run(coda, model, threads, extra, system):
         raise RuntimeError("server did not start: " + line + proc.stderr.read())
     port = int(line.strip().rsplit(":", 1)[1])
     try:
-        out = []
-        for q in ("Which shelf holds the atlases?", "And where are the dictionaries kept?"):
-            t, gap, usage = ttft(port, [{"role": "system", "content": system}, {"role": "user", "content": q}])
-            out.append((t, usage["prompt_tokens"], usage.get("prompt_tokens_details", {}).get("cached_tokens", 0), gap))
-        return out
+        return two_requests("127.0.0.1", port, system)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
+def two_requests(host, port, system, extra_body=None):
+    out = []
+    for q in ("Which shelf holds the atlases?", "And where are the dictionaries kept?"):
+        t, gap, usage = ttft(host, port, [{"role": "system", "content": system}, {"role": "user", "content": q}],
+                             extra_body)
+        usage = usage or {}
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", "?")
+        out.append((t, usage.get("prompt_tokens", "?"), cached, gap))
+    return out
+
+
+def print_rows(label, res):
+    for i, (t, n, cached, gap) in enumerate(res):
+        print(f"| {label} | {i + 1} | {n} | {cached} | {t:.3f} | {gap if gap is None else round(gap, 3)} |")
+    if res[1][0]:
+        print(f"| {label} | first / second | | | {res[0][0] / res[1][0]:.1f}x |")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("coda")
-    ap.add_argument("model")
+    ap.add_argument("coda", nargs="?")
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--url", help="measure this running server instead of starting coda")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--words", type=int, default=750, help="words of system prompt (about 1.3 tokens each)")
     a = ap.parse_args()
     words = ("the archive keeps maps letters ledgers and records of every river town along the coast "
              "and each shelf is numbered by decade and region").split()
     system = " ".join(words[i % len(words)] for i in range(a.words)) + "."
+    if not a.url and not (a.coda and a.model):
+        ap.error("give the coda binary and a model, or --url of a running server")
     print("| prefix cache | request | prompt tokens | cached | TTFT s | next token s |")
     print("|---|---|---|---|---|---|")
+    if a.url:
+        u = urllib.parse.urlsplit(a.url)
+        print_rows(u.netloc, two_requests(u.hostname, u.port or 80, system, {"cache_prompt": True}))
+        return
     for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
-        res = run(a.coda, a.model, a.threads, extra, system)
-        for i, (t, n, cached, gap) in enumerate(res):
-            print(f"| {label} | {i + 1} | {n} | {cached} | {t:.3f} | {gap if gap is None else round(gap, 3)} |")
-        if res[1][0]:
-            print(f"| {label} | first / second | | | {res[0][0] / res[1][0]:.1f}x |")
+        print_rows(label, run(a.coda, a.model, a.threads, extra, system))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,10 @@ Each stream asks for 64 tokens (ignore_eos, temperature 1) after a short prompt;
 level runs `rounds` waves of that many simultaneous streaming requests.
 
 Usage: /usr/bin/python3 bench/bench_server.py build/coda out [--threads 2] [--rounds 3]
+       /usr/bin/python3 bench/bench_server.py --url http://127.0.0.1:8080 out [--rounds 3]
+
+With --url it measures a server that is already running (llama-server started with -np 8, vLLM,
+another coda) on whatever model it serves; a server that sends no usage is counted by its chunks.
 """
 import argparse
 import http.client
@@ -15,23 +19,27 @@ import statistics
 import subprocess
 import threading
 import time
+import urllib.parse
 
 from sse import sse_events
 
 
-def stream_one(port, prompt, max_tokens, out):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+def stream_one(host, port, prompt, max_tokens, out):
+    c = http.client.HTTPConnection(host, port, timeout=600)
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 1.0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}, "coda": {"guard": "observe"}}
     t0 = time.perf_counter()
     c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
-    first, tokens = None, 0
+    first, tokens, chunks = None, None, 0
     for j in sse_events(r):
-        if j.get("choices") and j["choices"][0].get("text") and first is None:
-            first = time.perf_counter() - t0
+        if j.get("choices") and j["choices"][0].get("text"):
+            chunks += 1
+            if first is None:
+                first = time.perf_counter() - t0
         if j.get("usage"):
             tokens = j["usage"]["completion_tokens"]
+    tokens = chunks if tokens is None else tokens
     out.append({"ttft": first if first is not None else float("nan"), "tokens": tokens,
                 "end": time.perf_counter()})
     c.close()
@@ -39,26 +47,34 @@ def stream_one(port, prompt, max_tokens, out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("coda")
+    ap.add_argument("coda", nargs="?")
     ap.add_argument("out")
+    ap.add_argument("--url", help="measure this running server instead of starting coda")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    if not a.url and not a.coda:
+        ap.error("give the coda binary, or --url of a running server")
     os.makedirs(a.out, exist_ok=True)
-    model = os.path.join(a.out, "llama-3.2-1b-Q4_K.gguf")
-    if not os.path.exists(model):
-        subprocess.run([a.coda, "synth", "--shape", "llama-3.2-1b", "--type", "Q4_K", "-o", model], check=True)
-    proc = subprocess.Popen([a.coda, "serve", "-m", model, "--port", "0", "-t", str(a.threads), "--max-num-seqs", "8",
-                             "-c", "4096"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
+    proc = None
+    if a.url:
+        u = urllib.parse.urlsplit(a.url)
+        host, port = u.hostname, u.port or 80
+    else:
+        model = os.path.join(a.out, "llama-3.2-1b-Q4_K.gguf")
+        if not os.path.exists(model):
+            subprocess.run([a.coda, "synth", "--shape", "llama-3.2-1b", "--type", "Q4_K", "-o", model], check=True)
+        proc = subprocess.Popen([a.coda, "serve", "-m", model, "--port", "0", "-t", str(a.threads), "--max-num-seqs",
+                                 "8", "-c", "4096"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        host, port = "127.0.0.1", int(proc.stdout.readline().strip().rsplit(":", 1)[1])
     rows = []
     try:
-        stream_one(port, "Warm up", 4, [])
+        stream_one(host, port, "Warm up", 4, [])
         for conc in (1, 4, 8):
             results, wall = [], 0.0
             for _ in range(a.rounds):
                 out = []
-                threads = [threading.Thread(target=stream_one, args=(port, f"The quick brown fox {i}", 64, out))
+                threads = [threading.Thread(target=stream_one, args=(host, port, f"The quick brown fox {i}", 64, out))
                            for i in range(conc)]
                 t0 = time.perf_counter()
                 for t in threads:
@@ -74,8 +90,9 @@ def main():
                          "aggregate_tokens_per_s": tokens / wall, "ttft_p50_ms": statistics.median(ttfts),
                          "ttft_p99_ms": p99})
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc:
+            proc.terminate()
+            proc.wait(timeout=30)
     base = rows[0]["aggregate_tokens_per_s"]
     print("| concurrent streams | requests | aggregate decode tokens/s | vs 1 stream | TTFT p50 (ms) | TTFT p99 (ms) |")
     print("|---|---|---|---|---|---|")
