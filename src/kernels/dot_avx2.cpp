@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/kernels.h"
+#include "kernels/unroll.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/kernels.h"
+#include "kernels/unroll.h"
 #include "kernels/repack.h"
 
 #if defined(__clang__)

@@ -17,6 +17,7 @@
 
 #include "kernels/blocks.h"
 #include "kernels/repack.h"
+#include "kernels/unroll.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \
@@ -24,13 +25,6 @@
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
-#endif
-
-// The tile loops must be unrolled completely so that the per-token accumulators live in registers.
-#if defined(__clang__)
-#define CODA_UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define CODA_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 namespace coda {
