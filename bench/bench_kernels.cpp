@@ -120,7 +120,7 @@ void BM_Attention(benchmark::State& state, int level) {
   k->f32_to_f16(kv.data(), v16.data(), len * hd);
   const int64_t part = state.range(2);
   for (auto _ : state) {
-    if (part != 2) k->attn_scores_f16(q.data(), G, k16.data(), hd, len, hd, 0.125f, scores.data(), len);
+    if (part != 2) k->attn_scores_f16(q.data(), G, k16.data(), len, hd, 0.125f, scores.data(), len);
     if (part != 1) k->attn_values_f16(scores.data(), G, len, v16.data(), hd, len, hd, out.data());
     benchmark::DoNotOptimize(out.data());
   }

@@ -130,12 +130,13 @@ inline float kv_elem(uint16_t x) {
 }
 
 template <class T>
-void attn_scores_scalar(const float* q, int64_t G, const T* k, int64_t kv_stride, int64_t len, int64_t hd, float scale,
-                        float* scores, int64_t s_stride) {
+void attn_scores_scalar(const float* q, int64_t G, const T* k, int64_t len, int64_t hd, float scale, float* scores,
+                        int64_t s_stride) {
   for (int64_t h = 0; h < G; ++h)
     for (int64_t j = 0; j < len; ++j) {
       double acc = 0;
-      for (int64_t i = 0; i < hd; ++i) acc += static_cast<double>(q[h * hd + i]) * kv_elem(k[j * kv_stride + i]);
+      for (int64_t i = 0; i < hd; ++i)
+        acc += static_cast<double>(q[h * hd + i]) * kv_elem(k[key_block_index(j, i, hd)]);
       scores[h * s_stride + j] = static_cast<float>(acc) * scale;
     }
 }

@@ -68,6 +68,14 @@ struct SoftmaxMoments {
   double z = 0, s1 = 0, s2 = 0;
 };
 
+// The attention score kernels read keys in blocks of kKeyBlock consecutive positions, each block
+// transposed: head_dim rows of kKeyBlock elements, so dimension d of 16 consecutive keys is one
+// vector load (the KV cache stores K this way). Element d of key j:
+constexpr int64_t kKeyBlock = 16;
+constexpr int64_t key_block_index(int64_t j, int64_t d, int64_t hd) {
+  return (j / kKeyBlock * hd + d) * kKeyBlock + j % kKeyBlock;
+}
+
 struct KernelTable {
   const char* name;  // "avx2" or "scalar"
   DotFn dot[40];     // indexed by DType id; nullptr where unsupported
@@ -94,16 +102,17 @@ struct KernelTable {
   // Attention of a group of G query heads that share one key/value head (grouped-query attention),
   // over `len` cached positions; hd (the head size) is a multiple of 8. Each key and value row is
   // read once for the whole group.
-  // scores[h * s_stride + j] = scale * dot(q + h * hd, k + j * kv_stride) for h < G, j < len.
-  void (*attn_scores)(const float* q, int64_t G, const float* k, int64_t kv_stride, int64_t len, int64_t hd,
-                      float scale, float* scores, int64_t s_stride);
+  // scores[h * s_stride + j] = scale * dot(q + h * hd, key j) for h < G, j < len, with the keys in
+  // blocks of kKeyBlock positions (key_block_index): ceil(len / kKeyBlock) whole blocks are read.
+  void (*attn_scores)(const float* q, int64_t G, const float* k, int64_t len, int64_t hd, float scale, float* scores,
+                      int64_t s_stride);
   // out[h * hd + i] = sum over j of p[h * s_stride + j] * v[j * kv_stride + i] for h < G, i < hd.
   void (*attn_values)(const float* p, int64_t G, int64_t s_stride, const float* v, int64_t kv_stride, int64_t len,
                       int64_t hd, float* out);
   // The same two over a KV cache stored as IEEE half floats (KvType::F16); each element widens to
   // float exactly, so these equal the float kernels run on the widened rows.
-  void (*attn_scores_f16)(const float* q, int64_t G, const uint16_t* k, int64_t kv_stride, int64_t len, int64_t hd,
-                          float scale, float* scores, int64_t s_stride);
+  void (*attn_scores_f16)(const float* q, int64_t G, const uint16_t* k, int64_t len, int64_t hd, float scale,
+                          float* scores, int64_t s_stride);
   void (*attn_values_f16)(const float* p, int64_t G, int64_t s_stride, const uint16_t* v, int64_t kv_stride,
                           int64_t len, int64_t hd, float* out);
   // y[i] = x[i] rounded to the nearest half float, ties to even (the KV cache's F16 rows).

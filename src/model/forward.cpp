@@ -20,12 +20,26 @@ constexpr int64_t kMaxChunk = 256;
 void grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
-// Writes one K or V row into the cache in the cache's element type.
-void store_kv_row(const KernelTable& k, const float* x, int64_t n, KvType type, uint8_t* dst) {
-  if (type == KvType::F16)
-    k.f32_to_f16(x, reinterpret_cast<uint16_t*>(dst), n);
-  else
-    std::copy(x, x + n, reinterpret_cast<float*>(dst));
+// Writes one position's keys and values (every key/value head) into the cache, rounded to the
+// cache's element types first (the SIMD rounding; `half` is the caller's scratch).
+void store_kv(const KernelTable& k, const float* kk, const float* vv, int64_t kvd, int64_t hd, KvCache& kv,
+              int64_t layer, int64_t pos, std::vector<uint16_t>& half) {
+  half.resize(static_cast<size_t>(2 * kvd));
+  const auto* kb = reinterpret_cast<const uint8_t*>(kk);
+  const auto* vb = reinterpret_cast<const uint8_t*>(vv);
+  if (kv.k_type() == KvType::F16) {
+    k.f32_to_f16(kk, half.data(), kvd);
+    kb = reinterpret_cast<const uint8_t*>(half.data());
+  }
+  if (kv.v_type() == KvType::F16) {
+    k.f32_to_f16(vv, half.data() + kvd, kvd);
+    vb = reinterpret_cast<const uint8_t*>(half.data() + kvd);
+  }
+  const int64_t ke = kv_type_bytes(kv.k_type()), ve = kv_type_bytes(kv.v_type());
+  for (int64_t h = 0; h < kvd / hd; ++h) {
+    kv.write_k(layer, h, pos, kb + h * hd * ke);
+    kv.write_v(layer, h, pos, vb + h * hd * ve);
+  }
 }
 
 }  // namespace
@@ -114,6 +128,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
     matmul_multi(pool, k, {{&L.wq, buf.q.data(), qd}, {&L.wk, buf.k.data(), kvd}, {&L.wv, buf.v.data(), kvd}},
                  buf.xn.data(), dim, n, buf.mm);
     pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      std::vector<uint16_t> half;
       for (int64_t t = t0; t < t1; ++t) {
         float* q = buf.q.data() + t * qd;
         float* kk = buf.k.data() + t * kvd;
@@ -128,10 +143,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
              inv_freq_.data(), c.rope_neox);
         rope(kk, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), row.pos,
              inv_freq_.data(), c.rope_neox);
-        for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-          store_kv_row(k, kk + h * c.head_dim, c.head_dim, row.kv->k_type(), row.kv->k(l, h, row.pos));
-          store_kv_row(k, vv + h * c.head_dim, c.head_dim, row.kv->v_type(), row.kv->v(l, h, row.pos));
-        }
+        store_kv(k, kk, vv, kvd, c.head_dim, *row.kv, l, row.pos, half);
       }
     });
     attention(l, pool, buf);
@@ -238,11 +250,10 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
       for (int64_t t = t0; t < t1; ++t)
         std::copy_n(buf.q.data() + t * c.q_dim() + kvh * group * hd, group * hd, qm + (t - t0) * group * hd);
       if (kv->k_type() == KvType::F16)
-        kt.attn_scores_f16(qm, nq, reinterpret_cast<const uint16_t*>(kv->k(layer, kvh, 0)), hd, len, hd, scale, scores,
+        kt.attn_scores_f16(qm, nq, reinterpret_cast<const uint16_t*>(kv->k_head(layer, kvh)), len, hd, scale, scores,
                            max_ctx);
       else
-        kt.attn_scores(qm, nq, reinterpret_cast<const float*>(kv->k(layer, kvh, 0)), hd, len, hd, scale, scores,
-                       max_ctx);
+        kt.attn_scores(qm, nq, reinterpret_cast<const float*>(kv->k_head(layer, kvh)), len, hd, scale, scores, max_ctx);
       // Softmax numerators with the SIMD kernels over each row's own positions; the 1/sum is applied
       // to the output instead of to every weight. A non-finite maximum (a broken model) takes the
       // careful scalar softmax.
@@ -262,10 +273,10 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
         std::fill(si + own, si + len, 0.0f);  // causality within the block
       }
       if (kv->v_type() == KvType::F16)
-        kt.attn_values_f16(scores, nq, max_ctx, reinterpret_cast<const uint16_t*>(kv->v(layer, kvh, 0)), hd, len, hd,
+        kt.attn_values_f16(scores, nq, max_ctx, reinterpret_cast<const uint16_t*>(kv->v_head(layer, kvh)), hd, len, hd,
                            om);
       else
-        kt.attn_values(scores, nq, max_ctx, reinterpret_cast<const float*>(kv->v(layer, kvh, 0)), hd, len, hd, om);
+        kt.attn_values(scores, nq, max_ctx, reinterpret_cast<const float*>(kv->v_head(layer, kvh)), hd, len, hd, om);
       for (int64_t i = 0; i < nq; ++i) {
         const float f = fast ? inv[i] : 1.0f;
         float* out = buf.att_out.data() + (t0 + i / group) * c.q_dim() + (kvh * group + i % group) * hd;

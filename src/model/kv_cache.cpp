@@ -6,13 +6,23 @@
 #include <new>
 #include <stdexcept>
 
+#include "kernels/kernels.h"
+
 namespace coda {
+
+namespace {
+int64_t slots_for(int64_t capacity) {
+  return (capacity + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+}
+}  // namespace
 
 KvCache::KvCache(const ModelConfig& c, int64_t capacity)
     : capacity_(capacity),
+      slots_(slots_for(capacity)),
+      n_layers_(c.n_layers),
       kv_dim_(c.kv_dim()),
       head_dim_(c.head_dim),
-      elems_(c.n_layers * capacity * c.kv_dim()),
+      elems_(c.n_layers * slots_for(capacity) * c.kv_dim()),
       k_type_(c.kv_type_k),
       v_type_(c.kv_type_v),
       k_elem_(kv_type_bytes(c.kv_type_k)),
@@ -21,7 +31,7 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity)
       v_(new uint8_t[static_cast<size_t>(elems_ * v_elem_)]) {}
 
 double KvCache::bytes_needed(const ModelConfig& c, int64_t capacity) {
-  return static_cast<double>(c.n_layers) * static_cast<double>(capacity) * static_cast<double>(c.kv_dim()) *
+  return static_cast<double>(c.n_layers) * static_cast<double>(slots_for(capacity)) * static_cast<double>(c.kv_dim()) *
          static_cast<double>(kv_type_bytes(c.kv_type_k) + kv_type_bytes(c.kv_type_v));
 }
 
@@ -52,13 +62,26 @@ Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
   if (n < 0 || n > src.size_ || n > capacity_)
     return Error("KV cache copy of " + std::to_string(n) + " positions: the source holds " + std::to_string(src.size_) +
                  ", this cache has room for " + std::to_string(capacity_));
+  // Whole key blocks: the lanes past n in the last one are copied too, and never read as keys.
+  const int64_t k_elems = slots_for(n) * head_dim_, v_elems = n * head_dim_;
   for (int64_t l = 0; l < n_layers(); ++l)
     for (int64_t h = 0; h < n_kv_heads(); ++h) {
-      std::memcpy(k(l, h, 0), src.k(l, h, 0), static_cast<size_t>(n * head_dim_ * k_elem_));
-      std::memcpy(v(l, h, 0), src.v(l, h, 0), static_cast<size_t>(n * head_dim_ * v_elem_));
+      std::memcpy(k_.get() + offset(l, h) * k_elem_, src.k_head(l, h), static_cast<size_t>(k_elems * k_elem_));
+      std::memcpy(v_.get() + offset(l, h) * v_elem_, src.v_head(l, h), static_cast<size_t>(v_elems * v_elem_));
     }
   size_ = n;
   return Status::Ok();
+}
+
+void KvCache::write_k(int64_t layer, int64_t head, int64_t pos, const uint8_t* x) {
+  uint8_t* base = k_.get() + offset(layer, head) * k_elem_;
+  for (int64_t d = 0; d < head_dim_; ++d)
+    std::memcpy(base + key_block_index(pos, d, head_dim_) * k_elem_, x + d * k_elem_, static_cast<size_t>(k_elem_));
+}
+
+void KvCache::write_v(int64_t layer, int64_t head, int64_t pos, const uint8_t* x) {
+  std::memcpy(v_.get() + (offset(layer, head) + pos * head_dim_) * v_elem_, x,
+              static_cast<size_t>(head_dim_ * v_elem_));
 }
 
 Status KvCache::truncate(int64_t n) {

@@ -1,12 +1,16 @@
 // Per-sequence key/value cache, with rollback. Keys and values are stored as the model's
 // configuration says (ModelConfig::kv_type_k/v: F16 by default, or F32).
 //
-// Layout: K and V as [layer][kv_head][capacity][head_dim], so the positions of one key/value head
-// are one contiguous run. Attention walks one head over thousands of positions; as position-major
-// rows ([capacity][kv_dim]) that walk read 2 cache lines of every 1 KiB (1B shape), which the
-// hardware prefetchers follow poorly: decode at depth 4,096 streamed the F16 cache at about a
-// third of the machine's bandwidth. `truncate(n)` forgets every position >= n; later tokens simply overwrite them,
-// which is what KV-cache rollback for repair and prompt reuse need.
+// Layout: per layer and key/value head, one contiguous region of the head's positions, so attention
+// walks one head over thousands of positions as one stream (position-major rows, [capacity][kv_dim],
+// read 2 cache lines of every 1 KiB, which the hardware prefetchers follow poorly: decode at depth
+// 4,096 streamed the F16 cache at about a third of the machine's bandwidth).
+// - V: [layer][kv_head][slots][head_dim], one row of head_dim elements per position.
+// - K: [layer][kv_head][slots / kKeyBlock][head_dim][kKeyBlock], blocks of 16 positions stored
+//   transposed (kernels.h, key_block_index), so the score kernels load dimension d of 16 keys at once.
+// `slots` is the capacity rounded up to whole key blocks. `truncate(n)` forgets every position >= n;
+// later tokens simply overwrite them, which is what KV-cache rollback for repair and prompt reuse
+// need.
 #pragma once
 
 #include <cstdint>
@@ -35,34 +39,32 @@ class KvCache {
   Status truncate(int64_t n);
   void clear() { size_ = 0; }
 
-  // The head_dim elements of key/value head `head` at position `pos` in `layer`, as bytes of
-  // k_type() / v_type() elements; the next position of the same head follows directly.
-  uint8_t* k(int64_t layer, int64_t head, int64_t pos) { return k_.get() + offset(layer, head, pos) * k_elem_; }
-  uint8_t* v(int64_t layer, int64_t head, int64_t pos) { return v_.get() + offset(layer, head, pos) * v_elem_; }
-  const uint8_t* k(int64_t layer, int64_t head, int64_t pos) const {
-    return k_.get() + offset(layer, head, pos) * k_elem_;
-  }
-  const uint8_t* v(int64_t layer, int64_t head, int64_t pos) const {
-    return v_.get() + offset(layer, head, pos) * v_elem_;
-  }
+  // Stores the head_dim values of key/value head `head` at position `pos` in `layer`; `x` holds
+  // them already as k_type() / v_type() elements.
+  void write_k(int64_t layer, int64_t head, int64_t pos, const uint8_t* x);
+  void write_v(int64_t layer, int64_t head, int64_t pos, const uint8_t* x);
+  // The key blocks of one head (key_block_index layout) and the value rows of one head (position
+  // p at p * head_dim elements), as bytes of k_type() / v_type() elements.
+  const uint8_t* k_head(int64_t layer, int64_t head) const { return k_.get() + offset(layer, head) * k_elem_; }
+  const uint8_t* v_head(int64_t layer, int64_t head) const { return v_.get() + offset(layer, head) * v_elem_; }
   int64_t kv_dim() const { return kv_dim_; }
   int64_t head_dim() const { return head_dim_; }
   int64_t n_kv_heads() const { return head_dim_ > 0 ? kv_dim_ / head_dim_ : 0; }
 
   // Makes this cache hold the first n positions of `src` (a model of the same shape): prefix reuse.
   Status copy_prefix(const KvCache& src, int64_t n);
-  int64_t n_layers() const { return capacity_ > 0 && kv_dim_ > 0 ? elems_ / (capacity_ * kv_dim_) : 0; }
+  int64_t n_layers() const { return n_layers_; }
 
   // Called by the forward pass once a batch's K/V rows are written.
   void commit(int64_t n) { size_ += n; }
 
  private:
   KvCache(const ModelConfig& c, int64_t capacity);
-  int64_t offset(int64_t layer, int64_t head, int64_t pos) const {
-    return ((layer * n_kv_heads() + head) * capacity_ + pos) * head_dim_;
-  }
+  int64_t offset(int64_t layer, int64_t head) const { return (layer * n_kv_heads() + head) * slots_ * head_dim_; }
 
   int64_t capacity_;
+  int64_t slots_;  // capacity_ rounded up to whole key blocks
+  int64_t n_layers_;
   int64_t kv_dim_;
   int64_t head_dim_;
   int64_t size_ = 0;

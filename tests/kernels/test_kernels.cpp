@@ -337,6 +337,17 @@ TEST(Kernels, ExpSumMatchesStdExp) {
 namespace coda {
 namespace {
 
+// Keys given as rows (position j at rows + j * stride) in the score kernels' blocked layout
+// (key_block_index). The lanes past len in the last block hold `pad` (a NaN): no score may see them.
+template <class T>
+std::vector<T> key_blocks(const T* rows, int64_t stride, int64_t len, int64_t hd, T pad) {
+  const int64_t slots = (len + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  std::vector<T> out(static_cast<size_t>(slots * hd), pad);
+  for (int64_t j = 0; j < len; ++j)
+    for (int64_t d = 0; d < hd; ++d) out[static_cast<size_t>(key_block_index(j, d, hd))] = rows[j * stride + d];
+  return out;
+}
+
 // The grouped attention kernels against the scalar reference: head counts of a group, head sizes
 // that do and do not fill 32 columns, and lengths around the 8-position blocks. Group sizes 1-7 and 13 take
 // every register tile of the AVX-512 values kernel (1-6 heads at a time).
@@ -348,15 +359,20 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
         const int64_t kv_stride = 3 * hd;  // rows of a cache with several heads per position
         const auto q = random_vec(G * hd, 1);
         const auto kv = random_vec(len * kv_stride, 2);
+        const auto kb = key_blocks(kv.data() + hd, kv_stride, len, hd, std::numeric_limits<float>::quiet_NaN());
         const int64_t s_stride = len + 5;
         std::vector<float> want(static_cast<size_t>(G * s_stride)), got(want.size());
-        ref_table.attn_scores(q.data(), G, kv.data() + hd, kv_stride, len, hd, 0.125f, want.data(), s_stride);
+        ref_table.attn_scores(q.data(), G, kb.data(), len, hd, 0.125f, want.data(), s_stride);
         const auto p = random_vec(G * s_stride, 3);
         std::vector<float> want_out(static_cast<size_t>(G * hd)), got_out(want_out.size());
         ref_table.attn_values(p.data(), G, s_stride, kv.data() + hd, kv_stride, len, hd, want_out.data());
-        std::vector<float> first_simd_out;  // every SIMD table sums each value lane in the same order
+        // Every SIMD table computes each score and each value lane in the same order.
+        std::vector<float> first_simd_out, first_simd_scores;
         for (const KernelTable* k : available_kernels()) {
-          k->attn_scores(q.data(), G, kv.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
+          std::fill(got.begin(), got.end(), 99.0f);
+          k->attn_scores(q.data(), G, kb.data(), len, hd, 0.125f, got.data(), s_stride);
+          for (int64_t h = 0; h < G; ++h)
+            for (int64_t j = len; j < s_stride; ++j) ASSERT_EQ(got[h * s_stride + j], 99.0f) << "wrote past len";
           for (int64_t h = 0; h < G; ++h)
             for (int64_t j = 0; j < len; ++j)
               ASSERT_NEAR(got[h * s_stride + j], want[h * s_stride + j], 1e-5 * std::sqrt(static_cast<double>(hd)))
@@ -367,10 +383,13 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
             ASSERT_NEAR(got_out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
                 << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
           if (k == &scalar_kernels() || hd % 8 != 0) continue;
-          if (first_simd_out.empty())
+          if (first_simd_out.empty()) {
             first_simd_out = got_out;
-          else
+            first_simd_scores = got;
+          } else {
             ASSERT_EQ(got_out, first_simd_out) << k->name << " hd=" << hd << " G=" << G << " len=" << len;
+            ASSERT_EQ(got, first_simd_scores) << k->name << " hd=" << hd << " G=" << G << " len=" << len;
+          }
         }
       }
 }
@@ -392,10 +411,12 @@ TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
           kv16[i] = float_to_fp16(kv[i]);
           widened[i] = fp16_to_float(kv16[i]);
         }
+        const auto kb = key_blocks(widened.data() + hd, kv_stride, len, hd, std::numeric_limits<float>::quiet_NaN());
+        const auto kb16 = key_blocks(kv16.data() + hd, kv_stride, len, hd, uint16_t{0x7E00});  // a half NaN
         const int64_t s_stride = len + 3;
         std::vector<float> want(static_cast<size_t>(G * s_stride)), got(want.size());
-        ref_table.attn_scores(q.data(), G, widened.data() + hd, kv_stride, len, hd, 0.125f, want.data(), s_stride);
-        ref_table.attn_scores_f16(q.data(), G, kv16.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
+        ref_table.attn_scores(q.data(), G, kb.data(), len, hd, 0.125f, want.data(), s_stride);
+        ref_table.attn_scores_f16(q.data(), G, kb16.data(), len, hd, 0.125f, got.data(), s_stride);
         for (int64_t h = 0; h < G; ++h)
           for (int64_t j = 0; j < len; ++j) ASSERT_EQ(got[h * s_stride + j], want[h * s_stride + j]);
         const auto p = random_vec(G * s_stride, 13);
@@ -405,7 +426,7 @@ TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
         ASSERT_EQ(got_out, want_out);
         std::vector<float> first_simd_out;  // every SIMD table sums each value lane in the same order
         for (const KernelTable* k : available_kernels()) {
-          k->attn_scores_f16(q.data(), G, kv16.data() + hd, kv_stride, len, hd, 0.125f, got.data(), s_stride);
+          k->attn_scores_f16(q.data(), G, kb16.data(), len, hd, 0.125f, got.data(), s_stride);
           for (int64_t h = 0; h < G; ++h)
             for (int64_t j = 0; j < len; ++j)
               ASSERT_NEAR(got[h * s_stride + j], want[h * s_stride + j], 1e-5 * std::sqrt(static_cast<double>(hd)))
