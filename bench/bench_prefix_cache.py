@@ -90,7 +90,10 @@ def main():
     print("|---|---|---|---|---|---|")
     if a.url:
         u = urllib.parse.urlsplit(a.url)
-        print_rows(u.netloc, two_requests(u.hostname, u.port or 80, system, {"cache_prompt": True}))
+        try:
+            print_rows(u.netloc, two_requests(u.hostname, u.port or 80, system, {"cache_prompt": True}))
+        except OSError as e:
+            raise SystemExit(f"cannot reach {a.url}: {e}; start the server first, or check the host and port")
         return
     for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
         print_rows(label, run(a.coda, a.model, a.threads, extra, system))

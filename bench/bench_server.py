@@ -60,6 +60,10 @@ def main():
     if a.url:
         u = urllib.parse.urlsplit(a.url)
         host, port = u.hostname, u.port or 80
+        try:
+            http.client.HTTPConnection(host, port, timeout=10).connect()
+        except OSError as e:
+            raise SystemExit(f"cannot reach {a.url}: {e}; start the server first, or check the host and port")
     else:
         model = os.path.join(a.out, "llama-3.2-1b-Q4_K.gguf")
         if not os.path.exists(model):
