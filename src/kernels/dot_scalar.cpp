@@ -146,7 +146,7 @@ void attn_values_scalar(const float* p, int64_t G, int64_t s_stride, const T* v,
                         int64_t hd, float* out) {
   for (int64_t h = 0; h < G; ++h)
     for (int64_t i = 0; i < hd; ++i) {
-      double acc = 0;
+      double acc = out[h * hd + i];
       for (int64_t j = 0; j < len; ++j) acc += static_cast<double>(p[h * s_stride + j]) * kv_elem(v[j * kv_stride + i]);
       out[h * hd + i] = static_cast<float>(acc);
     }

@@ -106,7 +106,8 @@ struct KernelTable {
   // blocks of kKeyBlock positions (key_block_index): ceil(len / kKeyBlock) whole blocks are read.
   void (*attn_scores)(const float* q, int64_t G, const float* k, int64_t len, int64_t hd, float scale, float* scores,
                       int64_t s_stride);
-  // out[h * hd + i] = sum over j of p[h * s_stride + j] * v[j * kv_stride + i] for h < G, i < hd.
+  // out[h * hd + i] += sum over j of p[h * s_stride + j] * v[j * kv_stride + i] for h < G, i < hd:
+  // it adds to what is there (attention visits the cache in chunks), over j in order.
   void (*attn_values)(const float* p, int64_t G, int64_t s_stride, const float* v, int64_t kv_stride, int64_t len,
                       int64_t hd, float* out);
   // The same two over a KV cache stored as IEEE half floats (KvType::F16); each element widens to

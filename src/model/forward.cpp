@@ -1,6 +1,7 @@
 // The transformer forward pass: pre-norm blocks of grouped-query attention with RoPE and a SwiGLU
 // feed-forward network, as Llama 2/3, Mistral and Qwen2 define them.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -202,19 +203,31 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
 
 // Causal grouped-query attention of every row over its own sequence's cache, up to its position.
 //
-// A job is one key/value head for a block of up to 8 consecutive rows of one sequence (a prefill
-// chunk; a decoding sequence is a block of 1). Its 8 x group query vectors are gathered into one
+// A job is one key/value head for a block of up to 16 consecutive rows of one sequence (a prefill
+// chunk; a decoding sequence is a block of 1). Its 16 x group query vectors are gathered into one
 // matrix, so each cached key and value row is read once per block instead of once per query: at a
 // depth of thousands of tokens that is the difference between streaming the cache from memory for
-// every token and reusing it from L1. Scores past a row's own position (causality) are zeroed
-// after the softmax.
+// every token and reusing it from cache.
+//
+// The keys are visited in chunks of kKeyChunk positions with a running softmax (the "online"
+// softmax of flash attention): scores of one chunk, their exponentials against the running
+// maximum, and their weighted values added to the output, whose rows are rescaled when a row's
+// maximum grows. The scores of a job (64 KiB for 64 query vectors) then stay in L2 at any depth;
+// whole rows of scores (0.56 MiB for the 32 query vectors of a job at depth 4,096) left L2 and came
+// back for the softmax and again for the values. Chunks start
+// at fixed positions and each row's arithmetic does not depend on its block, so a prefix-cache hit
+// still reproduces a cold run bit for bit. Scores past a row's own position (causality within the
+// block) are zeroed.
+//
+// Jobs are taken from a shared counter, head by head: the two threads then work on the same
+// head's cache (it stays in the caches between the jobs), and a thread slowed by a neighbour on
+// this machine does fewer jobs instead of holding the other one up.
 void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) const {
-  constexpr int64_t kRowBlock = 8;
+  constexpr int64_t kRowBlock = 16;
+  constexpr int64_t kKeyChunk = 256;  // a multiple of the key blocks (kKeyBlock)
   const ModelConfig& c = config_;
   const KernelTable& k = kernels();
   const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
-  int64_t max_ctx = 0;
-  for (const RowTarget& r : buf.rows) max_ctx = std::max(max_ctx, r.pos + 1);
   // Blocks of consecutive rows of the same sequence.
   std::vector<std::pair<int64_t, int64_t>>& blocks = buf.row_blocks;
   blocks.clear();
@@ -231,54 +244,74 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
   const int64_t qv = kRowBlock * group;  // query vectors per job at most
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const auto threads = static_cast<int64_t>(pool.size());
-  grow(buf.scores, threads * qv * max_ctx);
+  grow(buf.scores, threads * qv * kKeyChunk);
   grow(buf.att_q, threads * qv * hd);
   grow(buf.att_o, threads * qv * hd);
-  const int64_t jobs = static_cast<int64_t>(blocks.size()) * c.n_kv_heads;
+  grow(buf.att_ms, threads * qv * 2);
+  const auto n_blocks = static_cast<int64_t>(blocks.size());
+  const int64_t jobs = n_blocks * c.n_kv_heads;
   const bool simd = hd % 8 == 0;
   const KernelTable& kt = simd ? k : scalar_kernels();
-  pool.run([&](int tid, int nt) {
-    float* scores = buf.scores.data() + tid * qv * max_ctx;
+  std::atomic<int64_t> next{0};
+  pool.run([&](int tid, int) {
+    float* scores = buf.scores.data() + tid * qv * kKeyChunk;
     float* qm = buf.att_q.data() + tid * qv * hd;
     float* om = buf.att_o.data() + tid * qv * hd;
-    for (int64_t job = tid; job < jobs; job += nt) {
-      const auto [t0, t1] = blocks[static_cast<size_t>(job / c.n_kv_heads)];
-      const int64_t kvh = job % c.n_kv_heads;
+    float* row_max = buf.att_ms.data() + tid * qv * 2;
+    float* row_sum = row_max + qv;
+    for (int64_t job = next.fetch_add(1, std::memory_order_relaxed); job < jobs;
+         job = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t kvh = job / n_blocks;
+      const auto [t0, t1] = blocks[static_cast<size_t>(job % n_blocks)];
       const int64_t nq = (t1 - t0) * group;
       KvCache* kv = buf.rows[static_cast<size_t>(t0)].kv;
       const int64_t len = buf.rows[static_cast<size_t>(t1 - 1)].pos + 1;  // the block's last row sees most
       for (int64_t t = t0; t < t1; ++t)
         std::copy_n(buf.q.data() + t * c.q_dim() + kvh * group * hd, group * hd, qm + (t - t0) * group * hd);
-      if (kv->k_type() == KvType::F16)
-        kt.attn_scores_f16(qm, nq, reinterpret_cast<const uint16_t*>(kv->k_head(layer, kvh)), len, hd, scale, scores,
-                           max_ctx);
-      else
-        kt.attn_scores(qm, nq, reinterpret_cast<const float*>(kv->k_head(layer, kvh)), len, hd, scale, scores, max_ctx);
-      // Softmax numerators with the SIMD kernels over each row's own positions; the 1/sum is applied
-      // to the output instead of to every weight. A non-finite maximum (a broken model) takes the
-      // careful scalar softmax.
-      float inv[kRowBlock * 64];
-      const bool fast = nq <= kRowBlock * 64;
-      for (int64_t i = 0; i < nq; ++i) {
-        float* si = scores + i * max_ctx;
-        const int64_t own = buf.rows[static_cast<size_t>(t0 + i / group)].pos + 1;
-        const float m = fast ? k.max_f32(si, own) : 0.0f;
-        if (fast && std::isfinite(m)) {
-          const float sum = k.exp_sum(si, si, own, m);
-          inv[i] = sum > 0 ? 1.0f / sum : 0.0f;
-        } else {
-          softmax(si, own);
-          if (fast) inv[i] = 1.0f;
+      std::fill_n(om, nq * hd, 0.0f);
+      std::fill_n(row_max, nq, -std::numeric_limits<float>::infinity());
+      std::fill_n(row_sum, nq, 0.0f);
+      const auto* k16 = reinterpret_cast<const uint16_t*>(kv->k_head(layer, kvh));
+      const auto* k32 = reinterpret_cast<const float*>(kv->k_head(layer, kvh));
+      const auto* v16 = reinterpret_cast<const uint16_t*>(kv->v_head(layer, kvh));
+      const auto* v32 = reinterpret_cast<const float*>(kv->v_head(layer, kvh));
+      for (int64_t c0 = 0; c0 < len; c0 += kKeyChunk) {
+        const int64_t n = std::min(kKeyChunk, len - c0);
+        // Keys are in blocks of kKeyBlock positions, so position c0's block starts at c0 * hd.
+        if (kv->k_type() == KvType::F16)
+          kt.attn_scores_f16(qm, nq, k16 + c0 * hd, n, hd, scale, scores, kKeyChunk);
+        else
+          kt.attn_scores(qm, nq, k32 + c0 * hd, n, hd, scale, scores, kKeyChunk);
+        for (int64_t i = 0; i < nq; ++i) {
+          float* si = scores + i * kKeyChunk;
+          const int64_t own = std::clamp<int64_t>(buf.rows[static_cast<size_t>(t0 + i / group)].pos + 1 - c0, 0, n);
+          if (own > 0) {
+            const float m = std::max(row_max[i], k.max_f32(si, own));
+            if (!(m < std::numeric_limits<float>::infinity())) {
+              // An infinite or NaN score (a broken model): the row's output is NaN, as a plain
+              // softmax would make it, and its later chunks add nothing.
+              row_max[i] = std::numeric_limits<float>::infinity();
+              row_sum[i] = std::numeric_limits<float>::quiet_NaN();
+              std::fill(si, si + n, 0.0f);
+              continue;
+            }
+            if (m > row_max[i]) {  // rescale what the earlier chunks added (exp(-inf) = 0 on the first)
+              const float f = std::exp(row_max[i] - m);
+              row_sum[i] *= f;
+              for (int64_t d = 0; d < hd; ++d) om[i * hd + d] *= f;
+              row_max[i] = m;
+            }
+            row_sum[i] += k.exp_sum(si, si, own, m);
+          }
+          std::fill(si + own, si + n, 0.0f);
         }
-        std::fill(si + own, si + len, 0.0f);  // causality within the block
+        if (kv->v_type() == KvType::F16)
+          kt.attn_values_f16(scores, nq, kKeyChunk, v16 + c0 * hd, hd, n, hd, om);
+        else
+          kt.attn_values(scores, nq, kKeyChunk, v32 + c0 * hd, hd, n, hd, om);
       }
-      if (kv->v_type() == KvType::F16)
-        kt.attn_values_f16(scores, nq, max_ctx, reinterpret_cast<const uint16_t*>(kv->v_head(layer, kvh)), hd, len, hd,
-                           om);
-      else
-        kt.attn_values(scores, nq, max_ctx, reinterpret_cast<const float*>(kv->v_head(layer, kvh)), hd, len, hd, om);
       for (int64_t i = 0; i < nq; ++i) {
-        const float f = fast ? inv[i] : 1.0f;
+        const float f = row_sum[i] == 0 ? 0.0f : 1.0f / row_sum[i];  // NaN stays NaN
         float* out = buf.att_out.data() + (t0 + i / group) * c.q_dim() + (kvh * group + i % group) * hd;
         for (int64_t d = 0; d < hd; ++d) out[d] = om[i * hd + d] * f;
       }

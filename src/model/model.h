@@ -41,6 +41,7 @@ struct RowTarget {
 struct ForwardBuffers {
   std::vector<float> x, xn, q, k, v, att_out, gate, up, scores, logits;
   std::vector<float> att_q, att_o;                      // attention: gathered queries and outputs per thread
+  std::vector<float> att_ms;                            // attention: running maximum and sum per query, per thread
   std::vector<std::pair<int64_t, int64_t>> row_blocks;  // attention: runs of rows of one sequence
   std::vector<RowTarget> rows;
   MatmulScratch mm;

@@ -364,7 +364,9 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
         std::vector<float> want(static_cast<size_t>(G * s_stride)), got(want.size());
         ref_table.attn_scores(q.data(), G, kb.data(), len, hd, 0.125f, want.data(), s_stride);
         const auto p = random_vec(G * s_stride, 3);
-        std::vector<float> want_out(static_cast<size_t>(G * hd)), got_out(want_out.size());
+        // The values kernels add to what the output holds (attention visits the cache in chunks).
+        const auto before = random_vec(G * hd, 4);
+        std::vector<float> want_out = before, got_out(want_out.size());
         ref_table.attn_values(p.data(), G, s_stride, kv.data() + hd, kv_stride, len, hd, want_out.data());
         // Every SIMD table computes each score and each value lane in the same order.
         std::vector<float> first_simd_out, first_simd_scores;
@@ -377,7 +379,7 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
             for (int64_t j = 0; j < len; ++j)
               ASSERT_NEAR(got[h * s_stride + j], want[h * s_stride + j], 1e-5 * std::sqrt(static_cast<double>(hd)))
                   << k->name << " hd=" << hd << " G=" << G << " len=" << len << " h=" << h << " j=" << j;
-          std::fill(got_out.begin(), got_out.end(), 99.0f);  // the kernel overwrites, it does not accumulate
+          got_out = before;
           k->attn_values(p.data(), G, s_stride, kv.data() + hd, kv_stride, len, hd, got_out.data());
           for (size_t i = 0; i < got_out.size(); ++i)
             ASSERT_NEAR(got_out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
@@ -400,7 +402,7 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
 TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
   const KernelTable& ref_table = scalar_kernels();
   for (int64_t hd : {8, 64, 128})
-    for (int64_t G : {1, 4, 7})
+    for (int64_t G : {1, 4, 7, 13, 32})
       for (int64_t len : {1, 9, 70, 129}) {
         const int64_t kv_stride = 2 * hd;
         const auto q = random_vec(G * hd, 11);
@@ -420,7 +422,8 @@ TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
         for (int64_t h = 0; h < G; ++h)
           for (int64_t j = 0; j < len; ++j) ASSERT_EQ(got[h * s_stride + j], want[h * s_stride + j]);
         const auto p = random_vec(G * s_stride, 13);
-        std::vector<float> want_out(static_cast<size_t>(G * hd)), got_out(want_out.size());
+        const auto before = random_vec(G * hd, 14);
+        std::vector<float> want_out = before, got_out = before;
         ref_table.attn_values(p.data(), G, s_stride, widened.data() + hd, kv_stride, len, hd, want_out.data());
         ref_table.attn_values_f16(p.data(), G, s_stride, kv16.data() + hd, kv_stride, len, hd, got_out.data());
         ASSERT_EQ(got_out, want_out);
@@ -431,7 +434,7 @@ TEST(Kernels, HalfFloatAttentionMatchesTheWidenedReference) {
             for (int64_t j = 0; j < len; ++j)
               ASSERT_NEAR(got[h * s_stride + j], want[h * s_stride + j], 1e-5 * std::sqrt(static_cast<double>(hd)))
                   << k->name << " hd=" << hd << " G=" << G << " len=" << len;
-          std::fill(got_out.begin(), got_out.end(), 99.0f);
+          got_out = before;
           k->attn_values_f16(p.data(), G, s_stride, kv16.data() + hd, kv_stride, len, hd, got_out.data());
           for (size_t i = 0; i < got_out.size(); ++i)
             ASSERT_NEAR(got_out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
