@@ -127,8 +127,8 @@ void BM_Attention(benchmark::State& state, int level) {
   }
   state.SetItemsProcessed(state.iterations() * (part == 0 ? 2 : 1) * G * len * hd);
 }
-BENCHMARK_CAPTURE(BM_Attention, avx512, 2)->ArgsProduct({{4, 32}, {256, 4096}, {0, 1, 2}});
-BENCHMARK_CAPTURE(BM_Attention, avx2, 1)->ArgsProduct({{4, 32}, {256, 4096}, {0, 1, 2}});
+BENCHMARK_CAPTURE(BM_Attention, avx512, 2)->ArgsProduct({{4, 32, 64}, {256, 4096}, {0, 1, 2}});
+BENCHMARK_CAPTURE(BM_Attention, avx2, 1)->ArgsProduct({{4, 32, 64}, {256, 4096}, {0, 1, 2}});
 
 #define CODA_BENCH_TYPE(T)                            \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \

@@ -214,9 +214,9 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
 // maximum, and their weighted values added to the output, whose rows are rescaled when a row's
 // maximum grows. The scores of a job (64 KiB for 64 query vectors) then stay in L2 at any depth;
 // whole rows of scores (0.56 MiB for the 32 query vectors of a job at depth 4,096) left L2 and came
-// back for the softmax and again for the values. Chunks start
-// at fixed positions and each row's arithmetic does not depend on its block, so a prefix-cache hit
-// still reproduces a cold run bit for bit. Scores past a row's own position (causality within the
+// back for the softmax and again for the values. Chunks start at fixed positions and each row's
+// arithmetic does not depend on its block, so a prefix-cache hit still reproduces a cold run bit
+// for bit. Scores past a row's own position (causality within the
 // block) are zeroed.
 //
 // Jobs are taken from a shared counter, head by head: the two threads then work on the same
