@@ -216,8 +216,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
 // whole rows of scores (0.56 MiB for the 32 query vectors of a job at depth 4,096) left L2 and came
 // back for the softmax and again for the values. Chunks start at fixed positions and each row's
 // arithmetic does not depend on its block, so a prefix-cache hit still reproduces a cold run bit
-// for bit. Scores past a row's own position (causality within the
-// block) are zeroed.
+// for bit. Scores past a row's own position (causality within the block) are zeroed.
 //
 // Jobs are taken from a shared counter, head by head: the two threads then work on the same
 // head's cache (it stays in the caches between the jobs), and a thread slowed by a neighbour on
