@@ -5,6 +5,7 @@
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 namespace coda {
 
@@ -191,6 +192,7 @@ KernelTable make_scalar() {
   t.axpy_f32 = axpy_scalar;
   t.stream_read = stream_read_scalar;
   t.exp_sum = exp_sum_scalar;
+  t.swiglu = swiglu;
   t.sum_f32 = sum_scalar;
   t.max_f32 = max_scalar;
   t.softmax_moments = softmax_moments_scalar;

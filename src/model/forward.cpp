@@ -162,7 +162,8 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
                  dim, n, buf.mm);
     // Element-wise, so split even for one row: a row of SwiGLU costs more than the hand-off.
     pool.parallel_for(
-        n * c.ffn_dim, [&](int64_t i0, int64_t i1) { swiglu(buf.gate.data() + i0, buf.up.data() + i0, i1 - i0); }, 64);
+        n * c.ffn_dim, [&](int64_t i0, int64_t i1) { k.swiglu(buf.gate.data() + i0, buf.up.data() + i0, i1 - i0); },
+        64);
     matmul(pool, k, L.w_down, buf.gate.data(), c.ffn_dim, n, buf.xn.data(), dim, buf.mm);
     pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
       for (int64_t i = t0 * dim; i < t1 * dim; ++i) buf.x[static_cast<size_t>(i)] += buf.xn[static_cast<size_t>(i)];
