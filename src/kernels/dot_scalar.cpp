@@ -202,7 +202,7 @@ KernelTable make_scalar() {
   t.attn_scores_f16 = attn_scores_scalar<uint16_t>;
   t.attn_values_f16 = attn_values_scalar<uint16_t>;
   t.f32_to_f16 = f32_to_f16_scalar;
-  t.prepare_act = prepare_act;
+  t.prepare_act = [](ActFormat f, const float* x, void* out, int64_t n) { prepare_act(f, x, out, n); };
   return t;
 }
 

@@ -44,22 +44,18 @@ inline __m512i load512(const uint8_t* p) {
   return _mm512_loadu_si512(p);
 }
 
-// Q8_0 (kQ4 false) and Q4_0 (kQ4 true): blocks of 32 values, activations in ActRowQ8 form.
+// Q8_0 (kQ4 false) and Q4_0 (kQ4 true): blocks of 32 values, activations as ActBlockQ8 rows (one
+// pointer per token reaches quants, scale and sum: 8 tokens fit in the general registers).
 template <int T, bool kQ4>
 void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
   const int64_t nb = cols / kQK;
   constexpr int64_t kBlockBytes = kQ4 ? 32 + 256 : 32 + 512;
   constexpr int32_t kOffset = kQ4 ? 8 : 128;  // the weights' offset, taken back through the sums
-  const int8_t* aq[T];
-  const float* ad[T];
-  const int32_t* as[T];
+  const ActBlockQ8* a[T];
   __m512 acc[T];
   CODA_UNROLL
   for (int t = 0; t < T; ++t) {
-    const ActRowQ8 a(act + t * act_stride, cols);
-    aq[t] = a.q;
-    ad[t] = a.d;
-    as[t] = a.sum;
+    a[t] = reinterpret_cast<const ActBlockQ8*>(act + t * act_stride);
     acc[t] = _mm512_setzero_ps();
   }
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -84,17 +80,17 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
     for (int t = 0; t < T; ++t) {
       // Wrapping arithmetic: non-finite activations quantize to extreme sums (garbage in, no UB).
       s[t] = _mm512_set1_epi32(
-          static_cast<int32_t>(0u - static_cast<uint32_t>(kOffset) * static_cast<uint32_t>(as[t][b])));
+          static_cast<int32_t>(0u - static_cast<uint32_t>(kOffset) * static_cast<uint32_t>(a[t][b].sum)));
     }
     CODA_UNROLL
     for (int c = 0; c < 8; ++c) {
       CODA_UNROLL
       for (int t = 0; t < T; ++t)
-        s[t] = _mm512_dpbusd_epi32(s[t], w[c], _mm512_set1_epi32(load_i32(aq[t] + b * kQK + 4 * c)));
+        s[t] = _mm512_dpbusd_epi32(s[t], w[c], _mm512_set1_epi32(load_i32(a[t][b].q + 4 * c)));
     }
     CODA_UNROLL
     for (int t = 0; t < T; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(ad[t][b])), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), acc[t]);
   }
   CODA_UNROLL
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);

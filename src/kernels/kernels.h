@@ -14,8 +14,9 @@ namespace coda {
 
 // The form activations take when multiplied with weights of a given type: floats for float
 // weights, ActRowQ8 (8 bits per 32 values) for Q8_0 (Q4_0: with paired blocks interleaved, see
-// q4_0_paired_index), ActBlockK (8 bits per 256) for K-quants.
-enum class ActFormat { F32, Q8_32, Q8_32_PAIRED, Q8_256 };
+// q4_0_paired_index), ActBlockK (8 bits per 256) for K-quants. Q8_32_BLOCKED holds the same values
+// as Q8_32 in ActBlockQ8 form, for packed Q8_0 and Q4_0 weights (repack.h: packed_act_format).
+enum class ActFormat { F32, Q8_32, Q8_32_PAIRED, Q8_32_BLOCKED, Q8_256 };
 
 constexpr ActFormat act_format(DType t) {
   switch (t) {
@@ -34,9 +35,11 @@ constexpr ActFormat act_format(DType t) {
 
 // Bytes of one activation row of n values in the form weights of type `t` take.
 int64_t act_row_bytes(DType t, int64_t n);
+int64_t act_row_bytes(ActFormat f, int64_t n);
 
 // Converts n floats into the activation form weights of type `t` take (copies for float types).
 void prepare_act(DType t, const float* x, void* out, int64_t n);
+void prepare_act(ActFormat f, const float* x, void* out, int64_t n);
 
 // Dot product of one weight row of `n` elements with an activation row prepared by prepare_act.
 using DotFn = float (*)(const void* w, const void* act, int64_t n);
@@ -88,7 +91,7 @@ struct KernelTable {
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
   // prepare_act() with this table's instructions; byte-identical to the reference.
-  void (*prepare_act)(DType t, const float* x, void* out, int64_t n);
+  void (*prepare_act)(ActFormat f, const float* x, void* out, int64_t n);
   // y[i] = exp(x[i] - shift), returns the sum of y (softmax numerators; x may equal y). Inputs
   // more than 87 below `shift` (and -inf) give exactly 0. SIMD versions are within 2e-7
   // relative of the scalar reference, which uses std::exp.

@@ -35,12 +35,12 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
 
 // Quantizes the activations of every token once. A prefill chunk is split over the pool (done by
 // one thread this left the other idle); fewer than 4 rows are one unit of parallel_for, run inline.
-void quantize_rows(ThreadPool& pool, const KernelTable& k, DType t, const float* x, int64_t in_stride, int64_t n_tokens,
-                   int64_t cols, uint8_t* act, int64_t act_stride) {
+void quantize_rows(ThreadPool& pool, const KernelTable& k, ActFormat f, const float* x, int64_t in_stride,
+                   int64_t n_tokens, int64_t cols, uint8_t* act, int64_t act_stride) {
   pool.parallel_for(
       n_tokens,
       [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) k.prepare_act(t, x + b * in_stride, act + b * act_stride, cols);
+        for (int64_t b = b0; b < b1; ++b) k.prepare_act(f, x + b * in_stride, act + b * act_stride, cols);
       },
       4);
 }
@@ -49,7 +49,7 @@ void quantize_rows(ThreadPool& pool, const KernelTable& k, DType t, const float*
 void matmul_packed(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
                    int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch) {
   const WeightView& w0 = *outs[0].w;
-  const DType at = packed_act_type(w0.type);
+  const ActFormat at = packed_act_format(w0.type);
   const int64_t act_stride = act_row_bytes(at, w0.cols);
   scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
   quantize_rows(pool, k, at, x, in_stride, n_tokens, w0.cols, scratch.act.data(), act_stride);
@@ -140,7 +140,7 @@ void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<Matm
     // Quantize each token's activations once; every output row of every matrix reuses them.
     act_stride = act_row_bytes(w0.type, w0.cols);
     scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
-    quantize_rows(pool, k, w0.type, x, in_stride, n_tokens, w0.cols, scratch.act.data(), act_stride);
+    quantize_rows(pool, k, act_format(w0.type), x, in_stride, n_tokens, w0.cols, scratch.act.data(), act_stride);
     act_base = scratch.act.data();
   }
   int64_t total = 0;

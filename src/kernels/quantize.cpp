@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
@@ -224,9 +225,14 @@ void quantize_act_k(const float* x, ActBlockK* out, int64_t n) {
 namespace coda {
 
 int64_t act_row_bytes(DType t, int64_t n) {
-  switch (act_format(t)) {
+  return act_row_bytes(act_format(t), n);
+}
+
+int64_t act_row_bytes(ActFormat f, int64_t n) {
+  switch (f) {
     case ActFormat::Q8_32:
     case ActFormat::Q8_32_PAIRED:
+    case ActFormat::Q8_32_BLOCKED:
       return n + n / kQK * 8;
     case ActFormat::Q8_256:
       return n / kQKK * static_cast<int64_t>(sizeof(ActBlockK));
@@ -236,7 +242,11 @@ int64_t act_row_bytes(DType t, int64_t n) {
 }
 
 void prepare_act(DType t, const float* x, void* out, int64_t n) {
-  switch (act_format(t)) {
+  prepare_act(act_format(t), x, out, n);
+}
+
+void prepare_act(ActFormat f, const float* x, void* out, int64_t n) {
+  switch (f) {
     case ActFormat::Q8_32:
       ref::quantize_act(x, out, n);
       break;
@@ -247,6 +257,20 @@ void prepare_act(DType t, const float* x, void* out, int64_t n) {
       for (int64_t p = 0; p + 1 < n / kQK; p += 2) {
         for (int j = 0; j < 2 * kQK; ++j) pair[q4_0_paired_index(p * kQK + j, n) - p * kQK] = q[p * kQK + j];
         std::memcpy(q + p * kQK, pair, sizeof pair);
+      }
+      break;
+    }
+    case ActFormat::Q8_32_BLOCKED: {
+      // Quantized as Q8_32, then regrouped block by block.
+      const int64_t nb = n / kQK;
+      std::vector<uint8_t> rows(static_cast<size_t>(act_row_bytes(ActFormat::Q8_32, n)));
+      ref::quantize_act(x, rows.data(), n);
+      const ActRowQ8 a(rows.data(), n);
+      auto* blocks = static_cast<ActBlockQ8*>(out);
+      for (int64_t b = 0; b < nb; ++b) {
+        std::memcpy(blocks[b].q, a.q + b * kQK, kQK);
+        blocks[b].d = a.d[b];
+        blocks[b].sum = a.sum[b];
       }
       break;
     }

@@ -44,8 +44,8 @@ int64_t packed_group_bytes(DType t, int64_t cols) {
   return kPackRows * dtype_row_bytes(t, cols);
 }
 
-DType packed_act_type(DType t) {
-  return t == DType::Q4_K || t == DType::Q6_K ? t : DType::Q8_0;
+ActFormat packed_act_format(DType t) {
+  return t == DType::Q4_K || t == DType::Q6_K ? act_format(t) : ActFormat::Q8_32_BLOCKED;
 }
 
 void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
@@ -151,6 +151,26 @@ void gemm_packed(DType t, const uint8_t* group, int64_t cols, const void* act, i
   // exact (4-bit values times the same f16 scale), so the Q4_0 row is compared through Q8_0.
   std::vector<uint8_t> row(static_cast<size_t>(dtype_row_bytes(t, cols)));
   std::vector<uint8_t> as_q8(static_cast<size_t>(dtype_row_bytes(DType::Q8_0, cols)));
+  // Blocked activations (Q8_0, Q4_0) back in ActRowQ8 form, the form ref::dot reads.
+  const bool blocked = packed_act_format(t) == ActFormat::Q8_32_BLOCKED;
+  const int64_t nb = cols / kQK;
+  std::vector<uint8_t> rows;
+  if (blocked) {
+    rows.resize(static_cast<size_t>(n_tokens * act_row_bytes(ActFormat::Q8_32, cols)));
+    for (int64_t b = 0; b < n_tokens; ++b) {
+      const auto* src = reinterpret_cast<const ActBlockQ8*>(static_cast<const uint8_t*>(act) + b * act_stride);
+      auto* q = reinterpret_cast<int8_t*>(rows.data() + b * act_row_bytes(ActFormat::Q8_32, cols));
+      auto* d = reinterpret_cast<float*>(q + cols);
+      auto* sum = reinterpret_cast<int32_t*>(d + nb);
+      for (int64_t i = 0; i < nb; ++i) {
+        std::memcpy(q + i * kQK, src[i].q, kQK);
+        d[i] = src[i].d;
+        sum[i] = src[i].sum;
+      }
+    }
+    act = rows.data();
+    act_stride = act_row_bytes(ActFormat::Q8_32, cols);
+  }
   for (int r = 0; r < kPackRows; ++r) {
     unpack_row(t, group, cols, r, row.data());
     const uint8_t* w = row.data();

@@ -33,9 +33,9 @@ int64_t packed_group_bytes(DType t, int64_t cols);
 void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst);
 // Writes row r (0..15) of a packed group back in its original block format (dtype_row_bytes).
 void unpack_row(DType t, const uint8_t* group, int64_t cols, int r, uint8_t* dst);
-// The weight type whose prepare_act() gives the activations packed weights of type `t` take:
-// Q8_0 and Q4_0 take per-32 quants in natural order (Q8_0's form), Q4_K per-256 blocks.
-DType packed_act_type(DType t);
+// The activation form packed weights of type `t` take: Q8_0 and Q4_0 per-32 quants in natural
+// order, block by block (ActBlockQ8), the K-quants their own per-256 blocks.
+ActFormat packed_act_format(DType t);
 
 namespace ref {
 // The scalar reference of every GemmFn: unpacks each row and takes ref::dot.

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernels/blocks.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -115,8 +117,34 @@ TEST_P(PerType, PrepareActIsByteIdentical) {
     prepare_act(t, x.data(), want.data(), n);
     for (const KernelTable* k : available_kernels()) {
       std::vector<uint8_t> got(want.size(), 0xAA);
-      k->prepare_act(t, x.data(), got.data(), n);
+      k->prepare_act(act_format(t), x.data(), got.data(), n);
       EXPECT_EQ(got, want) << k->name << " " << dtype_name(t) << " n=" << n;
+    }
+  }
+}
+
+// The blocked form (packed Q8_0/Q4_0 weights) holds the row form's quants, scales and sums block by
+// block, from every table, byte for byte.
+TEST(Kernels, BlockedActivationsHoldTheRowFormsValues) {
+  for (int64_t n : {32, 256, 2048}) {
+    auto x = random_vec(n, 78, 3.0f);
+    x[5] = 1e30f;
+    std::vector<uint8_t> rows(static_cast<size_t>(act_row_bytes(ActFormat::Q8_32, n)));
+    prepare_act(ActFormat::Q8_32, x.data(), rows.data(), n);
+    const ActRowQ8 a(rows.data(), n);
+    ASSERT_EQ(act_row_bytes(ActFormat::Q8_32_BLOCKED, n), n / kQK * static_cast<int64_t>(sizeof(ActBlockQ8)));
+    std::vector<uint8_t> want(static_cast<size_t>(act_row_bytes(ActFormat::Q8_32_BLOCKED, n)));
+    prepare_act(ActFormat::Q8_32_BLOCKED, x.data(), want.data(), n);
+    const auto* blocks = reinterpret_cast<const ActBlockQ8*>(want.data());
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      EXPECT_EQ(std::memcmp(blocks[b].q, a.q + b * kQK, kQK), 0) << "block " << b;
+      EXPECT_EQ(blocks[b].d, a.d[b]) << "block " << b;
+      EXPECT_EQ(blocks[b].sum, a.sum[b]) << "block " << b;
+    }
+    for (const KernelTable* k : available_kernels()) {
+      std::vector<uint8_t> got(want.size(), 0xAA);
+      k->prepare_act(ActFormat::Q8_32_BLOCKED, x.data(), got.data(), n);
+      EXPECT_EQ(got, want) << k->name << " n=" << n;
     }
   }
 }

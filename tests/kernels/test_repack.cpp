@@ -61,15 +61,15 @@ TEST_P(Packed, ReferenceGemmIsTheDotOfTheOriginalRows) {
   const auto q = quantized_rows(t, kPackRows, cols, 3);
   std::vector<uint8_t> group(static_cast<size_t>(packed_group_bytes(t, cols)));
   repack_group(t, q.data(), cols, group.data());
-  const DType at = packed_act_type(t);
+  const ActFormat at = packed_act_format(t);
   const auto x = random_vec(cols, 9);
   std::vector<uint8_t> act(static_cast<size_t>(act_row_bytes(at, cols)));
   prepare_act(at, x.data(), act.data(), cols);
   // The activation values the kernels see, dequantized.
   std::vector<float> xa(static_cast<size_t>(cols));
-  if (at == DType::Q8_0) {
-    const ActRowQ8 a(act.data(), cols);
-    for (int64_t i = 0; i < cols; ++i) xa[i] = a.d[i / kQK] * a.q[i];
+  if (at == ActFormat::Q8_32_BLOCKED) {
+    const auto* a = reinterpret_cast<const ActBlockQ8*>(act.data());
+    for (int64_t i = 0; i < cols; ++i) xa[i] = a[i / kQK].d * a[i / kQK].q[i % kQK];
   } else {
     const auto* a = reinterpret_cast<const ActBlockK*>(act.data());
     for (int64_t i = 0; i < cols; ++i) xa[i] = a[i / kQKK].d * a[i / kQKK].q[i % kQKK];
@@ -93,7 +93,7 @@ TEST_P(Packed, GemmMatchesTheReference) {
     const auto q = quantized_rows(t, kPackRows, cols, static_cast<uint32_t>(cols));
     std::vector<uint8_t> group(static_cast<size_t>(packed_group_bytes(t, cols)));
     repack_group(t, q.data(), cols, group.data());
-    const DType at = packed_act_type(t);
+    const ActFormat at = packed_act_format(t);
     const int64_t stride = act_row_bytes(at, cols);
     const int64_t max_tokens = 19;
     std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
@@ -143,7 +143,7 @@ TEST_P(Packed, PairedGemmMatchesTheReference) {
     std::vector<uint8_t> groups(static_cast<size_t>(2 * gb));
     repack_group(t, q.data(), cols, groups.data());
     repack_group(t, q.data() + kPackRows * rb, cols, groups.data() + gb);
-    const DType at = packed_act_type(t);
+    const ActFormat at = packed_act_format(t);
     const int64_t stride = act_row_bytes(at, cols);
     const int64_t max_tokens = 11;
     std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
