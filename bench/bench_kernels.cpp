@@ -81,6 +81,16 @@ BENCHMARK_CAPTURE(BM_Gemm, Q4_0, DType::Q4_0, false)
     ->Args({8192, 64})
     ->Args({2048, 512})
     ->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q8_0_pair, DType::Q8_0, true)
+    ->Args({2048, 64})
+    ->Args({8192, 64})
+    ->Args({2048, 512})
+    ->Args({8192, 512});
+BENCHMARK_CAPTURE(BM_Gemm, Q4_0_pair, DType::Q4_0, true)
+    ->Args({2048, 64})
+    ->Args({8192, 64})
+    ->Args({2048, 512})
+    ->Args({8192, 512});
 BENCHMARK_CAPTURE(BM_Gemm, Q4_K, DType::Q4_K, false)
     ->Args({2048, 64})
     ->Args({8192, 64})

@@ -31,8 +31,10 @@ namespace coda {
 
 namespace {
 
-constexpr int kTileTokens = 8;      // 16 was 3-10% slower on Zen 4 (register pressure)
-constexpr int kPairTileTokens = 4;  // two groups x 4 tokens: 8 int and 16 float accumulators
+constexpr int kTileTokens = 8;         // 16 was 3-10% slower on Zen 4 (register pressure)
+constexpr int kQ8PairTileTokens = 6;   // two groups x 6 tokens: 12 int and 12 float accumulators
+constexpr int kQ40PairTileTokens = 4;  // Q4_0 unpacks nibbles too: 6 tokens ran 20% slower than 4
+constexpr int kPairTileTokens = 4;     // two groups x 4 tokens: 8 int and 16 float accumulators
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -94,6 +96,68 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
   }
   CODA_UNROLL
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Q8_0/Q4_0 over two adjacent groups (32 rows) and up to kQ8PairTokens tokens: each activation
+// broadcast feeds two vpdpbusd, one per group. On Ice Lake a vpdpbusd loop whose every operand
+// comes from a memory broadcast runs at about 1.8 G/s, one with register operands at 6.4 G/s, so
+// the broadcasts, not the multiply-adds, bound the single-group tile.
+template <int T, bool kQ4>
+void tile_q8_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  const int64_t nb = cols / kQK;
+  constexpr int64_t kBlockBytes = kQ4 ? 32 + 256 : 32 + 512;
+  constexpr int32_t kOffset = kQ4 ? 8 : 128;
+  const int64_t second = nb * kBlockBytes;  // the second group follows the whole first group
+  const ActBlockQ8* a[T];
+  __m512 acc[2][T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    a[t] = reinterpret_cast<const ActBlockQ8*>(act + t * act_stride);
+    acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += kBlockBytes) {
+    __m512i s[2][T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      s[0][t] = _mm512_set1_epi32(
+          static_cast<int32_t>(0u - static_cast<uint32_t>(kOffset) * static_cast<uint32_t>(a[t][b].sum)));
+      s[1][t] = s[0][t];
+    }
+    CODA_UNROLL
+    for (int c = 0; c < 8; ++c) {
+      __m512i w[2];
+      CODA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* gh = g + h * second;
+        if constexpr (kQ4) {
+          const __m512i v = load512(gh + 32 + 64 * (c % 4));  // chunk c: low nibbles, c + 4: high
+          w[h] = _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), low4);
+        } else {
+          w[h] = load512(gh + 32 + 64 * c);
+        }
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const __m512i x = _mm512_set1_epi32(load_i32(a[t][b].q + 4 * c));
+        s[0][t] = _mm512_dpbusd_epi32(s[0][t], w[0], x);
+        s[1][t] = _mm512_dpbusd_epi32(s[1][t], w[1], x);
+      }
+    }
+    CODA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + h * second)));
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t)
+        acc[h][t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[h][t]), _mm512_mul_ps(dw, _mm512_set1_ps(a[t][b].d)), acc[h][t]);
+    }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    _mm512_storeu_ps(y + t * y_stride, acc[0][t]);
+    _mm512_storeu_ps(y + t * y_stride + 16, acc[1][t]);
+  }
 }
 
 // Q4_K's mins: per row, the sum over sub-blocks of m_j x (sum of the 32 activation quants of
@@ -334,6 +398,18 @@ struct Q40Tile {
   }
 };
 template <int T>
+struct Q8PairTile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    if constexpr (T <= kQ8PairTileTokens) tile_q8_pair<T, false>(g, c, a, s, y, ys);
+  }
+};
+template <int T>
+struct Q40PairTile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    if constexpr (T <= kQ40PairTileTokens) tile_q8_pair<T, true>(g, c, a, s, y, ys);
+  }
+};
+template <int T>
 struct Q4KTile {
   static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
     tile_q4_k<T>(g, c, a, s, y, ys);
@@ -360,6 +436,8 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
   t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KPairTile, kPairTileTokens>;
+  t.gemm2[static_cast<int>(DType::Q8_0)] = run_tiles<Q8PairTile, kQ8PairTileTokens>;
+  t.gemm2[static_cast<int>(DType::Q4_0)] = run_tiles<Q40PairTile, kQ40PairTileTokens>;
 }
 
 }  // namespace coda
