@@ -4,6 +4,7 @@
 // scale(s) as IEEE half floats, followed by packed integer quants. See docs/formats.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace coda {
@@ -83,6 +84,8 @@ struct ActBlockQ8 {
   int32_t sum;
 };
 static_assert(sizeof(ActBlockQ8) == 40);
+// ...which is also the ActRowQ8 layout of a single block (quantize.cpp relies on it).
+static_assert(offsetof(ActBlockQ8, d) == kQK && offsetof(ActBlockQ8, sum) == kQK + 4);
 
 // Q4_0 weights take ActRowQ8 with the quants of each pair of blocks (2p, 2p+1) interleaved by
 // halves: a[2p][0..15], a[2p+1][0..15], a[2p][16..31], a[2p+1][16..31]. That matches a register

@@ -46,6 +46,13 @@ inline __m512i load512(const uint8_t* p) {
   return _mm512_loadu_si512(p);
 }
 
+// -offset x sum in every lane: the start of a block's integer sum, taking back the weights' offset
+// (unsigned weights are signed ones + offset). Wrapping arithmetic: non-finite activations quantize
+// to extreme sums (garbage in, no UB).
+inline __m512i offset_start(int32_t offset, int32_t sum) {
+  return _mm512_set1_epi32(static_cast<int32_t>(0u - static_cast<uint32_t>(offset) * static_cast<uint32_t>(sum)));
+}
+
 // Q8_0 (kQ4 false) and Q4_0 (kQ4 true): blocks of 32 values, activations as ActBlockQ8 rows (one
 // pointer per token reaches quants, scale and sum: 8 tokens fit in the general registers).
 template <int T, bool kQ4>
@@ -79,11 +86,7 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
     // (5 cycles on Ice Lake) hides behind the other tokens' instead of stalling its own chain.
     __m512i s[T];
     CODA_UNROLL
-    for (int t = 0; t < T; ++t) {
-      // Wrapping arithmetic: non-finite activations quantize to extreme sums (garbage in, no UB).
-      s[t] = _mm512_set1_epi32(
-          static_cast<int32_t>(0u - static_cast<uint32_t>(kOffset) * static_cast<uint32_t>(a[t][b].sum)));
-    }
+    for (int t = 0; t < T; ++t) s[t] = offset_start(kOffset, a[t][b].sum);
     CODA_UNROLL
     for (int c = 0; c < 8; ++c) {
       CODA_UNROLL
@@ -98,10 +101,10 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// Q8_0/Q4_0 over two adjacent groups (32 rows) and up to kQ8PairTokens tokens: each activation
-// broadcast feeds two vpdpbusd, one per group. On Ice Lake a vpdpbusd loop whose every operand
-// comes from a memory broadcast runs at about 1.8 G/s, one with register operands at 6.4 G/s, so
-// the broadcasts, not the multiply-adds, bound the single-group tile.
+// Q8_0/Q4_0 over two adjacent groups (32 rows) and up to kQ8PairTileTokens (Q4_0: kQ40PairTileTokens) tokens: each
+// activation broadcast feeds two vpdpbusd, one per group. On Ice Lake a vpdpbusd loop whose every operand comes from a
+// memory broadcast runs at about 1.8 G/s, one with register operands at 6.4 G/s, so the broadcasts, not the
+// multiply-adds, bound the single-group tile.
 template <int T, bool kQ4>
 void tile_q8_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
   const int64_t nb = cols / kQK;
@@ -119,11 +122,7 @@ void tile_q8_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
   for (int64_t b = 0; b < nb; ++b, g += kBlockBytes) {
     __m512i s[2][T];
     CODA_UNROLL
-    for (int t = 0; t < T; ++t) {
-      s[0][t] = _mm512_set1_epi32(
-          static_cast<int32_t>(0u - static_cast<uint32_t>(kOffset) * static_cast<uint32_t>(a[t][b].sum)));
-      s[1][t] = s[0][t];
-    }
+    for (int t = 0; t < T; ++t) s[0][t] = s[1][t] = offset_start(kOffset, a[t][b].sum);
     CODA_UNROLL
     for (int c = 0; c < 8; ++c) {
       __m512i w[2];

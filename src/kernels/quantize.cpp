@@ -5,7 +5,6 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
@@ -260,20 +259,10 @@ void prepare_act(ActFormat f, const float* x, void* out, int64_t n) {
       }
       break;
     }
-    case ActFormat::Q8_32_BLOCKED: {
-      // Quantized as Q8_32, then regrouped block by block.
-      const int64_t nb = n / kQK;
-      std::vector<uint8_t> rows(static_cast<size_t>(act_row_bytes(ActFormat::Q8_32, n)));
-      ref::quantize_act(x, rows.data(), n);
-      const ActRowQ8 a(rows.data(), n);
-      auto* blocks = static_cast<ActBlockQ8*>(out);
-      for (int64_t b = 0; b < nb; ++b) {
-        std::memcpy(blocks[b].q, a.q + b * kQK, kQK);
-        blocks[b].d = a.d[b];
-        blocks[b].sum = a.sum[b];
-      }
+    case ActFormat::Q8_32_BLOCKED:
+      // A Q8_32 row of one block is an ActBlockQ8: quants, scale, sum.
+      for (int64_t b = 0; b < n / kQK; ++b) ref::quantize_act(x + b * kQK, static_cast<ActBlockQ8*>(out) + b, kQK);
       break;
-    }
     case ActFormat::Q8_256:
       ref::quantize_act_k(x, static_cast<ActBlockK*>(out), n);
       break;
