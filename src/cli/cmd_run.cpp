@@ -109,6 +109,7 @@ int run(RunFlags& f) {
   } else {
     std::fputs("\n", stdout);
   }
+  std::fflush(stdout);  // the text ends its line before stderr's lines, also when both go to one pipe
   if (!f.report_file.empty()) {
     std::ofstream rep(f.report_file);
     rep << out.dump(2) << "\n";
@@ -124,7 +125,6 @@ int run(RunFlags& f) {
       std::fprintf(stderr, "coda: guard: %s at token %lld (onset %lld, confidence %.2f) -> %s\n", e.type.c_str(),
                    static_cast<long long>(e.detected_at), static_cast<long long>(e.onset), e.confidence,
                    e.action.c_str());
-  std::fflush(stdout);
   const auto& t = res->timings;
   std::fprintf(
       stderr,

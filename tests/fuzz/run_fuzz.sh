@@ -16,10 +16,13 @@ bin="$out/fuzz_gguf"
 # fresh. Run by hand without it, this builds it once, serially, from the same sources.
 if [ ! -x "$bin" ]; then
   srcs=($(cd "$root" && ls src/core/*.cpp src/gguf/*.cpp src/kernels/*.cpp src/model/*.cpp src/tokenizer/*.cpp | grep -v synth))
-  (cd "$root" && "$clangxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  (cd "$root" && "$clangxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
     -Isrc tests/fuzz/fuzz_gguf.cpp "${srcs[@]}" -o "$bin" -lpcre2-8 $(pkg-config --libs icu-uc))
 fi
 /usr/bin/python3 "$root/tests/fuzz/make_seeds.py" "$out/seeds"
+# UBSan's checks are compiled recoverable (faster to build); halting on the first report makes each
+# one a crash that libFuzzer records, as -fno-sanitize-recover would.
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # -rss_limit_mb bounds memory; -max_len lets mutations grow past the seeds; artifacts land in $out.
 "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=131072 -print_final_stats=1 \
   -artifact_prefix="$out/" "$out/corpus" "$out/seeds" 2>&1 | tail -n 15
