@@ -34,7 +34,8 @@ void BM_Dot(benchmark::State& state, DType t, int level) {
 
 // One packed group of 16 rows (or a pair, 32 rows, through gemm2) x `cols` (first argument) against 64 or 512 tokens
 // (second) of activations: the prefill GEMM's inner work with everything in cache. Items are multiply-adds, so items/s
-// compares with the CPU's int8 peak (one 512-bit vpdpbusd is 64 of them).
+// compares with the CPU's int8 peak (one 512-bit vpdpbusd is 64 of them). One token is decode: bytes/s is then how
+// fast the tile consumes weights from cache, the ceiling on its streaming rate from memory.
 void BM_Gemm(benchmark::State& state, DType t, bool paired) {
   const int64_t cols = state.range(0), tokens = state.range(1);
   const KernelTable* k = avx512_kernels();
@@ -70,42 +71,50 @@ void BM_Gemm(benchmark::State& state, DType t, bool paired) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * rows * tokens * cols);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(group.size()));  // weight bytes read
 }
 BENCHMARK_CAPTURE(BM_Gemm, Q8_0, DType::Q8_0, false)
     ->Args({2048, 64})
     ->Args({8192, 64})
     ->Args({2048, 512})
-    ->Args({8192, 512});
+    ->Args({8192, 512})
+    ->Args({8192, 1});
 BENCHMARK_CAPTURE(BM_Gemm, Q4_0, DType::Q4_0, false)
     ->Args({2048, 64})
     ->Args({8192, 64})
     ->Args({2048, 512})
-    ->Args({8192, 512});
+    ->Args({8192, 512})
+    ->Args({8192, 1});
 BENCHMARK_CAPTURE(BM_Gemm, Q8_0_pair, DType::Q8_0, true)
     ->Args({2048, 64})
     ->Args({8192, 64})
     ->Args({2048, 512})
-    ->Args({8192, 512});
+    ->Args({8192, 512})
+    ->Args({8192, 1});
 BENCHMARK_CAPTURE(BM_Gemm, Q4_0_pair, DType::Q4_0, true)
     ->Args({2048, 64})
     ->Args({8192, 64})
     ->Args({2048, 512})
-    ->Args({8192, 512});
+    ->Args({8192, 512})
+    ->Args({8192, 1});
 BENCHMARK_CAPTURE(BM_Gemm, Q4_K, DType::Q4_K, false)
     ->Args({2048, 64})
     ->Args({8192, 64})
     ->Args({2048, 512})
-    ->Args({8192, 512});
+    ->Args({8192, 512})
+    ->Args({8192, 1});
 BENCHMARK_CAPTURE(BM_Gemm, Q4_K_pair, DType::Q4_K, true)
     ->Args({2048, 64})
     ->Args({8192, 64})
     ->Args({2048, 512})
-    ->Args({8192, 512});
+    ->Args({8192, 512})
+    ->Args({8192, 1});
 BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K, false)
     ->Args({2048, 64})
     ->Args({8192, 64})
     ->Args({2048, 512})
-    ->Args({8192, 512});
+    ->Args({8192, 512})
+    ->Args({8192, 1});
 
 // Attention of G query vectors (first argument: 4 is one decoding row of a 4-head group, 32 a block of 8
 // prefill rows) over `len` cached positions (second) of one key/value head, half-float cache, head_dim 64, the

@@ -111,7 +111,7 @@ class Model {
   ModelConfig config_;
   ModelWeights w_;
   std::vector<float> inv_freq_;                                // RoPE angle per position for each rotary pair
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> packed_;  // repacked matrices (64-byte aligned)
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> packed_;  // the arena of the repacked matrices (2 MiB aligned)
   RepackStats repack_;
 };
 
