@@ -12,6 +12,7 @@ namespace {
 // Rows are processed in tiles so that a tile of weights stays in cache while every token of a
 // prefill batch passes over it; decode (one token) streams the weights exactly once.
 constexpr int64_t kTile = 16;
+static_assert(kTile == kPackRows, "a unit of work is one packed group or one tile of rows");
 
 void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, const void* act_base,
               int64_t act_stride, int64_t n_tokens) {
@@ -68,42 +69,29 @@ void quantize_rows(ThreadPool& pool, const KernelTable& k, ActFormat f, const fl
       4);
 }
 
-// All matrices packed (and of one type and width): one GEMM call per group of 16 rows.
-void matmul_packed(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
-                   int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch) {
-  const WeightView& w0 = *outs[0].w;
-  const ActFormat at = packed_act_format(w0.type);
-  const int64_t act_stride = act_row_bytes(at, w0.cols);
-  scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
-  quantize_rows(pool, k, at, x, in_stride, n_tokens, w0.cols, scratch.act.data(), act_stride);
-  const GemmFn gemm = k.gemm[static_cast<int>(w0.type)];
-  const int64_t group_bytes = packed_group_bytes(w0.type, w0.cols);
-  int64_t total = 0;
-  for (const MatmulOut& m : outs) total += m.w->rows / kPackRows;
-  const uint8_t* act = scratch.act.data();
-  // Pairs of adjacent groups go to gemm2 where the table has one; chunks keep pairs whole.
-  const GemmFn gemm2 = k.gemm2[static_cast<int>(w0.type)];
-  const auto run_groups = [&](int64_t begin, int64_t end) {
-    int64_t base = 0;
-    for (const MatmulOut& m : outs) {
-      const int64_t groups = m.w->rows / kPackRows;
-      const int64_t last = std::min(end, base + groups);
-      for (int64_t g = std::max(begin, base); g < last;) {
-        const int64_t local = g - base;
-        if (gemm2 != nullptr && g + 1 < last) {
-          gemm2(m.w->data + local * group_bytes, w0.cols, act, act_stride, n_tokens, m.y + local * kPackRows,
-                m.out_stride);
-          g += 2;
-        } else {
-          gemm(m.w->data + local * group_bytes, w0.cols, act, act_stride, n_tokens, m.y + local * kPackRows,
-               m.out_stride);
-          g += 1;
-        }
-      }
-      base += groups;
-    }
-  };
-  run_chunked(pool, total, gemm2 != nullptr ? 2 : 1, 32, run_groups);
+// The activation form a matrix takes: packed groups have their own (repack.h), rows the type's.
+ActFormat input_format(const WeightView& w) {
+  return w.packed ? packed_act_format(w.type) : act_format(w.type);
+}
+
+// The rows of one matrix in units of 16 (a packed group, or a tile of unpacked rows), [u0, u1).
+// Pairs of adjacent groups go to gemm2 where the table has one, within the range given.
+void run_units(const KernelTable& k, const MatmulOut& m, int64_t u0, int64_t u1, const void* act, int64_t act_stride,
+               int64_t n_tokens) {
+  const WeightView& w = *m.w;
+  if (!w.packed) {
+    run_rows(k, m, u0 * kTile, std::min(w.rows, u1 * kTile), act, act_stride, n_tokens);
+    return;
+  }
+  const GemmFn gemm = k.gemm[static_cast<int>(w.type)];
+  const GemmFn gemm2 = k.gemm2[static_cast<int>(w.type)];
+  const int64_t group_bytes = packed_group_bytes(w.type, w.cols);
+  const auto* a = static_cast<const uint8_t*>(act);
+  for (int64_t g = u0; g < u1;) {
+    const bool pair = gemm2 != nullptr && g + 1 < u1;
+    (pair ? gemm2 : gemm)(w.data + g * group_bytes, w.cols, a, act_stride, n_tokens, m.y + g * kPackRows, m.out_stride);
+    g += pair ? 2 : 1;
+  }
 }
 
 }  // namespace
@@ -141,39 +129,37 @@ void dequantize_weight_row(const WeightView& w, int64_t r, float* out) {
 
 void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<MatmulOut>& outs, const float* x,
                   int64_t in_stride, int64_t n_tokens, MatmulScratch& scratch) {
-  // Matrices of different types (Q4_K_M files mix Q4_K and Q6_K) take different activation forms:
-  // run them one by one. Same-typed matrices share the activations and one parallel region.
+  // Matrices that take one activation form share the quantized activations and one parallel
+  // region, whatever their types: Q4_K_M files mix Q4_K, Q5_K and Q6_K in Q/K/V (all per-256
+  // blocks), and in separate regions each matrix paid its own hand-off and quantization. Other
+  // mixes run one by one.
+  const ActFormat f = input_format(*outs[0].w);
   for (size_t i = 1; i < outs.size(); ++i) {
-    if (outs[i].w->type != outs[0].w->type || outs[i].w->cols != outs[0].w->cols ||
-        outs[i].w->packed != outs[0].w->packed) {
+    if (input_format(*outs[i].w) != f || outs[i].w->cols != outs[0].w->cols) {
       for (const MatmulOut& m : outs) matmul_multi(pool, k, {m}, x, in_stride, n_tokens, scratch);
       return;
     }
   }
-  const WeightView& w0 = *outs[0].w;
-  if (w0.packed) {
-    matmul_packed(pool, k, outs, x, in_stride, n_tokens, scratch);
-    return;
-  }
-  const void* act_base = x;
+  const int64_t cols = outs[0].w->cols;
+  const void* act = x;
   int64_t act_stride = in_stride * static_cast<int64_t>(sizeof(float));
-  if (act_format(w0.type) != ActFormat::F32) {
+  if (f != ActFormat::F32) {
     // Quantize each token's activations once; every output row of every matrix reuses them.
-    act_stride = act_row_bytes(w0.type, w0.cols);
+    act_stride = act_row_bytes(f, cols);
     scratch.act.resize(static_cast<size_t>(act_stride * n_tokens));
-    quantize_rows(pool, k, act_format(w0.type), x, in_stride, n_tokens, w0.cols, scratch.act.data(), act_stride);
-    act_base = scratch.act.data();
+    quantize_rows(pool, k, f, x, in_stride, n_tokens, cols, scratch.act.data(), act_stride);
+    act = scratch.act.data();
   }
   int64_t total = 0;
-  for (const MatmulOut& m : outs) total += m.w->rows;
-  // One range over the concatenated rows of all matrices, in chunks of whole tiles.
-  run_chunked(pool, total, kTile, 16, [&](int64_t begin, int64_t end) {
+  for (const MatmulOut& m : outs) total += (m.w->rows + kTile - 1) / kTile;
+  // One range over the concatenated units of all matrices, in chunks of whole pairs.
+  run_chunked(pool, total, 2, 32, [&](int64_t begin, int64_t end) {
     int64_t base = 0;
     for (const MatmulOut& m : outs) {
-      const int64_t lo = std::max(begin, base), hi = std::min(end, base + m.w->rows);
-      for (int64_t r0 = lo; r0 < hi; r0 += kTile)
-        run_rows(k, m, r0 - base, std::min(hi, r0 + kTile) - base, act_base, act_stride, n_tokens);
-      base += m.w->rows;
+      const int64_t units = (m.w->rows + kTile - 1) / kTile;
+      const int64_t lo = std::max(begin, base), hi = std::min(end, base + units);
+      if (lo < hi) run_units(k, m, lo - base, hi - base, act, act_stride, n_tokens);
+      base += units;
     }
   });
 }
