@@ -110,8 +110,8 @@ class Model {
   GgufFile file_;
   ModelConfig config_;
   ModelWeights w_;
-  std::vector<float> inv_freq_;                                // RoPE angle per position for each rotary pair
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> packed_;  // the arena of the repacked matrices (2 MiB aligned)
+  std::vector<float> inv_freq_;                   // RoPE angle per position for each rotary pair
+  std::unique_ptr<uint8_t, FreeDeleter> packed_;  // every repacked matrix, one 2 MiB-aligned arena
   RepackStats repack_;
 };
 

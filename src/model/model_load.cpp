@@ -111,14 +111,16 @@ void Model::repack_weights() {
   int64_t total = 0;
   for (WeightView* w : todo)
     if (packable(k, *w)) total += (packed_bytes(*w) + 63) / 64 * 64;
+  // Nothing packable on this CPU (no GEMM table), or no memory for the copy: every view keeps the
+  // mapped layout (a tied output is still the embedding), and the unpacked kernels run.
   if (total == 0) return;
   total = (total + kHugePage - 1) / kHugePage * kHugePage;
   auto* arena = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, static_cast<size_t>(total)));
-  if (arena == nullptr) return;  // keep the mapped layout; the unpacked kernels still work
+  if (arena == nullptr) return;
 #ifdef MADV_HUGEPAGE
   ::madvise(arena, static_cast<size_t>(total), MADV_HUGEPAGE);  // advice only: 4 KiB pages if refused
 #endif
-  packed_.emplace_back(arena);
+  packed_.reset(arena);
   int64_t used = 0;
   for (WeightView* w : todo) {
     if (!packable(k, *w)) continue;
