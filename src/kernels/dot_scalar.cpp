@@ -153,6 +153,42 @@ void attn_values_scalar(const float* p, int64_t G, int64_t s_stride, const T* v,
     }
 }
 
+// The Q8_0 cache (kernels.h): exact integer dot products per 32-dimension block, then the scales.
+void attn_scores_q8_scalar(const uint8_t* qa, int64_t qa_stride, int64_t G, const uint8_t* k, int64_t len, int64_t hd,
+                           float scale, float* scores, int64_t s_stride) {
+  for (int64_t h = 0; h < G; ++h) {
+    const ActRowQ8 a(qa + h * qa_stride, hd);
+    for (int64_t j = 0; j < len; ++j) {
+      const uint8_t* blk = k + j / kKeyBlock * q8_key_block_bytes(hd);
+      double acc = 0;
+      for (int64_t b = 0; b < hd / kQK; ++b) {
+        int32_t isum = 0;
+        for (int64_t i = b * kQK; i < (b + 1) * kQK; ++i) isum += (blk[q8_key_value_offset(j, i)] - 128) * a.q[i];
+        uint16_t dk;
+        std::memcpy(&dk, blk + q8_key_scale_offset(j, b, hd), 2);
+        acc += static_cast<double>(isum) * fp16_to_float(dk) * a.d[b];
+      }
+      scores[h * s_stride + j] = static_cast<float>(acc) * scale;
+    }
+  }
+}
+
+void attn_values_q8_scalar(const float* p, int64_t G, int64_t s_stride, const uint8_t* v, int64_t len, int64_t hd,
+                           float* out) {
+  const int64_t row = hd + hd / kQK * 2;
+  for (int64_t h = 0; h < G; ++h)
+    for (int64_t i = 0; i < hd; ++i) {
+      double acc = out[h * hd + i];
+      for (int64_t j = 0; j < len; ++j) {
+        const uint8_t* r = v + j * row;
+        uint16_t d;
+        std::memcpy(&d, r + hd + i / kQK * 2, 2);
+        acc += static_cast<double>(p[h * s_stride + j]) * (static_cast<int8_t>(r[i]) * fp16_to_float(d));
+      }
+      out[h * hd + i] = static_cast<float>(acc);
+    }
+}
+
 void f32_to_f16_scalar(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_fp16(x[i]);
 }
@@ -201,6 +237,8 @@ KernelTable make_scalar() {
   t.attn_values = attn_values_scalar<float>;
   t.attn_scores_f16 = attn_scores_scalar<uint16_t>;
   t.attn_values_f16 = attn_values_scalar<uint16_t>;
+  t.attn_scores_q8 = attn_scores_q8_scalar;
+  t.attn_values_q8 = attn_values_q8_scalar;
   t.f32_to_f16 = f32_to_f16_scalar;
   t.prepare_act = [](ActFormat f, const float* x, void* out, int64_t n) { prepare_act(f, x, out, n); };
   return t;

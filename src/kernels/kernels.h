@@ -79,6 +79,25 @@ constexpr int64_t key_block_index(int64_t j, int64_t d, int64_t hd) {
   return (j / kKeyBlock * hd + d) * kKeyBlock + j % kKeyBlock;
 }
 
+// A Q8_0 key cache (KvType::Q8_0) keeps the same blocks of kKeyBlock positions, as bytes: first
+// the int8 values plus 128 (unsigned: the first operand of vpdpbusd, which multiplies 4 unsigned
+// by 4 signed bytes), 4 dimensions of one key after another and 16 keys per run of 64 bytes, so
+// one vector load holds dimensions 4g..4g+3 of 16 keys; then the half-float scale of each
+// 32-dimension block of each key, [hd / 32][kKeyBlock]. Values are rows of hd int8 values followed
+// by their hd / 32 half-float scales. Both round as llama.cpp's Q8_0 does (scale amax / 127).
+constexpr int64_t q8_key_block_bytes(int64_t hd) {
+  return kKeyBlock * (hd + hd / 32 * 2);
+}
+constexpr int64_t q8_key_value_offset(int64_t j, int64_t d) {  // within key j's block
+  return (d / 4 * kKeyBlock + j % kKeyBlock) * 4 + d % 4;
+}
+constexpr int64_t q8_key_scale_offset(int64_t j, int64_t b, int64_t hd) {  // scale of 32-block b
+  return kKeyBlock * hd + (b * kKeyBlock + j % kKeyBlock) * 2;
+}
+// Quantizes one position's hd values of one head as Q8_0 (hd int8 values, then hd / 32 half-float
+// scales): the row form of the V cache, and of a key before it is scattered into its block.
+void quantize_kv_row_q8(const float* x, uint8_t* row, int64_t hd);
+
 struct KernelTable {
   const char* name;  // "avx2" or "scalar"
   DotFn dot[40];     // indexed by DType id; nullptr where unsupported
@@ -122,6 +141,15 @@ struct KernelTable {
                           float* scores, int64_t s_stride);
   void (*attn_values_f16)(const float* p, int64_t G, int64_t s_stride, const uint16_t* v, int64_t kv_stride,
                           int64_t len, int64_t hd, float* out);
+  // The same two over a Q8_0 cache (q8_key_block_bytes). Scores take the G query vectors quantized
+  // as ActRowQ8 rows (prepare_act with ActFormat::Q8_32), qa_stride bytes apart, as llama.cpp
+  // quantizes queries for a Q8_0 key cache: for each 32-dimension block the integer dot product
+  // times the query's and the key's scales, summed over the blocks, times `scale`. Values are
+  // dequantized to floats exactly (an 8-bit integer times an 11-bit scale) and weighted in float.
+  void (*attn_scores_q8)(const uint8_t* qa, int64_t qa_stride, int64_t G, const uint8_t* k, int64_t len, int64_t hd,
+                         float scale, float* scores, int64_t s_stride);
+  void (*attn_values_q8)(const float* p, int64_t G, int64_t s_stride, const uint8_t* v, int64_t len, int64_t hd,
+                         float* out);
   // y[i] = x[i] rounded to the nearest half float, ties to even (the KV cache's F16 rows).
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);
   // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).

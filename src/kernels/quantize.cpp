@@ -201,6 +201,20 @@ void quantize_act(const float* x, void* out, int64_t n) {
 
 }  // namespace coda::ref
 
+namespace coda {
+
+void quantize_kv_row_q8(const float* x, uint8_t* row, int64_t hd) {
+  auto* q = reinterpret_cast<int8_t*>(row);
+  for (int64_t b = 0; b < hd / kQK; ++b) {
+    BlockQ8_0 blk;
+    ref::quantize_row(DType::Q8_0, x + b * kQK, &blk, kQK);
+    std::memcpy(q + b * kQK, blk.qs, kQK);
+    std::memcpy(row + hd + b * 2, &blk.d, 2);
+  }
+}
+
+}  // namespace coda
+
 namespace coda::ref {
 
 void quantize_act_k(const float* x, ActBlockK* out, int64_t n) {

@@ -29,12 +29,21 @@ Expected<float> optional_float(const GgufFile& f, const std::string& key, float 
 }  // namespace
 
 const char* kv_type_name(KvType t) {
-  return t == KvType::F16 ? "f16" : "f32";
+  switch (t) {
+    case KvType::F16:
+      return "f16";
+    case KvType::F32:
+      return "f32";
+    case KvType::Q8_0:
+      return "q8_0";
+  }
+  return "?";
 }
 
 std::optional<KvType> parse_kv_type(std::string_view name) {
   if (name == "f16") return KvType::F16;
   if (name == "f32") return KvType::F32;
+  if (name == "q8_0") return KvType::Q8_0;
   return std::nullopt;
 }
 

@@ -16,13 +16,24 @@ enum class Arch { Llama, Qwen2 };
 
 // How the KV cache stores keys and values. F16 (llama.cpp's default) halves the bytes that
 // attention streams per token of context, which is what decode at depth is bound by; F32 keeps
-// every bit of the projections.
-enum class KvType : uint8_t { F16, F32 };
+// every bit of the projections. Q8_0 (llama.cpp's block of 32 int8 values and one half-float
+// scale, 34 bytes per 32) halves the F16 bytes again, and its keys meet queries quantized the same
+// way in int8 dot products, four times the multiply-adds per instruction of float (kernels.h).
+enum class KvType : uint8_t { F16, F32, Q8_0 };
 const char* kv_type_name(KvType t);
-// "f16" or "f32" (llama.cpp's --cache-type-k/-v names); nullopt for anything else.
+// "f16", "f32" or "q8_0" (llama.cpp's --cache-type-k/-v names); nullopt for anything else.
 std::optional<KvType> parse_kv_type(std::string_view name);
-inline int64_t kv_type_bytes(KvType t) {
-  return t == KvType::F16 ? 2 : 4;
+// Bytes of one position's head_dim values of one head (hd a multiple of 32 for Q8_0).
+inline int64_t kv_row_bytes(KvType t, int64_t hd) {
+  switch (t) {
+    case KvType::F16:
+      return 2 * hd;
+    case KvType::F32:
+      return 4 * hd;
+    case KvType::Q8_0:
+      return hd + hd / 32 * 2;
+  }
+  return 4 * hd;
 }
 
 struct ModelConfig {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/ops.h"
@@ -21,25 +22,32 @@ constexpr int64_t kMaxChunk = 256;
 void grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
-// Writes one position's keys and values (every key/value head) into the cache, rounded to the
-// cache's element types first (the SIMD rounding; `half` is the caller's scratch).
+// Writes one position's keys and values (every key/value head) into the cache, as rows of the
+// cache's types (the SIMD half-float rounding, or Q8_0 blocks; `rows` is the caller's scratch).
 void store_kv(const KernelTable& k, const float* kk, const float* vv, int64_t kvd, int64_t hd, KvCache& kv,
-              int64_t layer, int64_t pos, std::vector<uint16_t>& half) {
-  half.resize(static_cast<size_t>(2 * kvd));
-  const auto* kb = reinterpret_cast<const uint8_t*>(kk);
-  const auto* vb = reinterpret_cast<const uint8_t*>(vv);
-  if (kv.k_type() == KvType::F16) {
-    k.f32_to_f16(kk, half.data(), kvd);
-    kb = reinterpret_cast<const uint8_t*>(half.data());
-  }
-  if (kv.v_type() == KvType::F16) {
-    k.f32_to_f16(vv, half.data() + kvd, kvd);
-    vb = reinterpret_cast<const uint8_t*>(half.data() + kvd);
-  }
-  const int64_t ke = kv_type_bytes(kv.k_type()), ve = kv_type_bytes(kv.v_type());
-  for (int64_t h = 0; h < kvd / hd; ++h) {
-    kv.write_k(layer, h, pos, kb + h * hd * ke);
-    kv.write_v(layer, h, pos, vb + h * hd * ve);
+              int64_t layer, int64_t pos, std::vector<uint8_t>& rows) {
+  const int64_t heads = kvd / hd, kr = kv_row_bytes(kv.k_type(), hd), vr = kv_row_bytes(kv.v_type(), hd);
+  rows.resize(static_cast<size_t>(heads * (kr + vr)));
+  auto convert = [&](KvType t, const float* x, uint8_t* out, int64_t row) {
+    switch (t) {
+      case KvType::F32:
+        std::memcpy(out, x, static_cast<size_t>(kvd) * sizeof(float));
+        break;
+      case KvType::F16:
+        k.f32_to_f16(x, reinterpret_cast<uint16_t*>(out), kvd);
+        break;
+      case KvType::Q8_0:
+        for (int64_t h = 0; h < heads; ++h) quantize_kv_row_q8(x + h * hd, out + h * row, hd);
+        break;
+    }
+  };
+  uint8_t* kb = rows.data();
+  uint8_t* vb = rows.data() + heads * kr;
+  convert(kv.k_type(), kk, kb, kr);
+  convert(kv.v_type(), vv, vb, vr);
+  for (int64_t h = 0; h < heads; ++h) {
+    kv.write_k(layer, h, pos, kb + h * kr);
+    kv.write_v(layer, h, pos, vb + h * vr);
   }
 }
 
@@ -129,7 +137,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
     matmul_multi(pool, k, {{&L.wq, buf.q.data(), qd}, {&L.wk, buf.k.data(), kvd}, {&L.wv, buf.v.data(), kvd}},
                  buf.xn.data(), dim, n, buf.mm);
     pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-      std::vector<uint16_t> half;
+      std::vector<uint8_t> rows;
       for (int64_t t = t0; t < t1; ++t) {
         float* q = buf.q.data() + t * qd;
         float* kk = buf.k.data() + t * kvd;
@@ -144,7 +152,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
              inv_freq_.data(), c.rope_neox);
         rope(kk, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), row.pos,
              inv_freq_.data(), c.rope_neox);
-        store_kv(k, kk, vv, kvd, c.head_dim, *row.kv, l, row.pos, half);
+        store_kv(k, kk, vv, kvd, c.head_dim, *row.kv, l, row.pos, rows);
       }
     });
     attention(l, pool, buf);
@@ -248,6 +256,10 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
   grow(buf.att_q, threads * qv * hd);
   grow(buf.att_o, threads * qv * hd);
   grow(buf.att_ms, threads * qv * 2);
+  const bool k_q8 = c.kv_type_k == KvType::Q8_0;  // every cache of this model has its types
+  const int64_t qa_stride = act_row_bytes(ActFormat::Q8_32, hd);
+  if (k_q8 && static_cast<int64_t>(buf.att_qa.size()) < threads * qv * qa_stride)
+    buf.att_qa.resize(static_cast<size_t>(threads * qv * qa_stride));
   const auto n_blocks = static_cast<int64_t>(blocks.size());
   const int64_t jobs = n_blocks * c.n_kv_heads;
   const bool simd = hd % 8 == 0;
@@ -259,6 +271,7 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
     float* om = buf.att_o.data() + tid * qv * hd;
     float* row_max = buf.att_ms.data() + tid * qv * 2;
     float* row_sum = row_max + qv;
+    uint8_t* qa = k_q8 ? buf.att_qa.data() + tid * qv * qa_stride : nullptr;
     for (int64_t job = next.fetch_add(1, std::memory_order_relaxed); job < jobs;
          job = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t kvh = job / n_blocks;
@@ -268,6 +281,8 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
       const int64_t len = buf.rows[static_cast<size_t>(t1 - 1)].pos + 1;  // the block's last row sees most
       for (int64_t t = t0; t < t1; ++t)
         std::copy_n(buf.q.data() + t * c.q_dim() + kvh * group * hd, group * hd, qm + (t - t0) * group * hd);
+      if (k_q8)  // as llama.cpp does for a Q8_0 key cache: the queries take the keys' 8-bit form
+        for (int64_t i = 0; i < nq; ++i) k.prepare_act(ActFormat::Q8_32, qm + i * hd, qa + i * qa_stride, hd);
       std::fill_n(om, nq * hd, 0.0f);
       std::fill_n(row_max, nq, -std::numeric_limits<float>::infinity());
       std::fill_n(row_sum, nq, 0.0f);
@@ -278,7 +293,10 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
       for (int64_t c0 = 0; c0 < len; c0 += kKeyChunk) {
         const int64_t n = std::min(kKeyChunk, len - c0);
         // Keys are in blocks of kKeyBlock positions, so position c0's block starts at c0 * hd.
-        if (kv->k_type() == KvType::F16)
+        if (k_q8)
+          kt.attn_scores_q8(qa, qa_stride, nq, kv->k_head(layer, kvh) + c0 * kv_row_bytes(KvType::Q8_0, hd), n, hd,
+                            scale, scores, kKeyChunk);
+        else if (kv->k_type() == KvType::F16)
           kt.attn_scores_f16(qm, nq, k16 + c0 * hd, n, hd, scale, scores, kKeyChunk);
         else
           kt.attn_scores(qm, nq, k32 + c0 * hd, n, hd, scale, scores, kKeyChunk);
@@ -305,7 +323,10 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
           }
           std::fill(si + own, si + n, 0.0f);
         }
-        if (kv->v_type() == KvType::F16)
+        if (kv->v_type() == KvType::Q8_0)
+          kt.attn_values_q8(scores, nq, kKeyChunk, kv->v_head(layer, kvh) + c0 * kv_row_bytes(KvType::Q8_0, hd), n, hd,
+                            om);
+        else if (kv->v_type() == KvType::F16)
           kt.attn_values_f16(scores, nq, kKeyChunk, v16 + c0 * hd, hd, n, hd, om);
         else
           kt.attn_values(scores, nq, kKeyChunk, v32 + c0 * hd, hd, n, hd, om);

@@ -22,17 +22,18 @@ KvCache::KvCache(const ModelConfig& c, int64_t capacity)
       n_layers_(c.n_layers),
       kv_dim_(c.kv_dim()),
       head_dim_(c.head_dim),
-      elems_(c.n_layers * slots_for(capacity) * c.kv_dim()),
+      rows_(c.n_layers * slots_for(capacity) * c.n_kv_heads),
       k_type_(c.kv_type_k),
       v_type_(c.kv_type_v),
-      k_elem_(kv_type_bytes(c.kv_type_k)),
-      v_elem_(kv_type_bytes(c.kv_type_v)),
-      k_(new uint8_t[static_cast<size_t>(elems_ * k_elem_)]),
-      v_(new uint8_t[static_cast<size_t>(elems_ * v_elem_)]) {}
+      k_row_(kv_row_bytes(c.kv_type_k, c.head_dim)),
+      v_row_(kv_row_bytes(c.kv_type_v, c.head_dim)),
+      k_(new uint8_t[static_cast<size_t>(rows_ * k_row_)]),
+      v_(new uint8_t[static_cast<size_t>(rows_ * v_row_)]) {}
 
 double KvCache::bytes_needed(const ModelConfig& c, int64_t capacity) {
-  return static_cast<double>(c.n_layers) * static_cast<double>(slots_for(capacity)) * static_cast<double>(c.kv_dim()) *
-         static_cast<double>(kv_type_bytes(c.kv_type_k) + kv_type_bytes(c.kv_type_v));
+  return static_cast<double>(c.n_layers) * static_cast<double>(slots_for(capacity)) *
+         static_cast<double>(c.n_kv_heads) *
+         static_cast<double>(kv_row_bytes(c.kv_type_k, c.head_dim) + kv_row_bytes(c.kv_type_v, c.head_dim));
 }
 
 Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
@@ -63,25 +64,32 @@ Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
     return Error("KV cache copy of " + std::to_string(n) + " positions: the source holds " + std::to_string(src.size_) +
                  ", this cache has room for " + std::to_string(capacity_));
   // Whole key blocks: the lanes past n in the last one are copied too, and never read as keys.
-  const int64_t k_elems = slots_for(n) * head_dim_, v_elems = n * head_dim_;
+  const int64_t k_bytes = slots_for(n) * k_row_, v_bytes = n * v_row_;
   for (int64_t l = 0; l < n_layers(); ++l)
     for (int64_t h = 0; h < n_kv_heads(); ++h) {
-      std::memcpy(k_.get() + offset(l, h) * k_elem_, src.k_head(l, h), static_cast<size_t>(k_elems * k_elem_));
-      std::memcpy(v_.get() + offset(l, h) * v_elem_, src.v_head(l, h), static_cast<size_t>(v_elems * v_elem_));
+      std::memcpy(k_.get() + offset(l, h) * k_row_, src.k_head(l, h), static_cast<size_t>(k_bytes));
+      std::memcpy(v_.get() + offset(l, h) * v_row_, src.v_head(l, h), static_cast<size_t>(v_bytes));
     }
   size_ = n;
   return Status::Ok();
 }
 
 void KvCache::write_k(int64_t layer, int64_t head, int64_t pos, const uint8_t* x) {
-  uint8_t* base = k_.get() + offset(layer, head) * k_elem_;
+  uint8_t* base = k_.get() + offset(layer, head) * k_row_;
+  if (k_type_ == KvType::Q8_0) {  // kernels.h: values plus 128 in runs of 4 dimensions, then the scales
+    uint8_t* blk = base + pos / kKeyBlock * q8_key_block_bytes(head_dim_);
+    for (int64_t d = 0; d < head_dim_; ++d) blk[q8_key_value_offset(pos, d)] = static_cast<uint8_t>(x[d] ^ 0x80u);
+    for (int64_t b = 0; b < head_dim_ / 32; ++b)
+      std::memcpy(blk + q8_key_scale_offset(pos, b, head_dim_), x + head_dim_ + b * 2, 2);
+    return;
+  }
+  const int64_t e = k_row_ / head_dim_;
   for (int64_t d = 0; d < head_dim_; ++d)
-    std::memcpy(base + key_block_index(pos, d, head_dim_) * k_elem_, x + d * k_elem_, static_cast<size_t>(k_elem_));
+    std::memcpy(base + key_block_index(pos, d, head_dim_) * e, x + d * e, static_cast<size_t>(e));
 }
 
 void KvCache::write_v(int64_t layer, int64_t head, int64_t pos, const uint8_t* x) {
-  std::memcpy(v_.get() + (offset(layer, head) + pos * head_dim_) * v_elem_, x,
-              static_cast<size_t>(head_dim_ * v_elem_));
+  std::memcpy(v_.get() + (offset(layer, head) + pos) * v_row_, x, static_cast<size_t>(v_row_));
 }
 
 Status KvCache::truncate(int64_t n) {

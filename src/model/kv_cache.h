@@ -1,5 +1,5 @@
 // Per-sequence key/value cache, with rollback. Keys and values are stored as the model's
-// configuration says (ModelConfig::kv_type_k/v: F16 by default, or F32).
+// configuration says (ModelConfig::kv_type_k/v: F16 by default, F32, or Q8_0).
 //
 // Layout: per layer and key/value head, one contiguous region of the head's positions, so attention
 // walks one head over thousands of positions as one stream (position-major rows, [capacity][kv_dim],
@@ -8,6 +8,9 @@
 // - V: [layer][kv_head][slots][head_dim], one row of head_dim elements per position.
 // - K: [layer][kv_head][slots / kKeyBlock][head_dim][kKeyBlock], blocks of 16 positions stored
 //   transposed (kernels.h, key_block_index), so the score kernels load dimension d of 16 keys at once.
+//   A Q8_0 block holds its int8 values in runs of 4 dimensions and then its scales
+//   (q8_key_block_bytes); a Q8_0 value row is head_dim int8 values and then head_dim / 32 scales.
+// Every row of one position of one head takes kv_row_bytes(type, head_dim) bytes.
 // `slots` is the capacity rounded up to whole key blocks. `truncate(n)` forgets every position >= n;
 // later tokens simply overwrite them, which is what KV-cache rollback for repair and prompt reuse
 // need.
@@ -31,7 +34,7 @@ class KvCache {
 
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
-  int64_t bytes() const { return elems_ * (kv_type_bytes(k_type_) + kv_type_bytes(v_type_)); }
+  int64_t bytes() const { return rows_ * (k_row_ + v_row_); }
   KvType k_type() const { return k_type_; }
   KvType v_type() const { return v_type_; }
 
@@ -40,13 +43,13 @@ class KvCache {
   void clear() { size_ = 0; }
 
   // Stores the head_dim values of key/value head `head` at position `pos` in `layer`; `x` holds
-  // them already as k_type() / v_type() elements.
+  // them already as one row of k_type() / v_type() (kv_row_bytes; Q8_0: quantize_kv_row_q8).
   void write_k(int64_t layer, int64_t head, int64_t pos, const uint8_t* x);
   void write_v(int64_t layer, int64_t head, int64_t pos, const uint8_t* x);
   // The key blocks of one head (key_block_index layout) and the value rows of one head (position
-  // p at p * head_dim elements), as bytes of k_type() / v_type() elements.
-  const uint8_t* k_head(int64_t layer, int64_t head) const { return k_.get() + offset(layer, head) * k_elem_; }
-  const uint8_t* v_head(int64_t layer, int64_t head) const { return v_.get() + offset(layer, head) * v_elem_; }
+  // p at p * kv_row_bytes(v_type(), head_dim) bytes).
+  const uint8_t* k_head(int64_t layer, int64_t head) const { return k_.get() + offset(layer, head) * k_row_; }
+  const uint8_t* v_head(int64_t layer, int64_t head) const { return v_.get() + offset(layer, head) * v_row_; }
   int64_t kv_dim() const { return kv_dim_; }
   int64_t head_dim() const { return head_dim_; }
   int64_t n_kv_heads() const { return head_dim_ > 0 ? kv_dim_ / head_dim_ : 0; }
@@ -60,7 +63,8 @@ class KvCache {
 
  private:
   KvCache(const ModelConfig& c, int64_t capacity);
-  int64_t offset(int64_t layer, int64_t head) const { return (layer * n_kv_heads() + head) * slots_ * head_dim_; }
+  // In rows: the first row of a head's region.
+  int64_t offset(int64_t layer, int64_t head) const { return (layer * n_kv_heads() + head) * slots_; }
 
   int64_t capacity_;
   int64_t slots_;  // capacity_ rounded up to whole key blocks
@@ -68,9 +72,9 @@ class KvCache {
   int64_t kv_dim_;
   int64_t head_dim_;
   int64_t size_ = 0;
-  int64_t elems_;  // per K (and per V)
+  int64_t rows_;  // per K (and per V): layers x slots x heads
   KvType k_type_, v_type_;
-  int64_t k_elem_, v_elem_;  // bytes per element
+  int64_t k_row_, v_row_;  // bytes per row of head_dim values
   // Not zero-filled: a position is always written before it is read, and untouched pages of a
   // large cache cost no memory (a request's cache is sized for its prompt + max_tokens).
   std::unique_ptr<uint8_t[]> k_;

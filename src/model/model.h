@@ -40,8 +40,9 @@ struct RowTarget {
 // Buffers for one forward call, reused across calls so decode does not allocate.
 struct ForwardBuffers {
   std::vector<float> x, xn, q, k, v, att_out, gate, up, scores, logits;
-  std::vector<float> att_q, att_o;                      // attention: gathered queries and outputs per thread
-  std::vector<float> att_ms;                            // attention: running maximum and sum per query, per thread
+  std::vector<float> att_q, att_o;  // attention: gathered queries and outputs per thread
+  std::vector<float> att_ms;        // attention: running maximum and sum per query, per thread
+  std::vector<uint8_t> att_qa;      // attention over a Q8_0 key cache: the gathered queries quantized, per thread
   std::vector<std::pair<int64_t, int64_t>> row_blocks;  // attention: runs of rows of one sequence
   std::vector<RowTarget> rows;
   MatmulScratch mm;

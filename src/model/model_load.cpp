@@ -164,6 +164,9 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const LoadOptio
   ModelConfig& c = model->config_;
   c.kv_type_k = opts.kv_type_k;
   c.kv_type_v = opts.kv_type_v;
+  if ((c.kv_type_k == KvType::Q8_0 || c.kv_type_v == KvType::Q8_0) && c.head_dim % 32 != 0)
+    return Error("a q8_0 KV cache needs a head size that is a multiple of 32; this model's is " +
+                 std::to_string(c.head_dim) + " (use --cache-type-k/-v f16)");
 
   CODA_ASSIGN_OR_RETURN(const GgufTensor* embd, find(f, "token_embd.weight"));
   if (embd->n_dims != 2 || embd->ne[0] != c.dim)

@@ -451,6 +451,78 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
       }
 }
 
+// The Q8_0 cache (KvType::Q8_0): keys and values quantized by quantize_kv_row_q8, keys laid out in
+// blocks by the layout kernels.h defines, queries quantized as ActRowQ8 rows. Expected values
+// come from the dequantized numbers in double: every table must match them to float precision
+// (the integer dot products are exact; only the scaling rounds). Lanes past len hold 0xFF bytes,
+// whose half-float scale is a NaN: no score may see them.
+TEST(Kernels, Q8AttentionMatchesTheDequantizedReference) {
+  for (int64_t hd : {32, 64, 128})
+    for (int64_t G : {1, 4, 7, 13, 32})
+      for (int64_t len : {1, 9, 16, 17, 70, 129}) {
+        const int64_t row = hd + hd / 32 * 2, qa_stride = act_row_bytes(ActFormat::Q8_32, hd);
+        const auto q = random_vec(G * hd, 21);
+        const auto kf = random_vec(len * hd, 22), vf = random_vec(len * hd, 23);
+        std::vector<uint8_t> qa(static_cast<size_t>(G * qa_stride)), vrows(static_cast<size_t>(len * row));
+        for (int64_t h = 0; h < G; ++h) prepare_act(ActFormat::Q8_32, q.data() + h * hd, qa.data() + h * qa_stride, hd);
+        const int64_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
+        std::vector<uint8_t> kb(static_cast<size_t>(blocks * q8_key_block_bytes(hd)), 0xFF);
+        std::vector<double> kd(static_cast<size_t>(len * hd)), vd(kd.size());  // dequantized
+        std::vector<uint8_t> krow(static_cast<size_t>(row));
+        for (int64_t j = 0; j < len; ++j) {
+          quantize_kv_row_q8(kf.data() + j * hd, krow.data(), hd);
+          quantize_kv_row_q8(vf.data() + j * hd, vrows.data() + j * row, hd);
+          uint8_t* blk = kb.data() + j / kKeyBlock * q8_key_block_bytes(hd);
+          for (int64_t d = 0; d < hd; ++d) {
+            blk[q8_key_value_offset(j, d)] = static_cast<uint8_t>(static_cast<int8_t>(krow[d]) + 128);
+            uint16_t ks, vs;
+            std::memcpy(&ks, krow.data() + hd + d / 32 * 2, 2);
+            std::memcpy(&vs, vrows.data() + j * row + hd + d / 32 * 2, 2);
+            kd[j * hd + d] = static_cast<int8_t>(krow[d]) * static_cast<double>(fp16_to_float(ks));
+            vd[j * hd + d] = static_cast<int8_t>(vrows[j * row + d]) * static_cast<double>(fp16_to_float(vs));
+            // Q8_0 rounding: within half a step of the float, plus 127 times the half-float
+            // rounding of the step (2^-11 relative) that the stored scale carries.
+            ASSERT_NEAR(kd[j * hd + d], kf[j * hd + d], fp16_to_float(ks) * (0.5 + 127.0 / 2048) + 1e-7);
+          }
+          for (int64_t b = 0; b < hd / 32; ++b)
+            std::memcpy(blk + q8_key_scale_offset(j, b, hd), krow.data() + hd + b * 2, 2);
+        }
+        const int64_t s_stride = len + 3;
+        std::vector<double> want(static_cast<size_t>(G * len));
+        double want_max = 0;
+        for (int64_t h = 0; h < G; ++h) {
+          const ActRowQ8 a(qa.data() + h * qa_stride, hd);
+          for (int64_t j = 0; j < len; ++j) {
+            double acc = 0;
+            for (int64_t d = 0; d < hd; ++d) acc += a.q[d] * static_cast<double>(a.d[d / 32]) * kd[j * hd + d];
+            want[h * len + j] = acc * 0.125;
+            want_max = std::max(want_max, std::fabs(acc * 0.125));
+          }
+        }
+        const auto p = random_vec(G * s_stride, 24);
+        const auto before = random_vec(G * hd, 25);
+        std::vector<double> want_out(before.begin(), before.end());
+        for (int64_t h = 0; h < G; ++h)
+          for (int64_t i = 0; i < hd; ++i)
+            for (int64_t j = 0; j < len; ++j) want_out[h * hd + i] += p[h * s_stride + j] * vd[j * hd + i];
+        for (const KernelTable* k : available_kernels()) {
+          std::vector<float> got(static_cast<size_t>(G * s_stride), 99.0f);
+          k->attn_scores_q8(qa.data(), qa_stride, G, kb.data(), len, hd, 0.125f, got.data(), s_stride);
+          for (int64_t h = 0; h < G; ++h) {
+            for (int64_t j = 0; j < len; ++j)
+              ASSERT_NEAR(got[h * s_stride + j], want[h * len + j], 1e-6 * want_max + 1e-7)
+                  << k->name << " hd=" << hd << " G=" << G << " len=" << len << " h=" << h << " j=" << j;
+            for (int64_t j = len; j < s_stride; ++j) ASSERT_EQ(got[h * s_stride + j], 99.0f) << "wrote past len";
+          }
+          std::vector<float> out = before;
+          k->attn_values_q8(p.data(), G, s_stride, vrows.data(), len, hd, out.data());
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_NEAR(out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
+                << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
+        }
+      }
+}
+
 // The same kernels over half-float rows (the KV cache's default F16 type). The scalar F16 kernels
 // must equal the scalar float kernels run on the widened rows (widening is exact); every SIMD table
 // must match the scalar F16 kernels.

@@ -67,11 +67,13 @@ class RefModel:
             y[..., 1:self.n_rot:2] = a * sin + b * cos
         return y
 
-    def logits(self, tokens, positions=None, kv_f16=True):
+    def logits(self, tokens, positions=None, kv_f16=True, cache="f16"):
         """Logits [len(positions), vocab] for a token sequence evaluated from position 0.
 
         kv_f16 rounds the keys (after RoPE) and values to IEEE half floats, as coda's default F16 KV
-        cache stores them (NumPy's float16 cast rounds to nearest, ties to even)."""
+        cache stores them (NumPy's float16 cast rounds to nearest, ties to even). cache="q8_0" (with
+        kv_f16 True) rounds them as llama.cpp's Q8_0 blocks instead, and the queries as the 8-bit
+        activations that meet Q8_0 keys (_q8)."""
         tokens = np.asarray(tokens)
         T = len(tokens)
         if positions is None:
@@ -94,7 +96,9 @@ class RefModel:
             q = self._rope(q.reshape(T, self.n_heads, self.hd), pos)
             k = self._rope(k.reshape(T, self.n_kv, self.hd), pos)
             v = v.reshape(T, self.n_kv, self.hd)
-            if kv_f16:
+            if kv_f16 and cache == "q8_0":
+                q, k, v = _q8(q, False), _q8(k, True), _q8(v, True)
+            elif kv_f16:
                 k = k.astype(np.float16).astype(np.float64)
                 v = v.astype(np.float16).astype(np.float64)
             att = np.empty((T, self.n_heads, self.hd))
@@ -111,3 +115,17 @@ class RefModel:
             x = x + self._mm(g / (1 + np.exp(-g)) * u, L["ffn_down"], p + "ffn_down.weight")
         xs = self._norm(x[np.asarray(positions)], self.out_norm)
         return self._mm(xs, self.out, self.out_name)
+
+
+def _q8(x, half_scale):
+    """x [..., hd] rounded per 32 values of each head: scale amax / 127, quants rint(x / scale) in
+    [-127, 127], computed in float32 as coda does. Cached keys and values keep the scale as a half
+    float (Q8_0 blocks); queries keep it as a float32 (coda's 8-bit activation rows)."""
+    shape = x.shape
+    b = x.astype(np.float32).reshape(-1, 32)
+    d = (np.max(np.abs(b), axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    qv = np.clip(np.rint(b * inv), -127, 127)
+    if half_scale:
+        d = d.astype(np.float16)
+    return (qv.astype(np.float64) * d.astype(np.float64)).reshape(shape)

@@ -79,13 +79,14 @@ def test_logits(coda, work, quick):
             np.savetxt(tok_file, tokens[None, :], fmt="%d")
             out = os.path.join(work, "logits.f32")
             # The default F16 KV cache against a reference that rounds K and V the same way; for F32
-            # weights also the F32 cache against the unrounded reference.
-            caches = ["f16", "f32"] if wtype == "F32" else ["f16"]
+            # weights also the F32 cache against the unrounded reference, and the Q8_0 cache against
+            # one that rounds K, V and the queries as Q8_0 (for Q8_0 weights too).
+            caches = ["f16", "f32", "q8_0"] if wtype == "F32" else ["f16", "q8_0"] if wtype == "Q8_0" else ["f16"]
             for cache in caches:
                 run([coda, "logits", "-m", path, "--tokens", tok_file, "--positions", "0-31,2048-2079", "-o", out,
                      "--batch", "100", "--decode-from", "2048", "--cache-type-k", cache, "--cache-type-v", cache])
                 got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(POSITIONS), n_vocab)
-                want = ref.logits(tokens, POSITIONS, kv_f16=cache == "f16")
+                want = ref.logits(tokens, POSITIONS, kv_f16=cache != "f32", cache=cache)
                 for label, rows in (("pos 0-31", slice(0, 32)), ("pos 2048-2079", slice(32, 64))):
                     g, w = got[rows], want[rows]
                     rel = np.linalg.norm(g - w) / np.linalg.norm(w)
