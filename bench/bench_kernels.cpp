@@ -2,6 +2,7 @@
 // scalar, and of the packed GEMM tiles (16 rows x 64 tokens, in cache). Run: ./build/bench/bench_kernels
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -148,6 +149,50 @@ void BM_Attention(benchmark::State& state, int level) {
 }
 BENCHMARK_CAPTURE(BM_Attention, avx512, 2)->ArgsProduct({{4, 32, 64}, {256, 4096}, {0, 1, 2}});
 BENCHMARK_CAPTURE(BM_Attention, avx2, 1)->ArgsProduct({{4, 32, 64}, {256, 4096}, {0, 1, 2}});
+
+// The same over a Q8_0 cache (--cache-type-k/-v q8_0): queries quantized once per call as the
+// forward pass does per job, keys in q8 blocks, value rows of 64 int8 values and 2 scales.
+void BM_AttentionQ8(benchmark::State& state, int level) {
+  const int64_t G = state.range(0), len = state.range(1), hd = 64;
+  const KernelTable* k = level == 2 ? avx512_kernels() : level == 1 ? avx2_kernels() : &scalar_kernels();
+  if (k == nullptr) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d;
+  std::vector<float> q(static_cast<size_t>(G * hd)), row(static_cast<size_t>(hd)), out(static_cast<size_t>(G * hd));
+  std::vector<float> scores(static_cast<size_t>(G * len));
+  for (auto& v : q) v = d(rng);
+  const int64_t qa_stride = act_row_bytes(ActFormat::Q8_32, hd), vr = hd + hd / 16;
+  std::vector<uint8_t> qa(static_cast<size_t>(G * qa_stride));
+  std::vector<uint8_t> kb(static_cast<size_t>((len + 15) / 16 * q8_key_block_bytes(hd))),
+      vb(static_cast<size_t>(len * vr));
+  for (auto& b : kb) b = static_cast<uint8_t>(rng() % 200 + 28);
+  for (int64_t j = 0; j < (len + 15) / 16 * 16; ++j)
+    for (int64_t b = 0; b < hd / 32; ++b) {
+      const uint16_t s = 0x2000;  // a half float of 2^-7
+      std::memcpy(kb.data() + j / 16 * q8_key_block_bytes(hd) + q8_key_scale_offset(j, b, hd), &s, 2);
+    }
+  for (int64_t j = 0; j < len; ++j) {
+    for (auto& v : row) v = d(rng);
+    quantize_kv_row_q8(row.data(), vb.data() + j * vr, hd);
+  }
+  const int64_t part = state.range(2);
+  for (auto _ : state) {
+    if (part != 2) {
+      for (int64_t h = 0; h < G; ++h)
+        k->prepare_act(ActFormat::Q8_32, q.data() + h * hd, qa.data() + h * qa_stride, hd);
+      k->attn_scores_q8(qa.data(), qa_stride, G, kb.data(), len, hd, 0.125f, scores.data(), len);
+    }
+    std::fill(out.begin(), out.end(), 0.0f);
+    if (part != 1) k->attn_values_q8(scores.data(), G, len, vb.data(), len, hd, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * (part == 0 ? 2 : 1) * G * len * hd);
+}
+BENCHMARK_CAPTURE(BM_AttentionQ8, avx512, 2)->ArgsProduct({{4, 64}, {256, 4096}, {0, 1, 2}});
+BENCHMARK_CAPTURE(BM_AttentionQ8, avx2, 1)->ArgsProduct({{4, 64}, {256, 4096}, {0, 1, 2}});
 
 #define CODA_BENCH_TYPE(T)                            \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \
