@@ -7,6 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/fp16.h"
+#include "kernels/attn_bf16.h"
 #include "kernels/kernels.h"
 #include "kernels/unroll.h"
 #include "kernels/repack.h"

@@ -189,6 +189,18 @@ void attn_values_q8_scalar(const float* p, int64_t G, int64_t s_stride, const ui
     }
 }
 
+void attn_values_bf16_scalar(const float* p, int64_t G, int64_t s_stride, const uint16_t* v, int64_t len,
+                             int64_t hd, float* out) {
+  for (int64_t h = 0; h < G; ++h)
+    for (int64_t i = 0; i < hd; ++i) {
+      double acc = out[h * hd + i];
+      for (int64_t j = 0; j < len; ++j)
+        acc += static_cast<double>(bf16_to_float(float_to_bf16(p[h * s_stride + j]))) *
+               bf16_to_float(v[bf16_value_index(j, i, hd)]);
+      out[h * hd + i] = static_cast<float>(acc);
+    }
+}
+
 void f32_to_f16_scalar(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_fp16(x[i]);
 }
@@ -239,6 +251,7 @@ KernelTable make_scalar() {
   t.attn_values_f16 = attn_values_scalar<uint16_t>;
   t.attn_scores_q8 = attn_scores_q8_scalar;
   t.attn_values_q8 = attn_values_q8_scalar;
+  t.attn_values_bf16 = attn_values_bf16_scalar;
   t.f32_to_f16 = f32_to_f16_scalar;
   t.prepare_act = [](ActFormat f, const float* x, void* out, int64_t n) { prepare_act(f, x, out, n); };
   return t;

@@ -94,6 +94,12 @@ constexpr int64_t q8_key_value_offset(int64_t j, int64_t d) {  // within key j's
 constexpr int64_t q8_key_scale_offset(int64_t j, int64_t b, int64_t hd) {  // scale of 32-block b
   return kKeyBlock * hd + (b * kKeyBlock + j % kKeyBlock) * 2;
 }
+// A BF16 value cache (KvType::BF16) interleaves the rows of each pair of positions element by
+// element, the operand form of vdpbf16ps (which multiplies pairs and adds both products to one
+// float lane): value d of position j is element
+constexpr int64_t bf16_value_index(int64_t j, int64_t d, int64_t hd) {
+  return (j / 2 * hd + d) * 2 + j % 2;
+}
 // Quantizes one position's hd values of one head as Q8_0 (hd int8 values, then hd / 32 half-float
 // scales): the row form of the V cache, and of a key before it is scattered into its block.
 void quantize_kv_row_q8(const float* x, uint8_t* row, int64_t hd);
@@ -150,6 +156,12 @@ struct KernelTable {
                          float scale, float* scores, int64_t s_stride);
   void (*attn_values_q8)(const float* p, int64_t G, int64_t s_stride, const uint8_t* v, int64_t len, int64_t hd,
                          float* out);
+  // Values over a BF16 value cache (bf16_value_index; the pair of an odd len's last position holds
+  // finite values): out[h * hd + i] += sum over j of bf16(p[h * s_stride + j]) * v(j, i), the
+  // weights rounded to bfloat16 (nearest even), so every product is exact in float. With
+  // AVX512_BF16 vdpbf16ps adds two positions' products per lane and instruction.
+  void (*attn_values_bf16)(const float* p, int64_t G, int64_t s_stride, const uint16_t* v, int64_t len, int64_t hd,
+                           float* out);
   // y[i] = x[i] rounded to the nearest half float, ties to even (the KV cache's F16 rows).
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);
   // Reads n bytes as fast as the CPU can and returns a value depending on them (bandwidth probes).

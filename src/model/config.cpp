@@ -36,6 +36,8 @@ const char* kv_type_name(KvType t) {
       return "f32";
     case KvType::Q8_0:
       return "q8_0";
+    case KvType::BF16:
+      return "bf16";
   }
   return "?";
 }
@@ -44,6 +46,7 @@ std::optional<KvType> parse_kv_type(std::string_view name) {
   if (name == "f16") return KvType::F16;
   if (name == "f32") return KvType::F32;
   if (name == "q8_0") return KvType::Q8_0;
+  if (name == "bf16") return KvType::BF16;
   return std::nullopt;
 }
 

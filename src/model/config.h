@@ -19,14 +19,18 @@ enum class Arch { Llama, Qwen2 };
 // every bit of the projections. Q8_0 (llama.cpp's block of 32 int8 values and one half-float
 // scale, 34 bytes per 32) halves the F16 bytes again, and its keys meet queries quantized the same
 // way in int8 dot products, four times the multiply-adds per instruction of float (kernels.h).
-enum class KvType : uint8_t { F16, F32, Q8_0 };
+// BF16 (values only) keeps 8 significant bits where F16 keeps 11, for the same bytes; on CPUs with
+// AVX512_BF16 the attention weights, rounded to bf16 too, meet it in vdpbf16ps, twice the
+// multiply-adds per instruction of float.
+enum class KvType : uint8_t { F16, F32, Q8_0, BF16 };
 const char* kv_type_name(KvType t);
-// "f16", "f32" or "q8_0" (llama.cpp's --cache-type-k/-v names); nullopt for anything else.
+// "f16", "f32", "q8_0" or "bf16" (llama.cpp's --cache-type-k/-v names); nullopt for anything else.
 std::optional<KvType> parse_kv_type(std::string_view name);
 // Bytes of one position's head_dim values of one head (hd a multiple of 32 for Q8_0).
 inline int64_t kv_row_bytes(KvType t, int64_t hd) {
   switch (t) {
     case KvType::F16:
+    case KvType::BF16:
       return 2 * hd;
     case KvType::F32:
       return 4 * hd;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/fp16.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 
@@ -35,6 +36,9 @@ void store_kv(const KernelTable& k, const float* kk, const float* vv, int64_t kv
         break;
       case KvType::F16:
         k.f32_to_f16(x, reinterpret_cast<uint16_t*>(out), kvd);
+        break;
+      case KvType::BF16:
+        for (int64_t i = 0; i < kvd; ++i) reinterpret_cast<uint16_t*>(out)[i] = float_to_bf16(x[i]);
         break;
       case KvType::Q8_0:
         for (int64_t h = 0; h < heads; ++h) quantize_kv_row_q8(x + h * hd, out + h * row, hd);
@@ -323,7 +327,9 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
           }
           std::fill(si + own, si + n, 0.0f);
         }
-        if (kv->v_type() == KvType::Q8_0)
+        if (kv->v_type() == KvType::BF16)
+          kt.attn_values_bf16(scores, nq, kKeyChunk, v16 + c0 * hd, n, hd, om);
+        else if (kv->v_type() == KvType::Q8_0)
           kt.attn_values_q8(scores, nq, kKeyChunk, kv->v_head(layer, kvh) + c0 * kv_row_bytes(KvType::Q8_0, hd), n, hd,
                             om);
         else if (kv->v_type() == KvType::F16)

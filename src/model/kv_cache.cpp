@@ -64,7 +64,8 @@ Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
     return Error("KV cache copy of " + std::to_string(n) + " positions: the source holds " + std::to_string(src.size_) +
                  ", this cache has room for " + std::to_string(capacity_));
   // Whole key blocks: the lanes past n in the last one are copied too, and never read as keys.
-  const int64_t k_bytes = slots_for(n) * k_row_, v_bytes = n * v_row_;
+  // Values in whole pairs of positions (a BF16 cache interleaves them).
+  const int64_t k_bytes = slots_for(n) * k_row_, v_bytes = (n + 1) / 2 * 2 * v_row_;
   for (int64_t l = 0; l < n_layers(); ++l)
     for (int64_t h = 0; h < n_kv_heads(); ++h) {
       std::memcpy(k_.get() + offset(l, h) * k_row_, src.k_head(l, h), static_cast<size_t>(k_bytes));
@@ -89,6 +90,17 @@ void KvCache::write_k(int64_t layer, int64_t head, int64_t pos, const uint8_t* x
 }
 
 void KvCache::write_v(int64_t layer, int64_t head, int64_t pos, const uint8_t* x) {
+  if (v_type_ == KvType::BF16) {  // kernels.h: pairs of positions interleaved
+    auto* base = reinterpret_cast<uint16_t*>(v_.get() + offset(layer, head) * v_row_);
+    const auto* in = reinterpret_cast<const uint16_t*>(x);
+    for (int64_t d = 0; d < head_dim_; ++d) {
+      base[bf16_value_index(pos, d, head_dim_)] = in[d];
+      // The partner of an even position is read (with weight 0) before it is written: it must
+      // not hold a NaN from whatever the allocation held before.
+      if (pos % 2 == 0) base[bf16_value_index(pos + 1, d, head_dim_)] = 0;
+    }
+    return;
+  }
   std::memcpy(v_.get() + (offset(layer, head) + pos) * v_row_, x, static_cast<size_t>(v_row_));
 }
 

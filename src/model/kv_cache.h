@@ -10,6 +10,7 @@
 //   transposed (kernels.h, key_block_index), so the score kernels load dimension d of 16 keys at once.
 //   A Q8_0 block holds its int8 values in runs of 4 dimensions and then its scales
 //   (q8_key_block_bytes); a Q8_0 value row is head_dim int8 values and then head_dim / 32 scales.
+//   BF16 values interleave each pair of positions element by element (bf16_value_index).
 // Every row of one position of one head takes kv_row_bytes(type, head_dim) bytes.
 // `slots` is the capacity rounded up to whole key blocks. `truncate(n)` forgets every position >= n;
 // later tokens simply overwrite them, which is what KV-cache rollback for repair and prompt reuse

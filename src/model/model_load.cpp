@@ -164,6 +164,8 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const LoadOptio
   ModelConfig& c = model->config_;
   c.kv_type_k = opts.kv_type_k;
   c.kv_type_v = opts.kv_type_v;
+  if (c.kv_type_k == KvType::BF16)
+    return Error("a bf16 KV cache is available for values only (--cache-type-v bf16); keys take f16, f32 or q8_0");
   if ((c.kv_type_k == KvType::Q8_0 || c.kv_type_v == KvType::Q8_0) && c.head_dim % 32 != 0)
     return Error("a q8_0 KV cache needs a head size that is a multiple of 32; this model's is " +
                  std::to_string(c.head_dim) + " (use --cache-type-k/-v f16)");

@@ -523,6 +523,37 @@ TEST(Kernels, Q8AttentionMatchesTheDequantizedReference) {
       }
 }
 
+// Values over a BF16 cache (KvType::BF16, pairs of positions interleaved; the partner of an odd
+// len's last position holds 0, as the cache writes it): every table against the definition in
+// double, with the weights rounded to bfloat16. Heads of 64 and 128 take the vdpbf16ps kernel
+// where the CPU has AVX512_BF16; 32 its fallback. Lengths past 256 cross its runs of weights.
+TEST(Kernels, Bf16ValuesMatchTheDefinition) {
+  for (int64_t hd : {32, 64, 128})
+    for (int64_t G : {1, 4, 7, 13, 64})
+      for (int64_t len : {1, 2, 9, 70, 257, 300}) {
+        const auto vf = random_vec(len * hd, 31);
+        std::vector<uint16_t> v(static_cast<size_t>((len + 1) / 2 * 2 * hd), 0);
+        for (int64_t j = 0; j < len; ++j)
+          for (int64_t d = 0; d < hd; ++d) v[bf16_value_index(j, d, hd)] = float_to_bf16(vf[j * hd + d]);
+        const int64_t s_stride = len + 3;
+        const auto p = random_vec(G * s_stride, 32);
+        const auto before = random_vec(G * hd, 33);
+        std::vector<double> want(before.begin(), before.end());
+        for (int64_t h = 0; h < G; ++h)
+          for (int64_t i = 0; i < hd; ++i)
+            for (int64_t j = 0; j < len; ++j)
+              want[h * hd + i] += static_cast<double>(bf16_to_float(float_to_bf16(p[h * s_stride + j]))) *
+                                  bf16_to_float(float_to_bf16(vf[j * hd + i]));
+        for (const KernelTable* k : available_kernels()) {
+          std::vector<float> out = before;
+          k->attn_values_bf16(p.data(), G, s_stride, v.data(), len, hd, out.data());
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_NEAR(out[i], want[i], 1e-5 * std::sqrt(static_cast<double>(len)))
+                << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
+        }
+      }
+}
+
 // The same kernels over half-float rows (the KV cache's default F16 type). The scalar F16 kernels
 // must equal the scalar float kernels run on the widened rows (widening is exact); every SIMD table
 // must match the scalar F16 kernels.

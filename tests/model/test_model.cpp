@@ -371,11 +371,12 @@ TEST(KvCacheTypes, HalfFloatCacheHalvesTheBytesAndKeepsTheLogits) {
 // The Q8_0 cache: 34 bytes per 32 values (the F16 cache's 64), logits within 8-bit rounding of the
 // F32 cache's, a prefill equal to token-by-token decode, and a prefix copy that reproduces a cold
 // run bit for bit (each query's quantization and each score are independent of the block sizes).
-TEST(KvCacheTypes, Q8CacheKeepsTheLogitsAndReproducesPrefixes) {
+void check_quantized_cache(KvType kt, KvType vt, int prefix) {
   ThreadPool pool(2);
   LoadOptions f32, q8;
   f32.kv_type_k = f32.kv_type_v = KvType::F32;
-  q8.kv_type_k = q8.kv_type_v = KvType::Q8_0;
+  q8.kv_type_k = kt;
+  q8.kv_type_v = vt;
   auto m8 = synth_model("tiny-llama3", DType::F32, pool, q8);
   auto m32 = synth_model("tiny-llama3", DType::F32, pool, f32);
   auto m16 = synth_model("tiny-llama3", DType::F32, pool);
@@ -387,7 +388,7 @@ TEST(KvCacheTypes, Q8CacheKeepsTheLogitsAndReproducesPrefixes) {
   KvCache kv32 = std::move(*KvCache::create(m32->config(), n));
   KvCache kv16 = std::move(*KvCache::create(m16->config(), n));
   const int64_t hd = m8->config().head_dim;
-  EXPECT_EQ(kv8.bytes() * 2 * hd, kv16.bytes() * (hd + hd / 32 * 2));
+  EXPECT_EQ(kv8.bytes() * 4 * hd, kv16.bytes() * (kv_row_bytes(kt, hd) + kv_row_bytes(vt, hd)));
   const int64_t V = m8->config().n_vocab;
   const auto toks = random_tokens(n, static_cast<int>(V), 19);
   ForwardBuffers buf;
@@ -408,7 +409,7 @@ TEST(KvCacheTypes, Q8CacheKeepsTheLogitsAndReproducesPrefixes) {
   const double err = rel(a.data(), b.data(), n * V);
   EXPECT_LT(err, 1e-2);
   EXPECT_GT(err, 1e-5) << "the Q8_0 cache was not used";
-  // Token by token, then a prefix of 20 copied into a fresh cache and continued.
+  // Token by token, then a prefix copied into a fresh cache and continued.
   KvCache step_kv = std::move(*KvCache::create(m8->config(), n));
   std::vector<float> step(static_cast<size_t>(V));
   std::vector<std::vector<float>> steps;
@@ -418,11 +419,38 @@ TEST(KvCacheTypes, Q8CacheKeepsTheLogitsAndReproducesPrefixes) {
     ASSERT_LE(rel(step.data(), a.data() + i * V, V), 1e-4) << "position " << i;
   }
   KvCache reuse = std::move(*KvCache::create(m8->config(), n));
-  ASSERT_TRUE(reuse.copy_prefix(step_kv, 20).ok());
-  for (int i = 20; i < n; ++i) {
+  ASSERT_TRUE(reuse.copy_prefix(step_kv, prefix).ok());
+  for (int i = prefix; i < n; ++i) {
     ASSERT_TRUE(m8->forward(&toks[static_cast<size_t>(i)], 1, reuse, pool, buf, step.data(), false).ok());
     ASSERT_EQ(step, steps[static_cast<size_t>(i)]) << "position " << i;
   }
+}
+
+TEST(KvCacheTypes, Q8CacheKeepsTheLogitsAndReproducesPrefixes) {
+  check_quantized_cache(KvType::Q8_0, KvType::Q8_0, 20);
+}
+
+// BF16 values (the weights rounded to bfloat16 as well) behind Q8_0 keys; an odd prefix copies the
+// unpaired last position's pair whole.
+TEST(KvCacheTypes, Bf16ValuesKeepTheLogitsAndReproducePrefixes) {
+  check_quantized_cache(KvType::Q8_0, KvType::BF16, 21);
+}
+
+// Keys cannot be bfloat16: a clear error, not a silent fallback.
+TEST(KvCacheTypes, Bf16KeysAreRefused) {
+  ThreadPool pool(1);
+  SynthOptions o;
+  o.shape = "tiny";
+  o.type = DType::F32;
+  o.n_layers = 1;
+  o.out = temp_path("bf16-keys.gguf");
+  ASSERT_TRUE(write_synthetic_model(o, pool).ok());
+  LoadOptions lo;
+  lo.kv_type_k = KvType::BF16;
+  auto m = Model::load(o.out, lo);
+  std::filesystem::remove(o.out);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.message().find("values only"), std::string::npos) << m.message();
 }
 
 }  // namespace

@@ -67,13 +67,15 @@ class RefModel:
             y[..., 1:self.n_rot:2] = a * sin + b * cos
         return y
 
-    def logits(self, tokens, positions=None, kv_f16=True, cache="f16"):
+    def logits(self, tokens, positions=None, kv_f16=True, cache="f16", cache_v=None):
         """Logits [len(positions), vocab] for a token sequence evaluated from position 0.
 
         kv_f16 rounds the keys (after RoPE) and values to IEEE half floats, as coda's default F16 KV
         cache stores them (NumPy's float16 cast rounds to nearest, ties to even). cache="q8_0" (with
         kv_f16 True) rounds them as llama.cpp's Q8_0 blocks instead, and the queries as the 8-bit
-        activations that meet Q8_0 keys (_q8)."""
+        activations that meet Q8_0 keys (_q8). cache_v, when given, is the values' type on its own
+        ("f16", "q8_0" or "bf16"); "bf16" values also take the attention weights rounded to bfloat16,
+        which coda rounds as its online softmax produces them (_attend_bf16)."""
         tokens = np.asarray(tokens)
         T = len(tokens)
         if positions is None:
@@ -96,15 +98,24 @@ class RefModel:
             q = self._rope(q.reshape(T, self.n_heads, self.hd), pos)
             k = self._rope(k.reshape(T, self.n_kv, self.hd), pos)
             v = v.reshape(T, self.n_kv, self.hd)
+            vtype = cache_v or cache
             if kv_f16 and cache == "q8_0":
-                q, k, v = _q8(q, False), _q8(k, True), _q8(v, True)
+                q, k = _q8(q, False), _q8(k, True)
             elif kv_f16:
                 k = k.astype(np.float16).astype(np.float64)
+            if kv_f16 and vtype == "q8_0":
+                v = _q8(v, True)
+            elif kv_f16 and vtype == "bf16":
+                v = _bf16(v)
+            elif kv_f16:
                 v = v.astype(np.float16).astype(np.float64)
             att = np.empty((T, self.n_heads, self.hd))
             for hh in range(self.n_heads):
                 kv = hh // group
                 s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(self.hd) + mask
+                if kv_f16 and vtype == "bf16":
+                    att[:, hh, :] = _attend_bf16(s, v[:, kv, :])
+                    continue
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 att[:, hh, :] = s @ v[:, kv, :]
@@ -129,3 +140,30 @@ def _q8(x, half_scale):
     if half_scale:
         d = d.astype(np.float16)
     return (qv.astype(np.float64) * d.astype(np.float64)).reshape(shape)
+
+
+def _bf16(x):
+    """x rounded to bfloat16 (via float32, nearest even), as float64."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _attend_bf16(s, v, chunk=256):
+    """softmax(s) @ v as coda computes it over a BF16 value cache: keys in chunks of 256 from
+    position 0, each chunk's weights exp(s - running max) rounded to bfloat16 before they meet the
+    values, the output and the (unrounded) sum of weights rescaled when the running max grows."""
+    T = s.shape[0]
+    m = np.full(T, -np.inf)
+    total = np.zeros(T)
+    out = np.zeros((T, v.shape[1]))
+    for c0 in range(0, s.shape[1], chunk):
+        sc = s[:, c0:c0 + chunk]
+        mc = np.maximum(m, sc.max(axis=1))
+        with np.errstate(invalid="ignore"):
+            f = np.where(np.isfinite(m), np.exp(m - mc), 0.0)
+            p = np.where(np.isfinite(sc), np.exp(sc - np.where(np.isfinite(mc), mc, 0.0)[:, None]), 0.0)
+        out = out * f[:, None] + _bf16(p) @ v[c0:c0 + chunk]
+        total = total * f + p.sum(axis=1)
+        m = mc
+    return out / total[:, None]

@@ -81,12 +81,19 @@ def test_logits(coda, work, quick):
             # The default F16 KV cache against a reference that rounds K and V the same way; for F32
             # weights also the F32 cache against the unrounded reference, and the Q8_0 cache against
             # one that rounds K, V and the queries as Q8_0 (for Q8_0 weights too).
-            caches = ["f16", "f32", "q8_0"] if wtype == "F32" else ["f16", "q8_0"] if wtype == "Q8_0" else ["f16"]
-            for cache in caches:
+            # Q8_0 keys with BF16 values too: the weights rounded to bfloat16 as coda's chunked
+            # softmax produces them.
+            caches = [("f16", "f16")]
+            if wtype == "F32":
+                caches += [("f32", "f32"), ("q8_0", "q8_0"), ("q8_0", "bf16")]
+            elif wtype == "Q8_0":
+                caches += [("q8_0", "q8_0")]
+            for ck, cv in caches:
                 run([coda, "logits", "-m", path, "--tokens", tok_file, "--positions", "0-31,2048-2079", "-o", out,
-                     "--batch", "100", "--decode-from", "2048", "--cache-type-k", cache, "--cache-type-v", cache])
+                     "--batch", "100", "--decode-from", "2048", "--cache-type-k", ck, "--cache-type-v", cv])
                 got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(POSITIONS), n_vocab)
-                want = ref.logits(tokens, POSITIONS, kv_f16=cache != "f32", cache=cache)
+                want = ref.logits(tokens, POSITIONS, kv_f16=ck != "f32", cache=ck, cache_v=cv)
+                cache = ck if ck == cv else ck + "/" + cv
                 for label, rows in (("pos 0-31", slice(0, 32)), ("pos 2048-2079", slice(32, 64))):
                     g, w = got[rows], want[rows]
                     rel = np.linalg.norm(g - w) / np.linalg.norm(w)
