@@ -7,7 +7,7 @@ TTFT is measured by the client: from sending the request to the first streamed c
 token" is the gap from the first streamed content to the second (work the server does right after
 the first token, such as keeping a snapshot of the prompt's cache, shows there).
 
-Usage: /usr/bin/python3 bench/bench_prefix_cache.py build/coda MODEL.gguf [--threads 2] [--words 750]
+Usage: /usr/bin/python3 bench/bench_prefix_cache.py build/coda MODEL.gguf [--threads 2] [--ctx 4096] [--words 750]
        /usr/bin/python3 bench/bench_prefix_cache.py --url http://127.0.0.1:8080 [--words 750]
 
 With --url it measures a server that is already running (llama-server, vLLM, another coda) with
@@ -30,6 +30,8 @@ def ttft(host, port, messages, extra_body=None):
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"the server answered {r.status}: {r.read().decode(errors='replace')[:400]}")
     contents, usage = [], None
     for j in sse_events(r):
         if j.get("choices") and j["choices"][0].get("delta", {}).get("content"):
@@ -41,8 +43,8 @@ def ttft(host, port, messages, extra_body=None):
     return (contents[0] if contents else None), gap, usage
 
 
-def run(coda, model, threads, extra, system):
-    proc = subprocess.Popen([coda, "serve", "-m", model, "--port", "0", "-t", str(threads), *extra],
+def run(coda, model, threads, ctx, extra, system):
+    proc = subprocess.Popen([coda, "serve", "-m", model, "--port", "0", "-t", str(threads), "-c", str(ctx), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if "listening on" not in line:
@@ -79,6 +81,9 @@ def main():
     ap.add_argument("model", nargs="?")
     ap.add_argument("--url", help="measure this running server instead of starting coda")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=4096,
+                    help="context of the coda server it starts (-c); a model's full context may not fit the KV budget")
+    ap.add_argument("--extra", default="", help="more `coda serve` flags, e.g. \"--cache-type-k q8_0\"")
     ap.add_argument("--words", type=int, default=750, help="words of system prompt (about 1.3 tokens each)")
     a = ap.parse_args()
     words = ("the archive keeps maps letters ledgers and records of every river town along the coast "
@@ -96,7 +101,7 @@ def main():
             raise SystemExit(f"cannot reach {a.url}: {e}; start the server first, or check the host and port")
         return
     for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
-        print_rows(label, run(a.coda, a.model, a.threads, extra, system))
+        print_rows(label, run(a.coda, a.model, a.threads, a.ctx, a.extra.split() + extra, system))
 
 
 if __name__ == "__main__":

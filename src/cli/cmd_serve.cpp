@@ -44,7 +44,7 @@ int serve(ServeFlags& f) {
   // The KV budget: the context must fit at least one sequence.
   const ModelConfig& cfg = loaded->model->config();
   const int64_t n_ctx = loaded->generator->n_ctx();
-  const double per_token = KvCache::bytes_needed(cfg, 1);
+  const double per_token = KvCache::bytes_per_token(cfg);
   const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   const double budget = f.kv_budget_gib > 0 ? f.kv_budget_gib * (1 << 30) : physical / 2;
   const auto capacity = static_cast<int64_t>(budget / per_token);

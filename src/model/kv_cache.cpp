@@ -36,6 +36,11 @@ double KvCache::bytes_needed(const ModelConfig& c, int64_t capacity) {
          static_cast<double>(kv_row_bytes(c.kv_type_k, c.head_dim) + kv_row_bytes(c.kv_type_v, c.head_dim));
 }
 
+double KvCache::bytes_per_token(const ModelConfig& c) {
+  return static_cast<double>(c.n_layers) * static_cast<double>(c.n_kv_heads) *
+         static_cast<double>(kv_row_bytes(c.kv_type_k, c.head_dim) + kv_row_bytes(c.kv_type_v, c.head_dim));
+}
+
 Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
   const double bytes = bytes_needed(c, capacity);
   const std::string what = "the KV cache for " + std::to_string(capacity) + " tokens needs " +

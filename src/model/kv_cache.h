@@ -32,6 +32,9 @@ class KvCache {
   static Expected<KvCache> create(const ModelConfig& c, int64_t capacity);
   // Bytes a cache of `capacity` tokens needs (for budgets and messages).
   static double bytes_needed(const ModelConfig& c, int64_t capacity);
+  // Bytes per token of context (budgets counted in tokens). Not bytes_needed(c, 1): a cache's
+  // capacity rounds up to whole key blocks of 16 positions, which a one-token cache pays 16 times.
+  static double bytes_per_token(const ModelConfig& c);
 
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }

@@ -344,6 +344,10 @@ TEST(KvCacheTypes, HalfFloatCacheHalvesTheBytesAndKeepsTheLogits) {
   KvCache kv32 = std::move(*KvCache::create(m32->config(), n));
   EXPECT_EQ(2 * kv16.bytes(), kv32.bytes());
   EXPECT_DOUBLE_EQ(2 * KvCache::bytes_needed(m16->config(), n), KvCache::bytes_needed(m32->config(), n));
+  // Per token: layers x key/value heads x head_dim x 2 bytes x (K and V), not a 16-position block.
+  const ModelConfig& c16 = m16->config();
+  EXPECT_DOUBLE_EQ(KvCache::bytes_per_token(c16), static_cast<double>(c16.n_layers * c16.kv_dim() * 2 * 2));
+  EXPECT_DOUBLE_EQ(KvCache::bytes_per_token(c16) * 48, KvCache::bytes_needed(c16, 48));
   const int64_t V = m16->config().n_vocab;
   const auto toks = random_tokens(n, static_cast<int>(V), 9);
   ForwardBuffers buf;
