@@ -103,6 +103,33 @@ def test_logits(coda, work, quick):
                           (shape, wtype, cache, label, rel, LOGIT_TOL[wtype], 100 * top1))
 
 
+def test_long_context(coda, work):
+    """Issue 16's positions past 4,096: a tiny Llama 3 model (llama3 RoPE scaling) with its context
+    raised to 8,448, logits at 0..31, 4,096..4,127 and 8,192..8,223, the last 32 decoded one token at
+    a time over an 8K cache, for the default F16 cache and the Q8_0 and Q8_0/BF16 ones. Float
+    weights, so the float tolerance holds."""
+    path = os.path.join(work, "tiny-llama3-F32-8k.gguf")
+    if not os.path.exists(path):
+        run([coda, "synth", "--shape", "tiny-llama3", "--type", "F32", "--seed", "7", "--ctx", "8448", "-o", path])
+    ref = RefModel(path)
+    positions = list(range(0, 32)) + list(range(4096, 4128)) + list(range(8192, 8224))
+    tokens = np.random.default_rng(99).integers(0, ref.embd.shape[0], size=positions[-1] + 1)
+    tok_file = os.path.join(work, "tokens-8k.txt")
+    np.savetxt(tok_file, tokens[None, :], fmt="%d")
+    out = os.path.join(work, "logits-8k.f32")
+    for ck, cv in (("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "bf16")):
+        run([coda, "logits", "-m", path, "--tokens", tok_file, "--positions", "0-31,4096-4127,8192-8223", "-o", out,
+             "--batch", "256", "--decode-from", "8192", "--cache-type-k", ck, "--cache-type-v", cv])
+        got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(positions), -1)
+        want = ref.logits(tokens, positions, kv_f16=True, cache=ck, cache_v=cv)
+        for label, rows in (("pos 0-31", slice(0, 32)), ("pos 4096-4127", slice(32, 64)),
+                            ("pos 8192-8223", slice(64, 96))):
+            g, w = got[rows], want[rows]
+            rel = np.linalg.norm(g - w) / np.linalg.norm(w)
+            check(rel <= LOGIT_TOL["F32"], "logits tiny-llama3 F32 ctx 8448 kv %-9s %-13s rel rms err %.2e (tol %.0e)" %
+                  (ck if ck == cv else ck + "/" + cv, label, rel, LOGIT_TOL["F32"]))
+
+
 def decode_text(r, ids):
     tokens, types = r.kv["tokenizer.ggml.tokens"], r.kv["tokenizer.ggml.token_type"]
     out = b""
@@ -162,6 +189,8 @@ def main():
     test_vocab_import(coda, work, root)
     test_dequant(coda, work)
     test_logits(coda, work, quick)
+    if not quick:
+        test_long_context(coda, work)
     print("%d failure(s)" % len(failures))
     sys.exit(1 if failures else 0)
 
