@@ -39,8 +39,8 @@ void BM_Dot(benchmark::State& state, DType t, int level) {
 // fast the tile consumes weights from cache, the ceiling on its streaming rate from memory.
 void BM_Gemm(benchmark::State& state, DType t, bool paired) {
   const int64_t cols = state.range(0), tokens = state.range(1);
-  const KernelTable* k = avx512_kernels();
-  const GemmFn gemm = k == nullptr ? nullptr : paired ? k->gemm2[static_cast<int>(t)] : k->gemm[static_cast<int>(t)];
+  const KernelTable* k = &kernels();
+  const GemmFn gemm = paired ? k->gemm2[static_cast<int>(t)] : k->gemm[static_cast<int>(t)];
   if (gemm == nullptr) {
     state.SkipWithError("no packed GEMM for this type on this CPU");
     return;

@@ -11,6 +11,7 @@
 #include "core/fp16.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/kernels.h"
+#include "kernels/repack.h"
 #include "kernels/unroll.h"
 
 #if defined(__clang__)

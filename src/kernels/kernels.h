@@ -112,6 +112,11 @@ struct KernelTable {
   // Two adjacent packed groups (32 rows; the second packed_group_bytes() after the first), y rows
   // 0..31; nullptr: call gemm once per group.
   GemmFn gemm2[40];
+  // Whether loading a model repacks this type by default (a GEMM above must exist). Where the
+  // one-token tile streams weights from memory slower than the unpacked dot kernel, repacking
+  // trades decode speed for prefill speed, so the type keeps the file's layout unless asked
+  // (LoadOptions::repack_all, CODA_REPACK=all).
+  bool repack_by_default[40];
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);

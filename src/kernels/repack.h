@@ -45,5 +45,7 @@ void gemm_packed(DType t, const uint8_t* group, int64_t cols, const void* act, i
 
 // Fills t.gemm with the AVX-512 VNNI kernels (gemm_avx512.cpp; run only where the CPU has them).
 void install_gemm_avx512(KernelTable& t);
+// Fills t.gemm with the AVX2 kernels (gemm_avx2.cpp; run only where the CPU has AVX2, FMA and F16C).
+void install_gemm_avx2(KernelTable& t);
 
 }  // namespace coda

@@ -58,10 +58,14 @@ struct BatchSeq {
 };
 
 struct LoadOptions {
-  // Repack the matrices this CPU's kernels multiply faster in 16-row groups (kernels/repack.h).
-  // The environment variable CODA_REPACK=0 turns the default off.
+  // Repack the matrices this CPU's kernels multiply faster in 16-row groups (kernels/repack.h):
+  // the types whose kernel table prefers it (KernelTable::repack_by_default), or with repack_all
+  // every type the table has a GEMM for. The environment variable CODA_REPACK=0 turns repacking
+  // off and CODA_REPACK=all turns repack_all on.
   bool repack = default_repack();
+  bool repack_all = default_repack_all();
   static bool default_repack();
+  static bool default_repack_all();
   // How KV caches made for this model store keys and values (--cache-type-k/-v).
   KvType kv_type_k = KvType::F16;
   KvType kv_type_v = KvType::F16;
@@ -102,7 +106,7 @@ class Model {
                        float* logits, bool all_logits) const;
   void run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, ForwardBuffers& buf, bool all_logits) const;
   void attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) const;
-  void repack_weights();
+  void repack_weights(bool all_types);
 
   struct FreeDeleter {
     void operator()(uint8_t* p) const;

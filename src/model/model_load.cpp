@@ -76,6 +76,11 @@ bool LoadOptions::default_repack() {
   return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
+bool LoadOptions::default_repack_all() {
+  const char* env = std::getenv("CODA_REPACK");
+  return env != nullptr && std::strcmp(env, "all") == 0;
+}
+
 void Model::FreeDeleter::operator()(uint8_t* p) const {
   std::free(p);
 }
@@ -90,8 +95,11 @@ static void release_mapped(const uint8_t* p, int64_t n) {
   if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-void Model::repack_weights() {
+void Model::repack_weights(bool all_types) {
   const KernelTable& k = kernels();
+  const auto wanted = [&](const WeightView& w) {
+    return packable(k, w) && (all_types || k.repack_by_default[static_cast<int>(w.type)]);
+  };
   const auto start = std::chrono::steady_clock::now();
   // A tied output is the embedding table: packed once, and lookups unpack their row.
   std::vector<WeightView*> todo;
@@ -110,7 +118,7 @@ void Model::repack_weights() {
   constexpr int64_t kHugePage = int64_t{2} << 20;
   int64_t total = 0;
   for (WeightView* w : todo)
-    if (packable(k, *w)) total += (packed_bytes(*w) + 63) / 64 * 64;
+    if (wanted(*w)) total += (packed_bytes(*w) + 63) / 64 * 64;
   // Nothing packable on this CPU (no GEMM table), or no memory for the copy: every view keeps the
   // mapped layout (a tied output is still the embedding), and the unpacked kernels run.
   if (total == 0) return;
@@ -123,7 +131,7 @@ void Model::repack_weights() {
   packed_.reset(arena);
   int64_t used = 0;
   for (WeightView* w : todo) {
-    if (!packable(k, *w)) continue;
+    if (!wanted(*w)) continue;
     const int64_t bytes = packed_bytes(*w);
     jobs.push_back({w, arena + used});
     used += (bytes + 63) / 64 * 64;
@@ -225,7 +233,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const LoadOptio
     model->inv_freq_[static_cast<size_t>(i)] = static_cast<float>(
         std::pow(static_cast<double>(c.rope_base), -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot)) /
         factors[static_cast<size_t>(i)] / c.rope_linear_scale);
-  if (opts.repack) model->repack_weights();
+  if (opts.repack) model->repack_weights(opts.repack_all);
   return model;
 }
 
