@@ -1,11 +1,11 @@
-// GEMM over packed weights (repack.h) with 256-bit AVX2: the prefill kernels of CPUs without
-// AVX-512 VNNI (Zen 3, Haswell to Alder Lake).
+// GEMM over packed weights (repack.h) with 256-bit AVX2: the prefill and decode kernels of CPUs
+// without AVX-512 VNNI (Zen 3, Haswell to Alder Lake).
 //
 // The packed layout puts one row per 32-bit lane of a 64-byte chunk; a 256-bit register holds half
 // a chunk, so a tile is 8 rows (one half of a group: bytes 0..31 of each chunk are rows 0..7, 32..63
-// rows 8..15) x T tokens, and a group is two passes. Each half-chunk of weights is loaded (and for
-// 4-bit types unpacked) once per tile, then every token multiplies it with a broadcast of 4 of its
-// activation bytes, as the AVX-512 tiles do with vpdpbusd.
+// rows 8..15) x T tokens, and a group is two passes (decode, one token, takes both halves at once). Each half-chunk of
+// weights is loaded (and for 4-bit types unpacked) once per tile, then every token multiplies it with a broadcast of 4
+// of its activation bytes, as the AVX-512 tiles do with vpdpbusd.
 //
 // AVX2 has no vpdpbusd. vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16
 // lanes, saturating; vpmaddwd then adds pairs of int16 into int32. The formats are arranged so that
@@ -40,8 +40,8 @@ namespace coda {
 
 namespace {
 
-// Tokens per tile. 16 registers hold T int16 or int32 sums, T float accumulators, the unpacked
-// weights and the constants; 4 tokens keep that within the register file for every type.
+// Tokens per tile. 16 registers hold the int16 and int32 sums of T tokens (and for Q8_0/Q4_0 their
+// float sums), the unpacked weights and the constants; 4 tokens fit for every type.
 constexpr int kTileTokens = 4;
 
 inline int32_t load_i32(const void* p) {
@@ -78,7 +78,6 @@ inline __m256 half_scales(const uint8_t* p) {
 
 // Adds the tile's 8-row results to y, or stores them for the first block: the K-quant tiles keep
 // their float sums in y (in L1), so the registers hold the integer sums of T tokens instead.
-template <int H, int T>
 inline void add_rows(float* y, int64_t y_stride, int i, int t, __m256 v, bool first) {
   float* p = y + t * y_stride + 8 * i;
   _mm256_storeu_ps(p, first ? v : _mm256_add_ps(_mm256_loadu_ps(p), v));
@@ -170,8 +169,7 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
           const __m256i x = bcast4(a[t][b].q + 4 * c);
           CODA_UNROLL
           for (int i = 0; i < H; ++i)
-            accumulate32(s[i][t],
-                         _mm256_madd_epi16(_mm256_maddubs_epi16(mag[i], _mm256_sign_epi8(x, w[i])), ones16));
+            accumulate32(s[i][t], _mm256_madd_epi16(_mm256_maddubs_epi16(mag[i], _mm256_sign_epi8(x, w[i])), ones16));
         }
       }
     }
@@ -242,7 +240,8 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
           const __m256i sh = row_scales16<false>(g + 64 + 16 * (2 * c + 1) + 8 * (h0 + i));
           CODA_UNROLL
           for (int t = 0; t < T; ++t)
-            accumulate32(s32[i][t], _mm256_add_epi32(_mm256_madd_epi16(lo16[i][t], sl), _mm256_madd_epi16(hi16[i][t], sh)));
+            accumulate32(s32[i][t],
+                         _mm256_add_epi32(_mm256_madd_epi16(lo16[i][t], sl), _mm256_madd_epi16(hi16[i][t], sh)));
         }
       }
     } else {
@@ -259,7 +258,8 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
         for (int p = 0; p < 8; ++p) {
           __m256i w[H];
           CODA_UNROLL
-          for (int i = 0; i < H; ++i) w[i] = _mm256_and_si256(_mm256_srl_epi16(load256(q + 64 * p + 32 * i), shift), low4);
+          for (int i = 0; i < H; ++i)
+            w[i] = _mm256_and_si256(_mm256_srl_epi16(load256(q + 64 * p + 32 * i), shift), low4);
           CODA_UNROLL
           for (int t = 0; t < T; ++t) {
             const __m256i x = bcast4(a[t]->q + 32 * j + 4 * p);
@@ -295,7 +295,7 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
         }
         const __m256 blk =
             _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mi), dmin, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[i][t]), d));
-        add_rows<H, T>(y, y_stride, i, t, _mm256_mul_ps(blk, _mm256_set1_ps(a[t]->d)), sb == 0);
+        add_rows(y, y_stride, i, t, _mm256_mul_ps(blk, _mm256_set1_ps(a[t]->d)), sb == 0);
       }
     }
   }
@@ -380,8 +380,8 @@ void tile_q6_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
         for (int k = 0; k < 8; ++k)
           off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs[k], bcast4(a[t]->bsums + 2 * k)));
         const __m256i total = _mm256_sub_epi32(s32[i][t], _mm256_slli_epi32(off, 5));
-        add_rows<H, T>(y, y_stride, i, t, _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d))),
-                       sb == 0);
+        add_rows(y, y_stride, i, t, _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d))),
+                 sb == 0);
       }
     }
   }
@@ -440,7 +440,8 @@ void tile_q6_k_one(const uint8_t* g, int64_t cols, int h, const uint8_t* act, fl
           off, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1)), bcast4(a->bsums + 2 * k)));
     }
     const __m256i total = _mm256_sub_epi32(s32, _mm256_slli_epi32(off, 5));
-    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(half_scales(g + 16 * h), _mm256_set1_ps(a->d)));
+    const __m256 v =
+        _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(half_scales(g + 16 * h), _mm256_set1_ps(a->d)));
     _mm256_storeu_ps(y, sb == 0 ? v : _mm256_add_ps(_mm256_loadu_ps(y), v));
   }
 }

@@ -461,7 +461,8 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KPairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q8_0)] = run_tiles<Q8PairTile, kQ8PairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q4_0)] = run_tiles<Q40PairTile, kQ40PairTileTokens>;
-  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) t.repack_by_default[static_cast<int>(d)] = true;
+  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    t.repack_by_default[static_cast<int>(d)] = true;
 }
 
 }  // namespace coda
