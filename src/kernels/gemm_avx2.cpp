@@ -387,62 +387,76 @@ void tile_q6_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
   }
 }
 
-// Q6_K for one token (decode), rows 8h .. 8h + 7. The tile above unpacks per sub-block, so it
+// Q6_K for one token (decode), rows 8h0 .. 8(h0 + halves) - 1. The tile above unpacks per sub-block, so it
 // reads each byte of the high bits four times and each low byte twice, and one token cannot share
 // that work; here each chunk of high bits and the two chunks of low bits that complete it are read
 // once and give the weights of four sub-blocks (value 32v + 4c + i for v = 4V .. 4V + 3), two chunks
 // per vpmaddwd as before.
-void tile_q6_k_one(const uint8_t* g, int64_t cols, int h, const uint8_t* act, float* y) {
+// Prefetch distance of the one-token Q6_K tile. Without it the tile did not overlap its arithmetic
+// (about 18 GB/s per core from cache, below the dot kernel's 21) with the stream from memory, and
+// a Q4_0 file's Q6_K output matrix decoded at 16-17 tokens/s against the dot kernel's 18-19; with
+// 2, 4 and 8 KiB: 17-19, 19.0-19.3, 15.6-20.1 (Zen 3, alternating runs). The other one-token tiles
+// do not prefetch: on Zen 3 it made them slower (docs/performance.md).
+constexpr int64_t kQ6DecodePrefetchBytes = 4096;
+
+void tile_q6_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const uint8_t* act, float* y) {
   const int64_t nsb = cols / kQKK;
   constexpr int64_t kGroupBytes = 32 + 256 + 16 * (kQKK / 2 + kQKK / 4);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i top2 = _mm256_set1_epi8(0x30);
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
-    const uint8_t* ql = g + 32 + 256 + 32 * h;
-    const uint8_t* qh = ql + 16 * kQKK / 2;
-    const ActBlockK* a = reinterpret_cast<const ActBlockK*>(act) + sb;
-    __m256i s32 = _mm256_setzero_si256();
-    for (int V = 0; V < 2; ++V) {
-      CODA_UNROLL
-      for (int cp = 0; cp < 4; ++cp) {  // chunks 2cp, 2cp + 1: sub-block 2v + cp / 2 of each v
-        __m256i p[4];
+    // Both halves of a super-block before the next one: one pass over the group keeps the stream
+    // from memory continuous (two passes left it idle while the second half ran from L2).
+    for (int64_t o = 0; o < kGroupBytes; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(g + kQ6DecodePrefetchBytes + o), _MM_HINT_T0);
+    for (int i = 0; i < halves; ++i) {
+      const int h = h0 + i;
+      const uint8_t* ql = g + 32 + 256 + 32 * h;
+      const uint8_t* qh = ql + 16 * kQKK / 2;
+      const ActBlockK* a = reinterpret_cast<const ActBlockK*>(act) + sb;
+      __m256i s32 = _mm256_setzero_si256();
+      for (int V = 0; V < 2; ++V) {
         CODA_UNROLL
-        for (int e = 0; e < 4; ++e) p[e] = _mm256_setzero_si256();
-        CODA_UNROLL
-        for (int k = 0; k < 2; ++k) {
-          const int c = 2 * cp + k;
-          const __m256i hq = load256(qh + (8 * V + c) * 64);
-          const __m256i l0 = load256(ql + (8 * (2 * V) + c) * 64);      // v % 4 = 0 (low), 2 (high)
-          const __m256i l1 = load256(ql + (8 * (2 * V + 1) + c) * 64);  // v % 4 = 1 (low), 3 (high)
-          const __m256i w[4] = {
-              _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hq, 4), top2)),
-              _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hq, 2), top2)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hq, top2)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                              _mm256_and_si256(_mm256_srli_epi16(hq, 2), top2))};
+        for (int cp = 0; cp < 4; ++cp) {  // chunks 2cp, 2cp + 1: sub-block 2v + cp / 2 of each v
+          __m256i p[4];
           CODA_UNROLL
-          for (int e = 0; e < 4; ++e)
-            accumulate16(p[e], _mm256_maddubs_epi16(w[e], bcast4(a->q + 32 * (4 * V + e) + 4 * c)));
-        }
-        CODA_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          const int j = 2 * (4 * V + e) + cp / 2;
-          accumulate32(s32, _mm256_madd_epi16(p[e], row_scales16<true>(g + 32 + 16 * j + 8 * h)));
+          for (int e = 0; e < 4; ++e) p[e] = _mm256_setzero_si256();
+          CODA_UNROLL
+          for (int k = 0; k < 2; ++k) {
+            const int c = 2 * cp + k;
+            const __m256i hq = load256(qh + (8 * V + c) * 64);
+            const __m256i l0 = load256(ql + (8 * (2 * V) + c) * 64);      // v % 4 = 0 (low), 2 (high)
+            const __m256i l1 = load256(ql + (8 * (2 * V + 1) + c) * 64);  // v % 4 = 1 (low), 3 (high)
+            const __m256i w[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hq, 4), top2)),
+                _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hq, 2), top2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hq, top2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(hq, 2), top2))};
+            CODA_UNROLL
+            for (int e = 0; e < 4; ++e)
+              accumulate16(p[e], _mm256_maddubs_epi16(w[e], bcast4(a->q + 32 * (4 * V + e) + 4 * c)));
+          }
+          CODA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const int j = 2 * (4 * V + e) + cp / 2;
+            accumulate32(s32, _mm256_madd_epi16(p[e], row_scales16<true>(g + 32 + 16 * j + 8 * h)));
+          }
         }
       }
+      __m256i off = _mm256_setzero_si256();
+      CODA_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * h));
+        const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * h));
+        off = _mm256_add_epi32(
+            off, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1)), bcast4(a->bsums + 2 * k)));
+      }
+      const __m256i total = _mm256_sub_epi32(s32, _mm256_slli_epi32(off, 5));
+      const __m256 v =
+          _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(half_scales(g + 16 * h), _mm256_set1_ps(a->d)));
+      _mm256_storeu_ps(y + 8 * i, sb == 0 ? v : _mm256_add_ps(_mm256_loadu_ps(y + 8 * i), v));
     }
-    __m256i off = _mm256_setzero_si256();
-    CODA_UNROLL
-    for (int k = 0; k < 8; ++k) {
-      const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * h));
-      const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * h));
-      off = _mm256_add_epi32(
-          off, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1)), bcast4(a->bsums + 2 * k)));
-    }
-    const __m256i total = _mm256_sub_epi32(s32, _mm256_slli_epi32(off, 5));
-    const __m256 v =
-        _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(half_scales(g + 16 * h), _mm256_set1_ps(a->d)));
-    _mm256_storeu_ps(y, sb == 0 ? v : _mm256_add_ps(_mm256_loadu_ps(y), v));
   }
 }
 
@@ -491,8 +505,7 @@ template <int H, int T>
 struct Q6KTile {
   static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
     if constexpr (T == 1) {
-      CODA_UNROLL
-      for (int i = 0; i < H; ++i) tile_q6_k_one(g, c, h + i, a, y + 8 * i);
+      tile_q6_k_one(g, c, h, H, a, y);
     } else {
       tile_q6_k<H, T>(g, c, h, a, s, y, ys);
     }
@@ -511,8 +524,9 @@ void install_gemm_avx2(KernelTable& t) {
   // 13.4-13.8 / 13.8, Q4_K_M with its Q4_K packed 18.7-19.4 / 18.7-19.5) while prefill gains
   // 1.5-2x. Q6_K stays opt-in (CODA_REPACK=all): its tile prefills faster too, but with it packed,
   // decode of the same Q4_K_M file fell to about 15 tokens/s (its output matrix is Q6_K), and that
-  // of a Q4_0 file with a Q6_K output from 23.7 to 17.5. Its one-token tile streams the weights
-  // from memory more slowly than the dot kernel, for a reason not yet found.
+  // of a Q4_0 file with a Q6_K output from 23.7 to 17.5. With the prefetch above the Q4_0 file is
+  // level (19.0-19.3 against 17.8-19.0) but Q4_K_M is still a little behind (16.3-17.8 against
+  // 18.0-18.6), so the default waits for a faster one-token tile.
   t.repack_by_default[static_cast<int>(DType::Q8_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_K)] = true;
