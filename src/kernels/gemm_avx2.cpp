@@ -71,6 +71,18 @@ inline void accumulate32(__m256i& acc, __m256i v) {
   __asm__("" : "+x"(acc));
 }
 
+// The low and high nibbles of one chunk's H halves (32 bytes each, at p and p + 32) as bytes.
+template <int H>
+inline void load_nibbles(const uint8_t* p, __m256i (&lo)[H], __m256i (&hi)[H]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  CODA_UNROLL
+  for (int i = 0; i < H; ++i) {
+    const __m256i v = load256(p + 32 * i);
+    lo[i] = _mm256_and_si256(v, low4);
+    hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  }
+}
+
 // 8 half-float scales (rows 8h .. 8h + 7 of a group's 16) as floats.
 inline __m256 half_scales(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -119,7 +131,6 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
     for (int i = 0; i < H; ++i) acc[i][t] = _mm256_setzero_ps();
   }
   const __m256i ones16 = _mm256_set1_epi16(1);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b, g += kBlockBytes) {
     const uint8_t* q = g + 32 + 32 * h0;  // the first half's bytes of the block's first chunk
@@ -133,12 +144,7 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
       CODA_UNROLL
       for (int p = 0; p < 4; ++p) {  // chunk p: low nibbles are values 4p.., high ones 16 + 4p..
         __m256i lo[H], hi[H];
-        CODA_UNROLL
-        for (int i = 0; i < H; ++i) {
-          const __m256i v = load256(q + 64 * p + 32 * i);
-          lo[i] = _mm256_and_si256(v, low4);
-          hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        }
+        load_nibbles<H>(q + 64 * p, lo, hi);
         CODA_UNROLL
         for (int t = 0; t < T; ++t) {
           const __m256i xl = bcast4(a[t][b].q + 4 * p), xh = bcast4(a[t][b].q + 16 + 4 * p);
@@ -218,12 +224,7 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
         CODA_UNROLL
         for (int p = 0; p < 8; ++p) {
           __m256i lo[H], hi[H];
-          CODA_UNROLL
-          for (int i = 0; i < H; ++i) {
-            const __m256i v = load256(q + 64 * p + 32 * i);
-            lo[i] = _mm256_and_si256(v, low4);
-            hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          }
+          load_nibbles<H>(q + 64 * p, lo, hi);
           CODA_UNROLL
           for (int t = 0; t < T; ++t) {
             const __m256i xl = bcast4(a[t]->q + 64 * c + 4 * p), xh = bcast4(a[t]->q + 64 * c + 32 + 4 * p);
