@@ -2,10 +2,11 @@
 // without AVX-512 VNNI (Zen 3, Haswell to Alder Lake).
 //
 // The packed layout puts one row per 32-bit lane of a 64-byte chunk; a 256-bit register holds half
-// a chunk, so a tile is 8 rows (one half of a group: bytes 0..31 of each chunk are rows 0..7, 32..63
-// rows 8..15) x T tokens, and a group is two passes (decode, one token, takes both halves at once). Each half-chunk of
-// weights is loaded (and for 4-bit types unpacked) once per tile, then every token multiplies it with a broadcast of 4
-// of its activation bytes, as the AVX-512 tiles do with vpdpbusd.
+// a chunk (bytes 0..31 of each chunk are rows 0..7, 32..63 rows 8..15). A tile is both halves (16
+// rows) x T tokens for Q8_0, Q4_0 and Q4_K, and one half (8 rows) x T tokens for Q6_K, whose
+// unpacking needs more registers; a Q6_K group is then two passes. Each half-chunk of weights is
+// loaded (and for 4-bit types unpacked) once per tile, then every token multiplies it with a
+// broadcast of 4 of its activation bytes, as the AVX-512 tiles do with vpdpbusd.
 //
 // AVX2 has no vpdpbusd. vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16
 // lanes, saturating; vpmaddwd then adds pairs of int16 into int32. The formats are arranged so that
@@ -104,9 +105,11 @@ inline __m256i row_scales16(const uint8_t* p) {
   return kSigned ? _mm256_cvtepi8_epi16(twice) : _mm256_cvtepu8_epi16(twice);
 }
 
-// The tiles below cover H halves (1 or 2; rows 8h0 .. 8(h0 + H) - 1) x T tokens. Prefill takes one
-// half and 4 tokens, so the unpacked weights are shared by as many tokens as the registers allow;
-// decode (one token) takes both halves, so each 64-byte line of weights is read once, in order.
+// The tiles below cover H halves (1 or 2; rows 8h0 .. 8(h0 + H) - 1) x T tokens. Both halves at
+// once read each 64-byte line of weights once per tile, in order, and let one activation broadcast
+// serve two weight registers. One half per pass read every line twice: a Q4_K ffn_down group (76 KB
+// at 8,192 columns) does not stay in L1, so every tile of 4 tokens fetched it twice from L2 (Zen 3,
+// Q4_K_M pp512: 87-91 -> 101-117 tokens/s; Q4_0: 114-125 -> 132-150).
 template <int H, int T>
 inline void store_rows(float* y, int64_t y_stride, const __m256 (&acc)[H][T]) {
   CODA_UNROLL
@@ -124,6 +127,10 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
   constexpr int64_t kBlockBytes = kQ4 ? 32 + 256 : 32 + 512;
   const ActBlockQ8* a[T];
   __m256 acc[H][T];
+  // Both halves of more than one token: the integer sums of 2T pairs fill the registers, so the
+  // float sums live in L1 (one load and store per block).
+  constexpr bool kSumsInL1 = H == 2 && T > 1;
+  alignas(32) float mem[kSumsInL1 ? H : 1][kSumsInL1 ? T : 1][8] = {};
   CODA_UNROLL
   for (int t = 0; t < T; ++t) {
     a[t] = reinterpret_cast<const ActBlockQ8*>(act + t * act_stride);
@@ -183,9 +190,21 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
     for (int i = 0; i < H; ++i) {
       const __m256 dw = half_scales(g + 16 * (h0 + i));
       CODA_UNROLL
-      for (int t = 0; t < T; ++t)
-        acc[i][t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][t]), _mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d)), acc[i][t]);
+      for (int t = 0; t < T; ++t) {
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a[t][b].d));
+        if constexpr (kSumsInL1) {
+          _mm256_store_ps(mem[i][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][t]), scale, _mm256_load_ps(mem[i][t])));
+        } else {
+          acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][t]), scale, acc[i][t]);
+        }
+      }
+    }
+  }
+  if constexpr (kSumsInL1) {
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      CODA_UNROLL
+      for (int i = 0; i < H; ++i) acc[i][t] = _mm256_load_ps(mem[i][t]);
     }
   }
   store_rows<H, T>(y, y_stride, acc);
@@ -244,6 +263,47 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
             accumulate32(s32[i][t],
                          _mm256_add_epi32(_mm256_madd_epi16(lo16[i][t], sl), _mm256_madd_epi16(hi16[i][t], sh)));
         }
+      }
+    } else if constexpr (H == 2) {
+      // Both halves x T tokens: each activation broadcast serves two weight registers. The int16
+      // sums of 2T pairs fill the registers, so the int32 sums live in L1 (once per sub-block).
+      alignas(32) int32_t mem[H][T][8] = {};
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t* q = g + 320 + (j / 2) * 512;
+        const __m128i shift = _mm_cvtsi32_si128(4 * (j % 2));
+        __m256i s16[H][T];
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) {
+          CODA_UNROLL
+          for (int i = 0; i < H; ++i) s16[i][t] = _mm256_setzero_si256();
+        }
+        CODA_UNROLL
+        for (int p = 0; p < 8; ++p) {
+          __m256i w[H];
+          CODA_UNROLL
+          for (int i = 0; i < H; ++i)
+            w[i] = _mm256_and_si256(_mm256_srl_epi16(load256(q + 64 * p + 32 * i), shift), low4);
+          CODA_UNROLL
+          for (int t = 0; t < T; ++t) {
+            const __m256i x = bcast4(a[t]->q + 32 * j + 4 * p);
+            CODA_UNROLL
+            for (int i = 0; i < H; ++i) accumulate16(s16[i][t], _mm256_maddubs_epi16(w[i], x));
+          }
+        }
+        CODA_UNROLL
+        for (int i = 0; i < H; ++i) {
+          const __m256i sc = row_scales16<false>(g + 64 + 16 * j + 8 * i);
+          CODA_UNROLL
+          for (int t = 0; t < T; ++t) {
+            auto* m = reinterpret_cast<__m256i*>(mem[i][t]);
+            _mm256_store_si256(m, _mm256_add_epi32(_mm256_load_si256(m), _mm256_madd_epi16(s16[i][t], sc)));
+          }
+        }
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) {
+        CODA_UNROLL
+        for (int i = 0; i < H; ++i) s32[i][t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(mem[i][t]));
       }
     } else {
       for (int j = 0; j < 8; ++j) {
@@ -463,9 +523,10 @@ void tile_q6_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const uin
 
 using TileFn = void (*)(const uint8_t*, int64_t, int, const uint8_t*, int64_t, float*, int64_t);
 
-// One token takes both halves of the group at once; more tokens take each half in turn, passing over
-// all of them in tiles of kTileTokens, so a half's weights stay in L1/L2 across its tiles.
-template <template <int, int> class Tile>
+// One token takes both halves of the group at once. More tokens pass over the group in tiles of
+// kTileTokens: with both halves at once where the type's tile has the registers (kBothHalves),
+// else each half in turn, so a half's weights stay in L1/L2 across its tiles.
+template <template <int, int> class Tile, bool kBothHalves = false>
 void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens, float* y,
                int64_t y_stride) {
   static constexpr TileFn kByCount[5] = {nullptr, Tile<1, 1>::run, Tile<1, 2>::run, Tile<1, 3>::run, Tile<1, 4>::run};
@@ -473,6 +534,14 @@ void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stri
   const auto* a = static_cast<const uint8_t*>(act);
   if (n_tokens == 1) {
     Tile<2, 1>::run(g, cols, 0, a, act_stride, y, y_stride);
+    return;
+  }
+  if constexpr (kBothHalves) {
+    static constexpr TileFn kBoth[5] = {nullptr, Tile<2, 1>::run, Tile<2, 2>::run, Tile<2, 3>::run, Tile<2, 4>::run};
+    int64_t b = 0;
+    for (; b + kTileTokens <= n_tokens; b += kTileTokens)
+      kBoth[kTileTokens](g, cols, 0, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
+    if (b < n_tokens) kBoth[n_tokens - b](g, cols, 0, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
     return;
   }
   for (int h = 0; h < 2; ++h) {
@@ -516,9 +585,9 @@ struct Q6KTile {
 }  // namespace
 
 void install_gemm_avx2(KernelTable& t) {
-  t.gemm[static_cast<int>(DType::Q8_0)] = run_tiles<Q8Tile>;
-  t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile>;
-  t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile>;
+  t.gemm[static_cast<int>(DType::Q8_0)] = run_tiles<Q8Tile, true>;
+  t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile, true>;
+  t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile, true>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
   // Repacked by default: Q8_0, Q4_0 and Q4_K, whose one-token tiles decode as fast as the unpacked
   // dot kernels (Zen 3, 1B files, tokens/s packed against unpacked: Q4_0 22.7 / 21.9, Q8_0
