@@ -264,48 +264,11 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
                          _mm256_add_epi32(_mm256_madd_epi16(lo16[i][t], sl), _mm256_madd_epi16(hi16[i][t], sh)));
         }
       }
-    } else if constexpr (H == 2) {
-      // Both halves x T tokens: each activation broadcast serves two weight registers. The int16
-      // sums of 2T pairs fill the registers, so the int32 sums live in L1 (once per sub-block).
-      alignas(32) int32_t mem[H][T][8] = {};
-      for (int j = 0; j < 8; ++j) {
-        const uint8_t* q = g + 320 + (j / 2) * 512;
-        const __m128i shift = _mm_cvtsi32_si128(4 * (j % 2));
-        __m256i s16[H][T];
-        CODA_UNROLL
-        for (int t = 0; t < T; ++t) {
-          CODA_UNROLL
-          for (int i = 0; i < H; ++i) s16[i][t] = _mm256_setzero_si256();
-        }
-        CODA_UNROLL
-        for (int p = 0; p < 8; ++p) {
-          __m256i w[H];
-          CODA_UNROLL
-          for (int i = 0; i < H; ++i)
-            w[i] = _mm256_and_si256(_mm256_srl_epi16(load256(q + 64 * p + 32 * i), shift), low4);
-          CODA_UNROLL
-          for (int t = 0; t < T; ++t) {
-            const __m256i x = bcast4(a[t]->q + 32 * j + 4 * p);
-            CODA_UNROLL
-            for (int i = 0; i < H; ++i) accumulate16(s16[i][t], _mm256_maddubs_epi16(w[i], x));
-          }
-        }
-        CODA_UNROLL
-        for (int i = 0; i < H; ++i) {
-          const __m256i sc = row_scales16<false>(g + 64 + 16 * j + 8 * i);
-          CODA_UNROLL
-          for (int t = 0; t < T; ++t) {
-            auto* m = reinterpret_cast<__m256i*>(mem[i][t]);
-            _mm256_store_si256(m, _mm256_add_epi32(_mm256_load_si256(m), _mm256_madd_epi16(s16[i][t], sc)));
-          }
-        }
-      }
-      CODA_UNROLL
-      for (int t = 0; t < T; ++t) {
-        CODA_UNROLL
-        for (int i = 0; i < H; ++i) s32[i][t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(mem[i][t]));
-      }
     } else {
+      // Both halves x T tokens: the int16 sums of 2T row-token pairs fill the registers, so the
+      // int32 sums live in L1 (one load and store per sub-block).
+      constexpr bool kSumsInL1 = H == 2;
+      alignas(32) int32_t mem[kSumsInL1 ? H : 1][kSumsInL1 ? T : 1][8] = {};
       for (int j = 0; j < 8; ++j) {
         const uint8_t* q = g + 320 + (j / 2) * 512 + 32 * h0;
         const __m128i shift = _mm_cvtsi32_si128(4 * (j % 2));  // odd sub-blocks are the high nibbles
@@ -332,7 +295,21 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
         for (int i = 0; i < H; ++i) {
           const __m256i sc = row_scales16<false>(g + 64 + 16 * j + 8 * (h0 + i));
           CODA_UNROLL
-          for (int t = 0; t < T; ++t) accumulate32(s32[i][t], _mm256_madd_epi16(s16[i][t], sc));
+          for (int t = 0; t < T; ++t) {
+            if constexpr (kSumsInL1) {
+              auto* m = reinterpret_cast<__m256i*>(mem[i][t]);
+              _mm256_store_si256(m, _mm256_add_epi32(_mm256_load_si256(m), _mm256_madd_epi16(s16[i][t], sc)));
+            } else {
+              accumulate32(s32[i][t], _mm256_madd_epi16(s16[i][t], sc));
+            }
+          }
+        }
+      }
+      if constexpr (kSumsInL1) {
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) {
+          CODA_UNROLL
+          for (int i = 0; i < H; ++i) s32[i][t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(mem[i][t]));
         }
       }
     }
