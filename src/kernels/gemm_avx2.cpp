@@ -506,7 +506,6 @@ using TileFn = void (*)(const uint8_t*, int64_t, int, const uint8_t*, int64_t, f
 template <template <int, int> class Tile, bool kBothHalves = false>
 void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens, float* y,
                int64_t y_stride) {
-  static constexpr TileFn kByCount[5] = {nullptr, Tile<1, 1>::run, Tile<1, 2>::run, Tile<1, 3>::run, Tile<1, 4>::run};
   static_assert(kTileTokens == 4);
   const auto* a = static_cast<const uint8_t*>(act);
   if (n_tokens == 1) {
@@ -519,14 +518,16 @@ void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stri
     for (; b + kTileTokens <= n_tokens; b += kTileTokens)
       kBoth[kTileTokens](g, cols, 0, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
     if (b < n_tokens) kBoth[n_tokens - b](g, cols, 0, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
-    return;
-  }
-  for (int h = 0; h < 2; ++h) {
-    int64_t b = 0;
-    for (; b + kTileTokens <= n_tokens; b += kTileTokens)
-      kByCount[kTileTokens](g, cols, h, a + b * act_stride, act_stride, y + b * y_stride + 8 * h, y_stride);
-    if (b < n_tokens)
-      kByCount[n_tokens - b](g, cols, h, a + b * act_stride, act_stride, y + b * y_stride + 8 * h, y_stride);
+  } else {  // (in the else, so the 8-row tiles are compiled only for the types that use them)
+    static constexpr TileFn kByCount[5] = {nullptr, Tile<1, 1>::run, Tile<1, 2>::run, Tile<1, 3>::run,
+                                           Tile<1, 4>::run};
+    for (int h = 0; h < 2; ++h) {
+      int64_t b = 0;
+      for (; b + kTileTokens <= n_tokens; b += kTileTokens)
+        kByCount[kTileTokens](g, cols, h, a + b * act_stride, act_stride, y + b * y_stride + 8 * h, y_stride);
+      if (b < n_tokens)
+        kByCount[n_tokens - b](g, cols, h, a + b * act_stride, act_stride, y + b * y_stride + 8 * h, y_stride);
+    }
   }
 }
 

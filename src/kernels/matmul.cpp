@@ -22,12 +22,12 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
   // Tile by tile: a chunk is up to 1,024 rows (1.7 MB of a 2,048-wide Q6_K matrix), more than L2,
   // and with the token loop outside it every 4 tokens re-read the chunk from L3 or memory (8
   // batched streams read the Q6_K output matrix twice). 16 rows (27-107 KB) stay in L2.
-  for (int64_t t0 = r0; t0 < r1; t0 += kTile) {
-    const int64_t t1 = std::min(r1, t0 + kTile);
+  for (int64_t tile_begin = r0; tile_begin < r1; tile_begin += kTile) {
+    const int64_t tile_end = std::min(r1, tile_begin + kTile);
     int64_t b = 0;
     for (; b + 4 <= n_tokens; b += 4) {  // prefill: 4 tokens per pass over a weight row
       const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
-      for (int64_t r = t0; r < t1; ++r) {
+      for (int64_t r = tile_begin; r < tile_end; ++r) {
         float out[4];
         dot4(w.row(r), act, act_stride, w.cols, out);
         for (int t = 0; t < 4; ++t) m.y[(b + t) * m.out_stride + r] = out[t];
@@ -36,7 +36,7 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
     for (; b < n_tokens; ++b) {
       const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
       float* out = m.y + b * m.out_stride;
-      for (int64_t r = t0; r < t1; ++r) out[r] = dot(w.row(r), act, w.cols);
+      for (int64_t r = tile_begin; r < tile_end; ++r) out[r] = dot(w.row(r), act, w.cols);
     }
   }
 }
