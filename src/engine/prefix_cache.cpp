@@ -4,8 +4,8 @@
 
 namespace coda {
 
-PrefixCache::PrefixCache(const ModelConfig& config, int64_t budget_tokens)
-    : config_(config), budget_(std::max<int64_t>(0, budget_tokens)) {}
+PrefixCache::PrefixCache(const ModelConfig& config, int64_t budget_tokens, ThreadPool* pool)
+    : config_(config), pool_(pool), budget_(std::max<int64_t>(0, budget_tokens)) {}
 
 namespace {
 // Length of the common prefix of a and the first n of b.
@@ -35,7 +35,7 @@ int64_t PrefixCache::restore(const std::vector<int32_t>& tokens, KvCache& dst) {
   }
   if (best == 0) return 0;
   const std::shared_ptr<const Entry> e = entries_[best_i];  // held while copying
-  if (!dst.copy_prefix(e->kv, std::min(best, dst.capacity())).ok()) return 0;
+  if (!dst.copy_prefix(e->kv, std::min(best, dst.capacity()), pool_).ok()) return 0;
   used_[best_i] = ++clock_;
   return dst.size();
 }
@@ -55,7 +55,7 @@ void PrefixCache::insert(const std::vector<int32_t>& tokens, const KvCache& kv) 
   }
   auto snap = KvCache::create(config_, n);
   if (!snap) return;  // no memory for it: simply not cached
-  if (!snap->copy_prefix(kv, n).ok()) return;
+  if (!snap->copy_prefix(kv, n, pool_).ok()) return;
   auto entry = std::make_shared<Entry>(
       Entry{std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n)), std::move(*snap)});
   // Entries the new one extends (a shorter prefix of the same tokens) are now redundant.

@@ -27,8 +27,10 @@ class PrefixCache {
   // of prefill. The usual case is a shared system prompt followed by a different short question.
   static constexpr int64_t kMinExtension = 64;
 
-  // Holds at most `budget_tokens` positions in all (0 disables the cache).
-  PrefixCache(const ModelConfig& config, int64_t budget_tokens);
+  // Holds at most `budget_tokens` positions in all (0 disables the cache). Copies run on `pool`
+  // when given (KvCache::copy_prefix); the cache is then used only from the thread that owns the
+  // pool's calls (the scheduler's), between forward passes.
+  PrefixCache(const ModelConfig& config, int64_t budget_tokens, ThreadPool* pool = nullptr);
 
   // The longest cached prefix of `tokens`, leaving at least one token to run (its logits are
   // needed); copies its rows into the empty cache `dst` and returns how many positions it copied
@@ -51,6 +53,7 @@ class PrefixCache {
     KvCache kv;
   };
   const ModelConfig config_;
+  ThreadPool* pool_;
   int64_t budget_;
   int64_t held_ = 0;
   uint64_t clock_ = 0;

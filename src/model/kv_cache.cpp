@@ -60,7 +60,7 @@ Expected<KvCache> KvCache::create(const ModelConfig& c, int64_t capacity) {
   }
 }
 
-Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
+Status KvCache::copy_prefix(const KvCache& src, int64_t n, ThreadPool* pool) {
   if (src.kv_dim_ != kv_dim_ || src.head_dim_ != head_dim_ || src.n_layers() != n_layers())
     return Error("KV cache copy: the caches belong to models of different shapes");
   if (src.k_type_ != k_type_ || src.v_type_ != v_type_)
@@ -71,11 +71,19 @@ Status KvCache::copy_prefix(const KvCache& src, int64_t n) {
   // Whole key blocks: the lanes past n in the last one are copied too, and never read as keys.
   // Values in whole pairs of positions (a BF16 cache interleaves them).
   const int64_t k_bytes = slots_for(n) * k_row_, v_bytes = (n + 1) / 2 * 2 * v_row_;
-  for (int64_t l = 0; l < n_layers(); ++l)
-    for (int64_t h = 0; h < n_kv_heads(); ++h) {
+  const int64_t heads = n_kv_heads();
+  const auto copy = [&](int64_t u0, int64_t u1) {  // unit u: head u % heads of layer u / heads
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t l = u / heads, h = u % heads;
       std::memcpy(k_.get() + offset(l, h) * k_row_, src.k_head(l, h), static_cast<size_t>(k_bytes));
       std::memcpy(v_.get() + offset(l, h) * v_row_, src.v_head(l, h), static_cast<size_t>(v_bytes));
     }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(n_layers() * heads, copy);
+  } else {
+    copy(0, n_layers() * heads);
+  }
   size_ = n;
   return Status::Ok();
 }

@@ -49,7 +49,7 @@ Scheduler::Scheduler(Generator& gen, Metrics& metrics, SchedulerOptions opts)
       metrics_(metrics),
       opts_(opts),
       prefix_(opts.prefix_cache_tokens > 0
-                  ? std::make_unique<PrefixCache>(gen.model().config(), opts.prefix_cache_tokens)
+                  ? std::make_unique<PrefixCache>(gen.model().config(), opts.prefix_cache_tokens, &gen.pool())
                   : nullptr),
       worker_([this] { work(); }) {
   metrics_.set_help("coda:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");

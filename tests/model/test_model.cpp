@@ -424,11 +424,15 @@ void check_quantized_cache(KvType kt, KvType vt, int prefix) {
     steps.push_back(step);
     ASSERT_LE(rel(step.data(), a.data() + i * V, V), 1e-4) << "position " << i;
   }
-  KvCache reuse = std::move(*KvCache::create(m8->config(), n));
-  ASSERT_TRUE(reuse.copy_prefix(step_kv, prefix).ok());
-  for (int i = prefix; i < n; ++i) {
-    ASSERT_TRUE(m8->forward(&toks[static_cast<size_t>(i)], 1, reuse, pool, buf, step.data(), false).ok());
-    ASSERT_EQ(step, steps[static_cast<size_t>(i)]) << "position " << i;
+  // Copied on one thread and split over a pool of 3 (as the server's prefix cache copies): the same rows.
+  ThreadPool copiers(3);
+  for (ThreadPool* copy_pool : {static_cast<ThreadPool*>(nullptr), &copiers}) {
+    KvCache reuse = std::move(*KvCache::create(m8->config(), n));
+    ASSERT_TRUE(reuse.copy_prefix(step_kv, prefix, copy_pool).ok());
+    for (int i = prefix; i < n; ++i) {
+      ASSERT_TRUE(m8->forward(&toks[static_cast<size_t>(i)], 1, reuse, pool, buf, step.data(), false).ok());
+      ASSERT_EQ(step, steps[static_cast<size_t>(i)]) << "position " << i << (copy_pool ? ", pooled copy" : "");
+    }
   }
 }
 
