@@ -33,6 +33,45 @@ void BM_Dot(benchmark::State& state, DType t, int level) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
 }
 
+// The same row against 8 tokens (batched decode of 8 streams, a prefill tile of unpacked rows):
+// through the 8-token kernel where the table has one (`eight`), else two 4-token calls. Items are
+// multiply-adds (8 x 4,096 per iteration).
+void BM_DotTokens(benchmark::State& state, DType t, int level, bool eight) {
+  const int64_t n = 4096;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d;
+  std::vector<float> w(n), x(n);
+  for (auto& v : w) v = d(rng);
+  std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(t, n)));
+  ref::quantize_row(t, w.data(), q.data(), n);
+  const int64_t stride = act_row_bytes(t, n);
+  std::vector<uint8_t> act(static_cast<size_t>(8 * stride));
+  for (int k = 0; k < 8; ++k) {
+    for (auto& v : x) v = d(rng);
+    prepare_act(t, x.data(), act.data() + k * stride, n);
+  }
+  const KernelTable* k = level == 2 ? avx512_kernels() : avx2_kernels();
+  if (k == nullptr || (eight && k->dot8[static_cast<int>(t)] == nullptr)) {
+    state.SkipWithError("this CPU lacks the instruction set, or the table has no 8-token kernel for the type");
+    return;
+  }
+  float out[8];
+  for (auto _ : state) {
+    if (eight) {
+      k->dot8[static_cast<int>(t)](q.data(), act.data(), stride, n, out);
+    } else {
+      k->dot4[static_cast<int>(t)](q.data(), act.data(), stride, n, out);
+      k->dot4[static_cast<int>(t)](q.data(), act.data() + 4 * stride, stride, n, out + 4);
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * 8 * n);
+}
+BENCHMARK_CAPTURE(BM_DotTokens, Q6_K_avx2_dot4x2, DType::Q6_K, 1, false);
+BENCHMARK_CAPTURE(BM_DotTokens, Q6_K_avx2_dot8, DType::Q6_K, 1, true);
+BENCHMARK_CAPTURE(BM_DotTokens, Q6_K_avx512_dot4x2, DType::Q6_K, 2, false);
+BENCHMARK_CAPTURE(BM_DotTokens, Q6_K_avx512_dot8, DType::Q6_K, 2, true);
+
 // One packed group of 16 rows (or a pair, 32 rows, through gemm2) x `cols` (first argument) against 64 or 512 tokens
 // (second) of activations: the prefill GEMM's inner work with everything in cache. Items are multiply-adds, so items/s
 // compares with the CPU's int8 peak (one 512-bit vpdpbusd is 64 of them). One token is decode: bytes/s is then how

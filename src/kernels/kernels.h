@@ -108,6 +108,7 @@ struct KernelTable {
   const char* name;  // "avx2" or "scalar"
   DotFn dot[40];     // indexed by DType id; nullptr where unsupported
   Dot4Fn dot4[40];   // 4 tokens at once; same results as 4 calls of dot
+  Dot4Fn dot8[40];   // 8 tokens at once where a type gains from it (nullptr: two dot4 calls); same results
   GemmFn gemm[40];   // packed weights (kernels/repack.h); nullptr: this table does not repack the type
   // Two adjacent packed groups (32 rows; the second packed_group_bytes() after the first), y rows
   // 0..31; nullptr: call gemm once per group.

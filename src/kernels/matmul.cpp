@@ -19,12 +19,23 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
   const WeightView& w = *m.w;
   const DotFn dot = k.dot[static_cast<int>(w.type)];
   const Dot4Fn dot4 = k.dot4[static_cast<int>(w.type)];
+  const Dot4Fn dot8 = k.dot8[static_cast<int>(w.type)];
   // Tile by tile: a chunk is up to 1,024 rows (1.7 MB of a 2,048-wide Q6_K matrix), more than L2,
   // and with the token loop outside it every 4 tokens re-read the chunk from L3 or memory (8
   // batched streams read the Q6_K output matrix twice). 16 rows (27-107 KB) stay in L2.
   for (int64_t tile_begin = r0; tile_begin < r1; tile_begin += kTile) {
     const int64_t tile_end = std::min(r1, tile_begin + kTile);
     int64_t b = 0;
+    if (dot8 != nullptr) {  // 8 tokens per pass where the type unpacks each row once for all of them
+      for (; b + 8 <= n_tokens; b += 8) {
+        const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
+        for (int64_t r = tile_begin; r < tile_end; ++r) {
+          float out[8];
+          dot8(w.row(r), act, act_stride, w.cols, out);
+          for (int t = 0; t < 8; ++t) m.y[(b + t) * m.out_stride + r] = out[t];
+        }
+      }
+    }
     for (; b + 4 <= n_tokens; b += 4) {  // prefill: 4 tokens per pass over a weight row
       const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
       for (int64_t r = tile_begin; r < tile_end; ++r) {

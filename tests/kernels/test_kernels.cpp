@@ -104,6 +104,37 @@ TEST_P(PerType, Dot4MatchesReference) {
   }
 }
 
+// The 8-token kernels, where a table has one, give each token the bits of the one-token kernel
+// (a prefix-cache hit must reproduce a cold run whatever the batch), and so agree with the reference.
+TEST_P(PerType, Dot8EqualsDotPerToken) {
+  const DType t = GetParam();
+  const int64_t n = dtype_info(static_cast<uint32_t>(t))->block_size == 32 ? 2016 : 2048;
+  const auto q = quantized(t, random_vec(n, 33));
+  const int64_t stride = act_row_bytes(t, n);
+  std::vector<uint8_t> acts(static_cast<size_t>(8 * stride));
+  for (int k = 0; k < 8; ++k) {
+    const auto x = random_vec(n, 50 + static_cast<uint32_t>(k), 0.5f + static_cast<float>(k));
+    prepare_act(t, x.data(), acts.data() + k * stride, n);
+  }
+  int tables = 0;
+  for (const KernelTable* table : available_kernels()) {
+    if (table->dot8[static_cast<int>(t)] == nullptr) continue;
+    ++tables;
+    float out[8];
+    table->dot8[static_cast<int>(t)](q.data(), acts.data(), stride, n, out);
+    for (int k = 0; k < 8; ++k) {
+      const uint8_t* a = acts.data() + k * stride;
+      EXPECT_EQ(out[k], table->dot[static_cast<int>(t)](q.data(), a, n)) << table->name << " token " << k;
+      const float want = ref::dot(t, q.data(), a, n);
+      EXPECT_NEAR(out[k], want, 1e-4 * (1 + std::fabs(want)) + 1e-3) << table->name << " token " << k;
+    }
+  }
+  // The SIMD tables have one for Q6_K (the type AVX2 leaves unpacked); none for the scalar table.
+  if (t == DType::Q6_K) {
+    EXPECT_EQ(tables, static_cast<int>(available_kernels().size()) - 1);
+  }
+}
+
 // Every table prepares activations byte for byte as the reference does (including zero rows and
 // huge values), since the dot kernels are held to the reference on reference-prepared inputs.
 TEST_P(PerType, PrepareActIsByteIdentical) {
