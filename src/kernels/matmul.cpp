@@ -26,24 +26,19 @@ void run_rows(const KernelTable& k, const MatmulOut& m, int64_t r0, int64_t r1, 
   for (int64_t tile_begin = r0; tile_begin < r1; tile_begin += kTile) {
     const int64_t tile_end = std::min(r1, tile_begin + kTile);
     int64_t b = 0;
-    if (dot8 != nullptr) {  // 8 tokens per pass where the type unpacks each row once for all of them
-      for (; b + 8 <= n_tokens; b += 8) {
+    // Passes of `width` tokens over each row of the tile: the kernel unpacks a row once per pass.
+    const auto passes = [&](int width, Dot4Fn fn) {
+      for (; b + width <= n_tokens; b += width) {
         const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
         for (int64_t r = tile_begin; r < tile_end; ++r) {
           float out[8];
-          dot8(w.row(r), act, act_stride, w.cols, out);
-          for (int t = 0; t < 8; ++t) m.y[(b + t) * m.out_stride + r] = out[t];
+          fn(w.row(r), act, act_stride, w.cols, out);
+          for (int t = 0; t < width; ++t) m.y[(b + t) * m.out_stride + r] = out[t];
         }
       }
-    }
-    for (; b + 4 <= n_tokens; b += 4) {  // prefill: 4 tokens per pass over a weight row
-      const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
-      for (int64_t r = tile_begin; r < tile_end; ++r) {
-        float out[4];
-        dot4(w.row(r), act, act_stride, w.cols, out);
-        for (int t = 0; t < 4; ++t) m.y[(b + t) * m.out_stride + r] = out[t];
-      }
-    }
+    };
+    if (dot8 != nullptr) passes(8, dot8);  // where the type unpacks a row once for 8 tokens
+    passes(4, dot4);                       // prefill: 4 tokens per pass over a weight row
     for (; b < n_tokens; ++b) {
       const void* act = static_cast<const uint8_t*>(act_base) + b * act_stride;
       float* out = m.y + b * m.out_stride;
