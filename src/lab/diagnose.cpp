@@ -23,10 +23,6 @@ bool is_loop_family(const std::string& t) {
   return t == "loop" || t == "near_loop" || t == "flooding";
 }
 
-ojson finite_or_null(double v) {
-  return std::isfinite(v) ? ojson(v) : ojson(nullptr);
-}
-
 // One battery's decoding figures: how many runs looped, how early, how sure the model was.
 ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_penalty, int max_tokens) {
   int64_t completed = 0, errors = 0, looped = 0, hit_max = 0;
@@ -64,7 +60,7 @@ ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_pe
   s["looped"] = looped;
   s["loop_rate"] = completed ? static_cast<double>(looped) / static_cast<double>(completed) : 0.0;
   const auto ci = wilson_interval(looped, completed);
-  s["loop_rate_ci95"] = {finite_or_null(ci.first), finite_or_null(ci.second)};
+  s["loop_rate_ci95"] = {finite_or_null<ojson>(ci.first), finite_or_null<ojson>(ci.second)};
   s["loop_onset_median"] = onsets.empty() ? ojson(nullptr) : ojson(percentile(onsets, 0.5));
   s["mean_entropy"] = entropies.empty() ? ojson(nullptr) : ojson(percentile(entropies, 0.5));
   s["mean_length"] = lengths.empty() ? ojson(nullptr) : ojson(percentile(lengths, 0.5));

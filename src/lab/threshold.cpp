@@ -89,10 +89,6 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
   return r;
 }
 
-nlohmann::json finite_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-
 }  // namespace
 
 std::vector<ThresholdRun> run_threshold(Target& target, const std::vector<BenchPrompt>& prompts,
@@ -206,8 +202,8 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
     gj["completed"] = n - errors;
     gj["errors"] = errors;
     gj["degraded"] = degraded;
-    gj["threshold_tokens"] = finite_or_null(thr);
-    gj["threshold_ci95"] = {finite_or_null(ci.first), finite_or_null(ci.second)};
+    gj["threshold_tokens"] = finite_or_null<nlohmann::json>(thr);
+    gj["threshold_ci95"] = {finite_or_null<nlohmann::json>(ci.first), finite_or_null<nlohmann::json>(ci.second)};
     gj["recommended_max_tokens"] =
         std::isfinite(thr) ? nlohmann::ordered_json(static_cast<int64_t>(std::floor(thr * (1.0 - o.margin))))
                            : nlohmann::ordered_json(nullptr);

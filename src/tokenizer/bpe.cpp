@@ -8,6 +8,8 @@
 #include <array>
 #include <queue>
 
+#include "tokenizer/utf8.h"
+
 namespace coda {
 
 namespace {
@@ -104,14 +106,6 @@ std::string to_nfc(std::string_view s) {
   return U_FAILURE(err) ? std::string(s) : result;
 }
 
-size_t utf8_len(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return 2;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return 4;
-  return 1;
-}
-
 }  // namespace
 
 const char* ByteLevelBpe::known_pre_tokenizers() {
@@ -153,7 +147,7 @@ std::string ByteLevelBpe::piece_bytes(const std::string& piece) {
   const ByteTable& t = byte_table();
   std::string out;
   for (size_t i = 0; i < piece.size();) {
-    const size_t len = std::min(utf8_len(static_cast<unsigned char>(piece[i])), piece.size() - i);
+    const size_t len = std::min(utf8_lead_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
     uint32_t cp = 0;
     if (len == 1) {
       cp = static_cast<unsigned char>(piece[i]);
@@ -190,7 +184,7 @@ void ByteLevelBpe::encode(std::string_view raw, const std::unordered_map<std::st
     const size_t start = ov[0], end = ov[1];
     if (start > pos) encode_word(text.substr(pos, start - pos), index, out);  // bytes no rule matched
     if (end == start) {                                                       // empty match: step over one character
-      const size_t step = std::min(utf8_len(static_cast<unsigned char>(text[start])), text.size() - start);
+      const size_t step = std::min(utf8_lead_length(static_cast<unsigned char>(text[start])), text.size() - start);
       encode_word(text.substr(start, step), index, out);
       pos = start + step;
     } else {
@@ -272,7 +266,7 @@ void ByteLevelBpe::encode_word(std::string_view word, const std::unordered_map<s
     }
     // A symbol outside the vocabulary (an incomplete vocabulary): fall back to its bytes.
     for (size_t k = s.start; k < s.start + s.len;) {
-      const size_t len = utf8_len(static_cast<unsigned char>(mapped[k]));
+      const size_t len = utf8_lead_length(static_cast<unsigned char>(mapped[k]));
       auto bt = index.find(mapped.substr(k, len));
       if (bt != index.end()) out->push_back(bt->second);
       k += len;

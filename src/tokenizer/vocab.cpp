@@ -12,14 +12,6 @@ namespace {
 
 const std::string kSpaceMark = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
 
-size_t utf8_len(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return 2;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return 4;
-  return 1;  // invalid lead byte: treat as a single byte
-}
-
 Expected<int64_t> optional_id(const GgufFile& f, const std::string& key, int64_t n) {
   if (f.find(key) == nullptr) return int64_t{-1};
   auto v = f.get_int(key);
@@ -189,7 +181,7 @@ std::vector<int32_t> Vocab::encode_spm(std::string_view raw) const {
   };
   std::vector<Sym> syms;
   for (size_t i = 0; i < text.size();) {
-    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    const size_t len = std::min(utf8_lead_length(static_cast<unsigned char>(text[i])), text.size() - i);
     syms.push_back({i, len, static_cast<int>(syms.size()) - 1, static_cast<int>(syms.size()) + 1});
     i += len;
   }

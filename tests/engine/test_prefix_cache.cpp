@@ -11,12 +11,12 @@
 namespace coda {
 namespace {
 
-struct Fixture {
+struct PrefixCacheFixture {
   std::unique_ptr<Model> model;
   ThreadPool pool{2};
   ForwardBuffers buf;
 
-  Fixture() : model(std::move(*Model::load(CODA_MODEL_PATH))) {}
+  PrefixCacheFixture() : model(std::move(*Model::load(CODA_MODEL_PATH))) {}
 
   // A cache holding `tokens`, prefilled cold.
   KvCache prefill(const std::vector<int32_t>& tokens, std::vector<float>* logits = nullptr) {
@@ -42,7 +42,7 @@ std::vector<int32_t> range(int32_t from, int n) {
 }
 
 TEST(PrefixCache, HitGivesTheLogitsOfAColdRun) {
-  Fixture f;
+  PrefixCacheFixture f;
   PrefixCache cache(f.model->config(), 1000);
   const auto first = range(10, 70);
   cache.insert(first, f.prefill(first));
@@ -60,7 +60,7 @@ TEST(PrefixCache, HitGivesTheLogitsOfAColdRun) {
 }
 
 TEST(PrefixCache, LeavesOneTokenAndEvictsLeastRecentlyUsed) {
-  Fixture f;
+  PrefixCacheFixture f;
   PrefixCache cache(f.model->config(), 64);
   const auto a = range(100, 32), b = range(200, 32), c = range(300, 32);
   cache.insert(a, f.prefill(a));
@@ -89,7 +89,7 @@ TEST(PrefixCache, LeavesOneTokenAndEvictsLeastRecentlyUsed) {
 }
 
 TEST(PrefixCache, SnapshotsAgainOnlyWhenAPromptExtendsAnEntryByManyTokens) {
-  Fixture f;
+  PrefixCacheFixture f;
   PrefixCache cache(f.model->config(), 256);
   const auto a = range(100, 32);
   cache.insert(a, f.prefill(a));
