@@ -81,6 +81,7 @@ Status Generator::validate(const GenerationRequest& r) const {
   if (r.logprobs < -1 || r.logprobs > kMaxLogprobs)
     return Error("logprobs: " + std::to_string(r.logprobs) + " is out of range; allowed 0.." +
                  std::to_string(kMaxLogprobs));
+  if (r.prompt_logprobs && r.logprobs < 0) return Error("prompt logprobs need logprobs (0.." + std::to_string(kMaxLogprobs) + ")");
   return r.sampling.validate(vocab_.size());
 }
 
@@ -130,7 +131,8 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
   Sequence& s = **seq;
   while (!s.done()) {
     const std::vector<int32_t>& p = s.pending();
-    s.advance(model_.forward(p.data(), static_cast<int64_t>(p.size()), s.kv(), *pool_, buf_, s.logits(), false));
+    s.advance(
+        model_.forward(p.data(), static_cast<int64_t>(p.size()), s.kv(), *pool_, buf_, s.logits(), s.all_logits()));
   }
   return s.finish();
 }

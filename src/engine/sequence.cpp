@@ -71,10 +71,25 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
   s->max_tokens_ = *max_tokens;
   s->max_steps_ = 4 * static_cast<int64_t>(*max_tokens) + 64;  // repairs cannot loop forever
   s->prefill_chunk_ = std::max<int64_t>(1, prefill_chunk);
-  s->logits_.resize(static_cast<size_t>(gen.model().config().n_vocab));
+  const int64_t n_vocab = gen.model().config().n_vocab;
+  s->logits_.resize(static_cast<size_t>(n_vocab));
+  if (r.prompt_logprobs) {
+    // Every prompt token's logits, a chunk at a time: 64 rows bound the buffer (32 MiB for a
+    // 128K-token vocabulary). The prefix cache is skipped: a hit leaves no logits for its tokens.
+    s->prefill_chunk_ = std::min<int64_t>(s->prefill_chunk_, 64);
+    s->prompt_logits_.resize(static_cast<size_t>(s->prefill_chunk_ * n_vocab));
+    cache = nullptr;
+  }
   s->decoder_.emplace(gen.vocab());
   s->history_.prompt = std::move(prompt->tokens);
   s->res_.prompt_tokens = n_prompt;
+  if (r.prompt_logprobs && n_prompt > 0) {
+    TokenLogprob lp;
+    lp.token = s->history_.prompt[0];
+    lp.text = gen.vocab().token_bytes(lp.token);
+    lp.none = true;
+    s->res_.prompt_logprobs.push_back(std::move(lp));
+  }
   s->res_.timings.tokenize_ms = timer.ms();
   if (observer) observer->on_start(s->history_.prompt, prompt->text);
   if (cache != nullptr) s->prefilled_ = cache->restore(s->history_.prompt, s->kv_);
@@ -111,6 +126,21 @@ void Sequence::advance(Status model_status) {
     return;
   }
   if (prefilling()) {
+    if (req_.prompt_logprobs) {
+      // Row i holds the logits after prompt token prefilled_ + i: the next prompt token's
+      // logprob, or, after the last one, the logits the first sampled token comes from.
+      const auto n_vocab = static_cast<int32_t>(logits_.size());
+      const auto n_prompt = static_cast<int64_t>(history_.prompt.size());
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        const float* row = prompt_logits_.data() + static_cast<int64_t>(i) * n_vocab;
+        const int64_t next = prefilled_ + static_cast<int64_t>(i) + 1;
+        if (next < n_prompt)
+          res_.prompt_logprobs.push_back(
+              logprob_of(row, n_vocab, history_.prompt[static_cast<size_t>(next)], req_.logprobs, vocab_));
+        else
+          std::copy(row, row + n_vocab, logits_.begin());
+      }
+    }
     prefilled_ += static_cast<int64_t>(pending_.size());
     if (prefilling()) {  // the next chunk of the prompt
       const int64_t n = std::min<int64_t>(prefill_chunk_, static_cast<int64_t>(history_.prompt.size()) - prefilled_);

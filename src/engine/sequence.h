@@ -39,7 +39,10 @@ class Sequence {
   // Tokens to run next, at positions kv().size()...; logits are needed after them.
   const std::vector<int32_t>& pending() const { return pending_; }
   KvCache& kv() { return kv_; }
-  float* logits() { return logits_.data(); }
+  // Whether logits() wants the logits of every pending token (n x n_vocab, row by row) instead of
+  // the last one's: while the prompt runs for a request with prompt logprobs.
+  bool all_logits() const { return req_.prompt_logprobs && prefilling(); }
+  float* logits() { return all_logits() ? prompt_logits_.data() : logits_.data(); }
   // The caller ran pending() (an error from the model ends the sequence with that error).
   void advance(Status model_status = Status::Ok());
   // Stops at the next opportunity with finish_reason "abort" (a client went away).
@@ -73,6 +76,7 @@ class Sequence {
   int64_t prefill_chunk_ = 0;
   int64_t prefilled_ = 0;
   std::vector<float> logits_;
+  std::vector<float> prompt_logits_;  // prompt logprobs: one prefill chunk's rows of logits
   std::vector<int32_t> pending_;
   TokenHistory history_;
   std::optional<StreamDecoder> decoder_;

@@ -184,7 +184,7 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
   for (const BatchSeq& q : seqs) q.kv->commit(q.n);
 
   // Logits: every row of a single sequence when asked, else the last row of each sequence that
-  // wants them, computed together and copied out.
+  // wants them (every row of one with all_logits), computed together and copied out.
   if (all_logits) {
     if (seqs[0].logits == nullptr) return;
     for (int64_t t = 0; t < n; ++t)
@@ -193,13 +193,15 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
     return;
   }
   std::vector<float*> outs;
-  int64_t last = -1;
+  int64_t first = 0;
   for (const BatchSeq& q : seqs) {
-    last += q.n;
-    if (q.logits == nullptr) continue;
-    rms_norm(buf.x.data() + last * dim, w_.output_norm.data(), buf.xn.data() + static_cast<int64_t>(outs.size()) * dim,
-             dim, c.norm_eps);
-    outs.push_back(q.logits);
+    if (q.logits != nullptr)
+      for (int64_t i = q.all_logits ? 0 : q.n - 1; i < q.n; ++i) {
+        rms_norm(buf.x.data() + (first + i) * dim, w_.output_norm.data(),
+                 buf.xn.data() + static_cast<int64_t>(outs.size()) * dim, dim, c.norm_eps);
+        outs.push_back(q.logits + (q.all_logits ? i * c.n_vocab : 0));
+      }
+    first += q.n;
   }
   if (outs.empty()) return;
   if (outs.size() == 1) {

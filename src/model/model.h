@@ -49,12 +49,14 @@ struct ForwardBuffers {
 };
 
 // One sequence's share of a batched forward call: `n` tokens at positions kv->size()..; the
-// logits of its last token go to `logits` (n_vocab floats) unless it is null.
+// logits of its last token go to `logits` (n_vocab floats) unless it is null, or with
+// `all_logits` those of every token (n x n_vocab floats, row by row: prompt logprobs).
 struct BatchSeq {
   const int32_t* tokens;
   int64_t n;
   KvCache* kv;
   float* logits;
+  bool all_logits = false;
 };
 
 struct LoadOptions {

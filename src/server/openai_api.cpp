@@ -105,8 +105,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       g.prompt = p->get<std::string>();
     } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
       g.prompt = (*p)[0].get<std::string>();
-    } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
-      for (const auto& t : *p) {
+    } else if (const bool batch_of_one = p->is_array() && p->size() == 1 && (*p)[0].is_array() && !(*p)[0].empty();
+               batch_of_one || (p->is_array() && !p->empty() && (*p)[0].is_number_integer())) {
+      // Token ids, or a batch of one token array (as lm-evaluation-harness sends its requests).
+      for (const auto& t : batch_of_one ? (*p)[0] : *p) {
         if (!t.is_number_integer()) return bad("prompt", "prompt: a token array must hold only integers");
         const auto id = t.get<int64_t>();
         g.prompt_tokens.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
@@ -241,6 +243,14 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       r.top_logprobs = lp;
       g.logprobs = lp;
     }
+    int best_of = 1;
+    rd.number("best_of", best_of);
+    rd.boolean("echo", r.echo);
+    if (rd.error) return *rd.error;
+    if (best_of != 1) return bad("best_of", "best_of: " + std::to_string(best_of) + " is not supported; only 1");
+    if (r.echo && r.stream) return bad("echo", "echo: not supported with stream; send stream: false");
+    // With logprobs, echo also scores the prompt: each prompt token's logprob given those before it.
+    g.prompt_logprobs = r.echo && r.logprobs;
   }
   if (rd.error) return *rd.error;
   if (const auto* rdp = rd.get("repetition_detection")) {
@@ -339,10 +349,15 @@ nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<Toke
        tops = nlohmann::ordered_json::array(), offsets = nlohmann::ordered_json::array();
   for (const auto& lp : lps) {
     tokens.push_back(utf8_sanitize(lp.text));
-    token_lps.push_back(lp.logprob);
-    nlohmann::ordered_json top = nlohmann::ordered_json::object();
-    for (const auto& [tid, l] : lp.top) top[utf8_sanitize(vocab.token_bytes(tid))] = l;
-    tops.push_back(std::move(top));
+    if (lp.none) {  // the first prompt token, as OpenAI gives it
+      token_lps.push_back(nullptr);
+      tops.push_back(nullptr);
+    } else {
+      token_lps.push_back(lp.logprob);
+      nlohmann::ordered_json top = nlohmann::ordered_json::object();
+      for (const auto& [tid, l] : lp.top) top[utf8_sanitize(vocab.token_bytes(tid))] = l;
+      tops.push_back(std::move(top));
+    }
     offsets.push_back(text_offset);
     text_offset += lp.text.size();
   }
@@ -354,12 +369,28 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   const GenerationResult& res = g.result;
   nlohmann::ordered_json choice{{"index", 0}};
   size_t offset = 0;
-  const nlohmann::ordered_json logprobs =
-      r.logprobs ? logprobs_json(r, res.logprobs, vocab, offset) : nlohmann::ordered_json(nullptr);
+  nlohmann::ordered_json logprobs = nullptr;
+  // echo: the prompt as sent (token ids decoded), then the completion.
+  const std::string echoed =
+      !r.echo || r.chat ? std::string() : r.gen.prompt_tokens.empty() ? r.gen.prompt : vocab.decode(r.gen.prompt_tokens);
+  if (r.logprobs && r.echo) {
+    // The prompt's tokens first (the first one's logprob is null), then the completion's. Their
+    // pieces may be longer than the echoed prompt (a SentencePiece vocabulary's dummy-prefix
+    // space): the offsets shift back by the difference, so the completion's index the text.
+    logprobs = logprobs_json(r, res.prompt_logprobs, vocab, offset);
+    const auto extra = static_cast<int64_t>(offset) - static_cast<int64_t>(echoed.size());
+    for (auto& o : logprobs["text_offset"]) o = std::max<int64_t>(0, o.get<int64_t>() - extra);
+    offset = echoed.size();
+    nlohmann::ordered_json tail = logprobs_json(r, res.logprobs, vocab, offset);
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (auto& e : tail[key]) logprobs[key].push_back(std::move(e));
+  } else if (r.logprobs) {
+    logprobs = logprobs_json(r, res.logprobs, vocab, offset);
+  }
   if (r.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", res.text}};
   } else {
-    choice["text"] = res.text;
+    choice["text"] = echoed + res.text;
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = res.finish_reason;

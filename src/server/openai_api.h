@@ -28,6 +28,7 @@ struct ApiRequest {
   bool include_usage = false;
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs >= 0
   int top_logprobs = 0;
+  bool echo = false;  // completions: the prompt before the completion (and, with logprobs, its logprobs)
   std::string model;
   GenerationRequest gen;
   GuardConfig guard;

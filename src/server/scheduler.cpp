@@ -224,7 +224,7 @@ void Scheduler::step(std::vector<Active>& active) {
     const auto& p = s.pending();
     if (p.empty()) continue;
     if (rows + static_cast<int64_t>(p.size()) > 256 && !batch.empty()) continue;  // next step
-    batch.push_back({p.data(), static_cast<int64_t>(p.size()), &s.kv(), s.logits()});
+    batch.push_back({p.data(), static_cast<int64_t>(p.size()), &s.kv(), s.logits(), s.all_logits()});
     in_batch.push_back(&s);
     was_prefilling.push_back(s.prefilling());
     rows += static_cast<int64_t>(p.size());

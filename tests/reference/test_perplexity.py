@@ -9,6 +9,9 @@
    Q4_0's is larger than Q8_0's.
 3. Bad input: a cut base file, a context beyond the model's, a text shorter than a chunk are
    refused with a message and a non-zero exit.
+4. The same log-likelihoods over HTTP: `coda serve` answers a completions request with `echo` and
+   `logprobs` (as lm-evaluation-harness scores answers) with every prompt token's logprob given the
+   ones before it, across the 64-token chunks the prompt runs in; they equal the NumPy forward's.
 
 Usage: /usr/bin/python3 test_perplexity.py CODA_BINARY WORK_DIR
 """
@@ -16,6 +19,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import numpy as np
 
@@ -61,6 +66,68 @@ def reference_ppl(tokens, n_ctx, n_chunks):
     return ppl, err, len(nll)
 
 
+def post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def echo_logprobs_tests(tokens):
+    """Prompt logprobs over HTTP against the NumPy forward (part 4 of the docstring)."""
+    srv = subprocess.Popen([CODA, "serve", "-m", MODEL, "--port", "0", "-t", "2"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = srv.stdout.readline()  # "coda serve: listening on http://HOST:PORT"
+        check("listening on http://" in line, "the server starts: " + line.strip())
+        url = line.split("listening on ")[1].strip() + "/v1/completions"
+        ids = [int(t) for t in tokens[:150]]  # BOS first; 150 tokens run as chunks of 64, 64 and 22
+        # lm-evaluation-harness's loglikelihood request: a batch of one token array.
+        body = {"prompt": [ids], "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": True, "seed": 1234}
+        status, res = post(url, body)
+        check(status == 200, "echo with logprobs answers 200")
+        lp = res["choices"][0]["logprobs"]
+        got, tops = lp["token_logprobs"], lp["top_logprobs"]
+        check(len(got) == len(ids) + 1 and len(tops) == len(ids) + 1 and len(lp["text_offset"]) == len(ids) + 1,
+              "one logprob per prompt token, then the completion's")
+        check(got[0] is None and tops[0] is None, "the first prompt token has none (null), as OpenAI gives it")
+        ref = log_softmax(RefModel(MODEL).logits(np.asarray(ids)))  # [len(ids), vocab], float64
+        want = [ref[i - 1, ids[i]] for i in range(1, len(ids))]
+        diff = np.abs(np.asarray(got[1:len(ids)]) - np.asarray(want))
+        print(f"prompt logprobs against NumPy: max |diff| {diff.max():.2e}, mean {diff.mean():.2e}")
+        check(diff.max() < 2e-3 and diff.mean() < 2e-4, "every prompt token's logprob equals the NumPy forward's")
+        greedy_ok = all(abs(max(tops[i].values()) - ref[i - 1].max()) < 1e-2 for i in range(1, len(ids)))
+        check(greedy_ok, "each top_logprobs entry is the NumPy forward's most probable token")
+        check(abs(got[len(ids)] - ref[len(ids) - 1].max()) < 1e-2, "the greedy completion token's logprob follows")
+        ctxlen = 100  # lm-evaluation-harness sums token_logprobs[ctxlen:-1] for the continuation
+        check(abs(sum(got[ctxlen:-1]) - sum(want[ctxlen - 1:])) < 2e-2, "the continuation's log-likelihood")
+        # Again with the prompt in the prefix cache: prompt logprobs bypass it and come out the same.
+        status, again = post(url, body)
+        check(status == 200 and again["choices"][0]["logprobs"] == lp
+              and again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+              "a repeated request gives the same logprobs (the prefix cache is not used for them)")
+        # A text prompt: the text echoes it as sent, and the completion's offset indexes that text.
+        text = "In the beginning God"
+        status, res = post(url, {"prompt": text, "max_tokens": 2, "temperature": 0, "logprobs": 0, "echo": True})
+        ch = res["choices"][0]
+        n_completion = res["usage"]["completion_tokens"]
+        check(status == 200 and ch["text"].startswith(text) and
+              ch["logprobs"]["text_offset"][-n_completion] == len(text), "a text prompt is echoed as sent")
+        status, res = post(url, {"prompt": text, "max_tokens": 2, "temperature": 0, "echo": True})
+        check(status == 200 and res["choices"][0]["text"].startswith(text) and res["choices"][0]["logprobs"] is None,
+              "echo without logprobs: the text only")
+        status, res = post(url, {"prompt": text, "max_tokens": 2, "echo": True, "stream": True})
+        check(status == 400 and res["error"]["param"] == "echo", "echo with stream is refused: " +
+              res["error"]["message"])
+        status, res = post(url, {"prompt": text, "max_tokens": 2, "best_of": 2})
+        check(status == 400 and res["error"]["param"] == "best_of", "best_of above 1 is refused, not ignored")
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
 def main():
     global CODA
     CODA, work = sys.argv[1], sys.argv[2]
@@ -82,6 +149,8 @@ def main():
     check(res["scored"] == count, f"scored tokens {res['scored']} == {count}")
     check(rel < 1e-3, f"perplexity within 0.1% of the NumPy forward ({rel:.2e})")
     check(abs(res["ppl_err"] - err) / err < 1e-2, "its uncertainty too")
+
+    echo_logprobs_tests(res["tokens"])
 
     # The model against itself: 0 but for the base's fp16 rounding, and the same top token everywhere.
     coda("perplexity", "-m", MODEL, "--kl-divergence-base", base, "--kl-divergence", "--json", out)
