@@ -317,6 +317,14 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     return reject(400, "stream: expected true or false", "stream");
   if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1) && !body["n"].is_null())
     return reject(400, "n: only n = 1 is supported through the guard proxy", "n");
+  // An echoed prompt would reach the guard as if generated (a few-shot prompt's legitimate
+  // repetition stopped as a loop), and the logprobs it asks the upstream for would cover the
+  // whole prompt: prompt scoring (lm-evaluation-harness log-likelihoods) is not a generation.
+  if (!chat && body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
+    return reject(400,
+                  "echo: not supported through the guard proxy, which watches generated text; send prompt-scoring "
+                  "(echo) requests to the upstream directly",
+                  "echo");
 
   ClientView view;
   view.chat = chat;

@@ -292,6 +292,8 @@ def scripted_tests(coda, work):
         check(st == 503 and body["status"] == "unavailable", f"/health of a dead upstream: {st} {body}")
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "n": 2})
         check(st == 400 and body["error"]["param"] == "n", "n > 1 refused with a clear error")
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1})
+        check(st == 400 and body["error"]["param"] == "echo", "echo (prompt scoring) refused with a clear error")
         for raw in (b"{not json", b"[1]"):
             st, _, body = px.json("POST", "/v1/completions", raw)
             check(st == 400 and "error" in body, f"malformed body {raw!r} -> {st}")
