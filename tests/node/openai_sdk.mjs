@@ -14,6 +14,13 @@ try {
   const c = await client.completions.create({ model: "coda", prompt: "In the beginning God", max_tokens: 12, temperature: 0 });
   check(c.choices[0].text.startsWith(" of Israel, and the LORD God"), "completions.create: " + JSON.stringify(c.choices[0].text));
   check(c.usage.completion_tokens === 12 && c.choices[0].finish_reason === "length", "completion usage and finish_reason");
+  // Prompt scoring as lm-evaluation-harness asks for it: the prompt echoed with its logprobs.
+  const e = await client.completions.create({
+    model: "coda", prompt: "In the beginning God", max_tokens: 1, temperature: 0, logprobs: 1, echo: true });
+  const lp = e.choices[0].logprobs;
+  check(e.choices[0].text.startsWith("In the beginning God") && lp.token_logprobs[0] === null &&
+        lp.token_logprobs.length === e.usage.prompt_tokens + 1 &&
+        lp.token_logprobs.slice(1).every((x) => typeof x === "number" && x <= 0), "completions.create with echo and logprobs");
 
   const chat = await client.chat.completions.create({
     model: "coda", messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello" }],
