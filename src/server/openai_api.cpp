@@ -72,6 +72,21 @@ struct Reader {
   }
 };
 
+// Choices one request may ask for (n x prompts): each is a generation of its own in the scheduler.
+constexpr size_t kMaxChoices = 128;
+// What the copies of a request for its choices may hold in all (a conversation is copied per choice).
+constexpr size_t kMaxChoiceBytes = size_t{64} << 20;
+
+std::optional<ApiError> read_token_ids(const nlohmann::ordered_json& a, const std::string& name,
+                                       std::vector<int32_t>& out) {
+  for (const auto& t : a) {
+    if (!t.is_number_integer()) return bad("prompt", name + ": a token array must hold only integers");
+    const auto id = t.get<int64_t>();
+    out.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d) {
@@ -84,6 +99,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   Reader rd{j, std::nullopt};
   GenerationRequest& g = r.gen;
   SamplingParams& s = g.sampling;
+  std::vector<GenerationRequest> batch;  // the prompts of a completions batch (two or more... or one)
 
   if (const auto* m = rd.get("model")) {
     if (!m->is_string()) return bad("model", "model: expected a string");
@@ -105,23 +121,36 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       g.prompt = p->get<std::string>();
     } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
       g.prompt = (*p)[0].get<std::string>();
-    } else if (const bool batch_of_one = p->is_array() && p->size() == 1 && (*p)[0].is_array() && !(*p)[0].empty();
-               batch_of_one || (p->is_array() && !p->empty() && (*p)[0].is_number_integer())) {
-      // Token ids, or a batch of one token array (as lm-evaluation-harness sends its requests).
-      for (const auto& t : batch_of_one ? (*p)[0] : *p) {
-        if (!t.is_number_integer()) return bad("prompt", "prompt: a token array must hold only integers");
-        const auto id = t.get<int64_t>();
-        g.prompt_tokens.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+      if (auto e = read_token_ids(*p, "prompt", g.prompt_tokens)) return *e;
+    } else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
+      // A batch of prompts, strings or token arrays (lm-evaluation-harness sends its requests so):
+      // one choice each, in order.
+      if (p->size() > kMaxChoices)
+        return bad("prompt", "prompt: " + std::to_string(p->size()) + " prompts in one request; allowed at most " +
+                                 std::to_string(kMaxChoices));
+      const bool text = (*p)[0].is_string();
+      for (size_t i = 0; i < p->size(); ++i) {
+        const auto& e = (*p)[i];
+        const std::string name = "prompt[" + std::to_string(i) + "]";
+        if (text != e.is_string() || (!text && (!e.is_array() || e.empty())))
+          return bad("prompt", name + ": a batch holds only strings or only non-empty token arrays");
+        GenerationRequest one;
+        if (text) {
+          one.prompt = e.get<std::string>();
+        } else if (auto err = read_token_ids(e, name, one.prompt_tokens)) {
+          return *err;
+        }
+        batch.push_back(std::move(one));
       }
-    } else if (p->is_array() && p->size() > 1) {
-      return bad("prompt", "prompt: only one prompt per request is supported (n = 1)");
     } else {
-      return bad("prompt", "prompt: expected a string, an array of one string, or an array of token ids");
+      return bad("prompt", "prompt: expected a string, token ids, or an array of either");
     }
   }
   int n = 1;
   rd.number("n", n);
-  if (!rd.error && n != 1) return bad("n", "n: " + std::to_string(n) + " is not supported; only n = 1");
+  if (!rd.error && (n < 1 || static_cast<size_t>(n) > kMaxChoices))
+    return bad("n", "n: " + std::to_string(n) + " is out of range; allowed 1.." + std::to_string(kMaxChoices));
   int max_tokens = -1;
   rd.number("max_tokens", max_tokens);
   rd.number("max_completion_tokens", max_tokens);
@@ -269,6 +298,33 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       if (Status s = set_guard_policy((*c)["guard"].get<std::string>(), r.guard); !s.ok())
         return bad("coda.guard", s.message());
     }
+  }
+  // A batch of one is a plain request; otherwise one generation per choice, prompt by prompt (prompt
+  // i's n samples are choices i n .. i n + n - 1, as vLLM orders them), each with its own seed.
+  if (batch.size() == 1 && n == 1) {
+    g.prompt = std::move(batch[0].prompt);
+    g.prompt_tokens = std::move(batch[0].prompt_tokens);
+  } else if (batch.size() > 1 || n > 1) {
+    const size_t prompts = std::max<size_t>(batch.size(), 1), total = prompts * static_cast<size_t>(n);
+    if (total > kMaxChoices)
+      return bad("n", std::to_string(prompts) + " prompts x n = " + std::to_string(n) + " is " + std::to_string(total) +
+                          " choices; allowed at most " + std::to_string(kMaxChoices));
+    if (total * body.size() > kMaxChoiceBytes)
+      return bad("n", "n: " + std::to_string(total) + " choices of a " + std::to_string(body.size()) +
+                          "-byte request is too much to hold; send fewer choices or a smaller request");
+    if (r.stream) return bad("n", "n > 1 and batches of prompts need stream: false");
+    const bool seeded = rd.get("seed") != nullptr;
+    for (size_t i = 0; i < total; ++i) {
+      GenerationRequest c = g;
+      if (!batch.empty()) {
+        c.prompt = batch[i / static_cast<size_t>(n)].prompt;
+        c.prompt_tokens = batch[i / static_cast<size_t>(n)].prompt_tokens;
+      }
+      c.sampling.seed = seeded ? g.sampling.seed + i
+                               : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+      r.choices.push_back(std::move(c));
+    }
+    r.n = n;
   }
   return r;
 }

@@ -29,6 +29,10 @@ struct ApiRequest {
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs >= 0
   int top_logprobs = 0;
   bool echo = false;  // completions: the prompt before the completion (and, with logprobs, its logprobs)
+  // n > 1 or a batch of prompts: the generation of each choice, in order (`gen` then holds only
+  // what they share); empty for one choice, which `gen` is. `n` samples per prompt.
+  std::vector<GenerationRequest> choices;
+  int n = 1;
   std::string model;
   GenerationRequest gen;
   GuardConfig guard;

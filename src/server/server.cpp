@@ -120,6 +120,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     return send_error(res, *e);
   }
   ApiRequest r = std::move(std::get<ApiRequest>(parsed));
+  if (!r.choices.empty()) return serve_choices(std::move(r), chat, res);
   if (Status s = gen_.check(r.gen); !s.ok()) {
     metrics_.add("coda:request_rejected_total", 1, "status", "400");
     return send_error(res, generation_error(s.message()));
@@ -196,6 +197,66 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
       [ticket](bool success) {
         if (!success) ticket->cancelled = true;  // the client went away: stop generating for it
       });
+}
+
+// n > 1 or a batch of prompts (not streamed): every choice is a request of its own to the
+// scheduler, so they run batched like concurrent requests; the body holds them in order, each with
+// its own guard report (`coda` inside the choice), and usage counts each prompt once.
+void Server::serve_choices(ApiRequest r, bool chat, httplib::Response& res) {
+  std::vector<ApiRequest> parts;
+  for (GenerationRequest& g : r.choices) {
+    if (Status s = gen_.check(g); !s.ok()) {
+      metrics_.add("coda:request_rejected_total", 1, "status", "400");
+      return send_error(res, generation_error(s.message()));
+    }
+    ApiRequest one = r;
+    one.choices.clear();
+    one.gen = std::move(g);
+    parts.push_back(std::move(one));
+  }
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  for (ApiRequest& one : parts) {
+    auto t = scheduler_->submit(one);
+    if (!t) {
+      for (auto& other : tickets) other->cancelled = true;
+      metrics_.add("coda:request_rejected_total", 1, "status", "429");
+      res.set_header("Retry-After", "1");
+      return send_api_error(res, 429,
+                            "The server is at capacity (" + std::to_string(opts_.max_queue) +
+                                " requests waiting) for this request's " + std::to_string(parts.size()) +
+                                " choices; retry shortly or ask for fewer.",
+                            "rate_limit_exceeded", "rate_limit_exceeded");
+    }
+    tickets.push_back(std::move(t));
+  }
+  const std::string id =
+      (chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(next_id_.fetch_add(1));
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  nlohmann::ordered_json body;
+  auto choices = nlohmann::ordered_json::array();
+  GenerationResult total;
+  for (size_t i = 0; i < tickets.size(); ++i) {
+    const Expected<GuardedResult>& out = tickets[i]->result();
+    if (!out) {
+      for (auto& t : tickets) t->cancelled = true;
+      return send_error(res, generation_error(out.message()));
+    }
+    nlohmann::ordered_json one = completion_body(parts[i], *out, id, created, gen_.vocab());
+    nlohmann::ordered_json choice = std::move(one["choices"][0]);
+    choice["index"] = i;
+    choice["coda"] = std::move(one["coda"]);
+    choices.push_back(std::move(choice));
+    if (body.is_null()) body = std::move(one);
+    if (i % static_cast<size_t>(r.n) == 0) {  // each prompt once, as OpenAI and vLLM count it
+      total.prompt_tokens += out->result.prompt_tokens;
+      total.cached_tokens += out->result.cached_tokens;
+    }
+    total.completion_tokens += out->result.completion_tokens;
+  }
+  body["choices"] = std::move(choices);
+  body["usage"] = usage_json(total);
+  body.erase("coda");
+  res.set_content(dump_json(body), "application/json");
 }
 
 }  // namespace coda

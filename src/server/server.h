@@ -52,6 +52,7 @@ class Server {
  private:
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  void serve_choices(ApiRequest r, bool chat, httplib::Response& res);
 
   Generator& gen_;
   ServerOptions opts_;

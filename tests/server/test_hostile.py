@@ -233,7 +233,9 @@ def body_cases(port):
     J("max_tokens negative", CHAT, chat(max_tokens=-1), expect=400)
     J("max_tokens past 64 bits", CHAT, b'{"messages":[{"role":"user","content":"x"}],"max_tokens":1e400}', expect=400)
     J("max_tokens a float", CHAT, chat(max_tokens=2.5), expect=400)
-    J("n = 5", CHAT, chat(n=5), expect=400, param="n")
+    J("n = 500", CHAT, chat(n=500), expect=400, param="n")
+    # n copies the conversation per choice: 128 copies of 1 MiB are refused before any is made.
+    J("n = 128 of a 1 MiB message", CHAT, chat(content="x" * (1 << 20), n=128), expect=400, param="n")
     J("top_logprobs 1000", CHAT, chat(logprobs=True, top_logprobs=1000), expect=400)
     J("stream a string", CHAT, chat(stream="yes"), expect=400)
     J("seed a string", CHAT, chat(seed="abc"), expect=400)

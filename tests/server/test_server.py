@@ -231,7 +231,12 @@ def api_tests(s):
         ("POST", "/v1/completions", {"prompt": "x", "temperature": 5}, 400, "temperature"),
         ("POST", "/v1/completions", {"prompt": "x", "top_p": 0}, 400, "top_p"),
         ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-        ("POST", "/v1/completions", {"prompt": "x", "n": 2}, 400, "n"),
+        ("POST", "/v1/completions", {"prompt": "x", "n": 0}, 400, "n"),
+        ("POST", "/v1/completions", {"prompt": "x", "n": 129}, 400, "n"),
+        ("POST", "/v1/completions", {"prompt": ["x"] * 65, "n": 2}, 400, "n"),
+        ("POST", "/v1/completions", {"prompt": "x", "n": 2, "stream": True}, 400, "n"),
+        ("POST", "/v1/completions", {"prompt": ["x", [1, 2]]}, 400, "prompt"),
+        ("POST", "/v1/completions", {"prompt": ["x", ""]}, 400, "prompt"),
         ("POST", "/v1/completions", {"prompt": "x", "temperature": "hot"}, 400, "temperature"),
         ("POST", "/v1/completions", {"prompt": "x", "stop": 5}, 400, "stop"),
         ("POST", "/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias"),
@@ -256,6 +261,24 @@ def api_tests(s):
         except (ValueError, KeyError, TypeError):
             ok = False
         check(ok, f"{method} {path} {body!r:.60} -> {st} {raw[:200]!r}")
+    # n > 1 and batches of prompts: choice i of n is the request with seed + i, and each prompt of a
+    # batch gets what it gets alone; usage counts each prompt once.
+    one = lambda body: s.json("POST", "/v1/completions", body)[2]
+    st, _, body = s.json("POST", "/v1/completions", {"prompt": "And Moses", "max_tokens": 6, "temperature": 1.0,
+                                                     "seed": 40, "n": 3})
+    alone = [one({"prompt": "And Moses", "max_tokens": 6, "temperature": 1.0, "seed": 40 + i}) for i in range(3)]
+    check(st == 200 and [c["index"] for c in body["choices"]] == [0, 1, 2]
+          and [c["text"] for c in body["choices"]] == [a["choices"][0]["text"] for a in alone],
+          "n = 3: choice i is the request with seed + i")
+    check(body["usage"]["prompt_tokens"] == alone[0]["usage"]["prompt_tokens"]
+          and body["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone)
+          and all("policy" in c["coda"] for c in body["choices"]), "n = 3: usage and a guard report per choice")
+    prompts = ["In the beginning God", "And Moses"]
+    st, _, body = s.json("POST", "/v1/completions", {"prompt": prompts, "max_tokens": 5, "temperature": 0})
+    alone = [one({"prompt": p, "max_tokens": 5, "temperature": 0}) for p in prompts]
+    check(st == 200 and [c["text"] for c in body["choices"]] == [a["choices"][0]["text"] for a in alone]
+          and body["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone),
+          "a batch of two prompts: each choice is its prompt's greedy text")
     st, _, raw = s.request("POST", "/v1/completions", b"x" * (9 << 20))
     check(st == 413 and b"error" in raw, f"oversized body -> {st}")
     # Unknown fields are ignored, like OpenAI does.
