@@ -14,6 +14,9 @@ try {
   const c = await client.completions.create({ model: "coda", prompt: "In the beginning God", max_tokens: 12, temperature: 0 });
   check(c.choices[0].text.startsWith(" of Israel, and the LORD God"), "completions.create: " + JSON.stringify(c.choices[0].text));
   check(c.usage.completion_tokens === 12 && c.choices[0].finish_reason === "length", "completion usage and finish_reason");
+  const two = await client.completions.create({ model: "coda", prompt: ["And Moses", "In the beginning"], max_tokens: 3, n: 2, seed: 7, temperature: 1 });
+  check(two.choices.length === 4 && two.choices.map((c) => c.index).join() === "0,1,2,3" &&
+        two.usage.completion_tokens > 0 && two.usage.completion_tokens <= 12, "completions.create with two prompts and n = 2");
   // Prompt scoring as lm-evaluation-harness asks for it: the prompt echoed with its logprobs.
   const e = await client.completions.create({
     model: "coda", prompt: "In the beginning God", max_tokens: 1, temperature: 0, logprobs: 1, echo: true });
