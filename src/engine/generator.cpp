@@ -81,7 +81,9 @@ Status Generator::validate(const GenerationRequest& r) const {
   if (r.logprobs < -1 || r.logprobs > kMaxLogprobs)
     return Error("logprobs: " + std::to_string(r.logprobs) + " is out of range; allowed 0.." +
                  std::to_string(kMaxLogprobs));
-  if (r.prompt_logprobs && r.logprobs < 0) return Error("prompt logprobs need logprobs (0.." + std::to_string(kMaxLogprobs) + ")");
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxLogprobs)
+    return Error("prompt_logprobs: " + std::to_string(r.prompt_logprobs) + " is out of range; allowed 0.." +
+                 std::to_string(kMaxLogprobs));
   return r.sampling.validate(vocab_.size());
 }
 

@@ -28,10 +28,11 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;  // vLLM
   int logprobs = -1;                        // -1: off; 0..20: chosen token's logprob plus this many top ones
-  // With logprobs: also the logprob of every prompt token given the tokens before it (OpenAI's
-  // `echo` with `logprobs`, vLLM's prompt logprobs; what lm-evaluation-harness scores answers with).
-  // The prompt then runs in full, without the prefix cache, whose hits leave no logits behind.
-  bool prompt_logprobs = false;
+  // -1: off; 0..20: also the logprob of every prompt token given the tokens before it, plus this
+  // many top ones (OpenAI's `echo` with `logprobs`, vLLM's `prompt_logprobs`; what
+  // lm-evaluation-harness scores answers with). The prompt then runs in full, without the prefix
+  // cache, whose hits leave no logits behind.
+  int prompt_logprobs = -1;
   // Stream only the text of tokens at least this many tokens old, so an observer can still roll
   // back recent tokens that nobody has seen (the guard's repair policy sets it).
   int stream_delay_tokens = 0;
@@ -41,6 +42,7 @@ struct TokenLogprob {
   int32_t token = -1;
   std::string text;  // the token's bytes (may be a partial UTF-8 sequence)
   float logprob = 0;
+  int rank = 1;  // 1 + the number of tokens more probable than this one (vLLM's rank)
   std::vector<std::pair<int32_t, float>> top;  // most probable first
   bool none = false;  // the first prompt token: nothing precedes it, so it has no logprob (JSON null)
 };

@@ -20,6 +20,7 @@ TokenLogprob logprob_of(const float* logits, int32_t n_vocab, int32_t token, int
   lp.token = token;
   lp.text = vocab.token_bytes(token);
   lp.logprob = static_cast<float>(logits[token] - log_z);
+  for (int32_t i = 0; i < n_vocab; ++i) lp.rank += logits[i] > logits[token];
   if (top_n > 0) {
     std::vector<int32_t> idx(static_cast<size_t>(n_vocab));
     std::iota(idx.begin(), idx.end(), 0);
@@ -73,7 +74,7 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
   s->prefill_chunk_ = std::max<int64_t>(1, prefill_chunk);
   const int64_t n_vocab = gen.model().config().n_vocab;
   s->logits_.resize(static_cast<size_t>(n_vocab));
-  if (r.prompt_logprobs) {
+  if (r.prompt_logprobs >= 0) {
     // Every prompt token's logits, a chunk at a time: 64 rows bound the buffer (32 MiB for a
     // 128K-token vocabulary). The prefix cache is skipped: a hit leaves no logits for its tokens.
     s->prefill_chunk_ = std::min<int64_t>(s->prefill_chunk_, 64);
@@ -83,7 +84,7 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
   s->decoder_.emplace(gen.vocab());
   s->history_.prompt = std::move(prompt->tokens);
   s->res_.prompt_tokens = n_prompt;
-  if (r.prompt_logprobs && n_prompt > 0) {
+  if (r.prompt_logprobs >= 0 && n_prompt > 0) {
     TokenLogprob lp;
     lp.token = s->history_.prompt[0];
     lp.text = gen.vocab().token_bytes(lp.token);
@@ -126,7 +127,7 @@ void Sequence::advance(Status model_status) {
     return;
   }
   if (prefilling()) {
-    if (req_.prompt_logprobs) {
+    if (req_.prompt_logprobs >= 0) {
       // Row i holds the logits after prompt token prefilled_ + i: the next prompt token's
       // logprob, or, after the last one, the logits the first sampled token comes from.
       const auto n_vocab = static_cast<int32_t>(logits_.size());
@@ -136,7 +137,7 @@ void Sequence::advance(Status model_status) {
         const int64_t next = prefilled_ + static_cast<int64_t>(i) + 1;
         if (next < n_prompt)
           res_.prompt_logprobs.push_back(
-              logprob_of(row, n_vocab, history_.prompt[static_cast<size_t>(next)], req_.logprobs, vocab_));
+              logprob_of(row, n_vocab, history_.prompt[static_cast<size_t>(next)], req_.prompt_logprobs, vocab_));
         else
           std::copy(row, row + n_vocab, logits_.begin());
       }

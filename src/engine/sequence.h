@@ -41,7 +41,7 @@ class Sequence {
   KvCache& kv() { return kv_; }
   // Whether logits() wants the logits of every pending token (n x n_vocab, row by row) instead of
   // the last one's: while the prompt runs for a request with prompt logprobs.
-  bool all_logits() const { return req_.prompt_logprobs && prefilling(); }
+  bool all_logits() const { return req_.prompt_logprobs >= 0 && prefilling(); }
   float* logits() { return all_logits() ? prompt_logits_.data() : logits_.data(); }
   // The caller ran pending() (an error from the model ends the sequence with that error).
   void advance(Status model_status = Status::Ok());

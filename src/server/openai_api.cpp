@@ -279,7 +279,19 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     if (best_of != 1) return bad("best_of", "best_of: " + std::to_string(best_of) + " is not supported; only 1");
     if (r.echo && r.stream) return bad("echo", "echo: not supported with stream; send stream: false");
     // With logprobs, echo also scores the prompt: each prompt token's logprob given those before it.
-    g.prompt_logprobs = r.echo && r.logprobs;
+    if (r.echo && r.logprobs) g.prompt_logprobs = r.top_logprobs;
+  }
+  // vLLM's prompt_logprobs: the same scores in its own shape (per choice, or top-level for chat).
+  rd.number("prompt_logprobs", r.prompt_logprobs);
+  if (rd.error) return *rd.error;
+  if (rd.get("prompt_logprobs") && !rd.get("prompt_logprobs")->is_null()) {
+    if (r.prompt_logprobs < 0 || r.prompt_logprobs > 20)
+      return bad("prompt_logprobs",
+                 "prompt_logprobs: " + std::to_string(r.prompt_logprobs) + " is out of range; allowed 0..20");
+    if (r.stream) return bad("prompt_logprobs", "prompt_logprobs: not supported with stream; send stream: false");
+    g.prompt_logprobs = std::max(g.prompt_logprobs, r.prompt_logprobs);
+  } else {
+    r.prompt_logprobs = -1;
   }
   if (rd.error) return *rd.error;
   if (const auto* rdp = rd.get("repetition_detection")) {
@@ -429,11 +441,19 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   // echo: the prompt as sent (token ids decoded), then the completion.
   const std::string echoed =
       !r.echo || r.chat ? std::string() : r.gen.prompt_tokens.empty() ? r.gen.prompt : vocab.decode(r.gen.prompt_tokens);
+  // The prompt's logprobs carry the larger of echo's and prompt_logprobs' top counts: each shape
+  // shows its own.
+  auto prompt_lps = [&](int top) {
+    std::vector<TokenLogprob> lps = res.prompt_logprobs;
+    for (auto& lp : lps)
+      if (lp.top.size() > static_cast<size_t>(top)) lp.top.resize(static_cast<size_t>(top));
+    return lps;
+  };
   if (r.logprobs && r.echo) {
     // The prompt's tokens first (the first one's logprob is null), then the completion's. Their
     // pieces may be longer than the echoed prompt (a SentencePiece vocabulary's dummy-prefix
     // space): the offsets shift back by the difference, so the completion's index the text.
-    logprobs = logprobs_json(r, res.prompt_logprobs, vocab, offset);
+    logprobs = logprobs_json(r, prompt_lps(r.top_logprobs), vocab, offset);
     const auto extra = static_cast<int64_t>(offset) - static_cast<int64_t>(echoed.size());
     for (auto& o : logprobs["text_offset"]) o = std::max<int64_t>(0, o.get<int64_t>() - extra);
     offset = echoed.size();
@@ -450,12 +470,36 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = res.finish_reason;
+  nlohmann::ordered_json vllm_prompt = nullptr;
+  if (r.prompt_logprobs >= 0) {
+    // vLLM's shape: per prompt token null (the first) or {token id: {logprob, rank, decoded_token}}
+    // for the token itself and its top alternatives.
+    vllm_prompt = nlohmann::ordered_json::array();
+    auto entry = [&](float logprob, int rank, int32_t id) {
+      return nlohmann::ordered_json{
+          {"logprob", logprob}, {"rank", rank}, {"decoded_token", utf8_sanitize(vocab.token_bytes(id))}};
+    };
+    for (const TokenLogprob& lp : prompt_lps(r.prompt_logprobs)) {
+      if (lp.none) {
+        vllm_prompt.push_back(nullptr);
+        continue;
+      }
+      nlohmann::ordered_json d = nlohmann::ordered_json::object();
+      d[std::to_string(lp.token)] = entry(lp.logprob, lp.rank, lp.token);
+      for (size_t k = 0; k < lp.top.size(); ++k)
+        if (lp.top[k].first != lp.token)
+          d[std::to_string(lp.top[k].first)] = entry(lp.top[k].second, static_cast<int>(k) + 1, lp.top[k].first);
+      vllm_prompt.push_back(std::move(d));
+    }
+    if (!r.chat) choice["prompt_logprobs"] = vllm_prompt;
+  }
   nlohmann::ordered_json body{{"id", id},
                               {"object", r.chat ? "chat.completion" : "text_completion"},
                               {"created", created},
                               {"model", r.model.empty() ? "coda" : r.model},
                               {"choices", nlohmann::ordered_json::array({choice})},
                               {"usage", usage_json(res)}};
+  if (r.chat && r.prompt_logprobs >= 0) body["prompt_logprobs"] = std::move(vllm_prompt);  // as vLLM places it
   body["coda"] = g.report.to_json();
   if (r.guard.trace) body["coda"]["trace"] = g.trace;
   return body;

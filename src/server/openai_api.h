@@ -29,6 +29,7 @@ struct ApiRequest {
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs >= 0
   int top_logprobs = 0;
   bool echo = false;  // completions: the prompt before the completion (and, with logprobs, its logprobs)
+  int prompt_logprobs = -1;  // vLLM's field: -1 off, else the prompt's logprobs with this many top ones
   // n > 1 or a batch of prompts: the generation of each choice, in order (`gen` then holds only
   // what they share); empty for one choice, which `gen` is. `n` samples per prompt.
   std::vector<GenerationRequest> choices;

@@ -11,7 +11,8 @@
    refused with a message and a non-zero exit.
 4. The same log-likelihoods over HTTP: `coda serve` answers a completions request with `echo` and
    `logprobs` (as lm-evaluation-harness scores answers) with every prompt token's logprob given the
-   ones before it, across the 64-token chunks the prompt runs in; they equal the NumPy forward's.
+   ones before it, across the 64-token chunks the prompt runs in; they equal the NumPy forward's,
+   and so do vLLM's `prompt_logprobs` (with each token's rank).
 
 Usage: /usr/bin/python3 test_perplexity.py CODA_BINARY WORK_DIR
 """
@@ -103,6 +104,20 @@ def echo_logprobs_tests(tokens):
         check(abs(got[len(ids)] - ref[len(ids) - 1].max()) < 1e-2, "the greedy completion token's logprob follows")
         ctxlen = 100  # lm-evaluation-harness sums token_logprobs[ctxlen:-1] for the continuation
         check(abs(sum(got[ctxlen:-1]) - sum(want[ctxlen - 1:])) < 2e-2, "the continuation's log-likelihood")
+        # vLLM's prompt_logprobs: the same scores with each token's rank in the vocabulary.
+        status, res = post(url, {"prompt": ids[:40], "max_tokens": 1, "temperature": 0, "prompt_logprobs": 2})
+        plp = res["choices"][0]["prompt_logprobs"]
+        ok = status == 200 and len(plp) == 40 and plp[0] is None
+        eps = 1e-3  # float32 against float64: a near tie may order either way
+        for i in range(1, 40 if ok else 0):
+            row, own = ref[i - 1], ref[i - 1, ids[i]]
+            mine = plp[i][str(ids[i])]
+            ok = ok and abs(mine["logprob"] - own) < 2e-3
+            ok = ok and 1 + int((row > own + eps).sum()) <= mine["rank"] <= 1 + int((row > own - eps).sum())
+            second = np.sort(row)[-2]
+            others = [int(k) for k in plp[i] if int(k) != ids[i]]
+            ok = ok and all(row[k] >= second - eps for k in others) and len(plp[i]) in (2, 3)
+        check(ok, "vLLM's prompt_logprobs: logprob, rank and the top 2 of the NumPy forward at every position")
         # Again with the prompt in the prefix cache: prompt logprobs bypass it and come out the same.
         status, again = post(url, body)
         check(status == 200 and again["choices"][0]["logprobs"] == lp
