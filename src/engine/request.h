@@ -42,7 +42,7 @@ struct TokenLogprob {
   int32_t token = -1;
   std::string text;  // the token's bytes (may be a partial UTF-8 sequence)
   float logprob = 0;
-  int rank = 1;  // 1 + the number of tokens more probable than this one (vLLM's rank)
+  int rank = 1;  // prompt tokens: 1 + the number of tokens more probable than this one (vLLM's rank)
   std::vector<std::pair<int32_t, float>> top;  // most probable first
   bool none = false;  // the first prompt token: nothing precedes it, so it has no logprob (JSON null)
 };

@@ -10,7 +10,9 @@ namespace coda {
 
 namespace {
 
-TokenLogprob logprob_of(const float* logits, int32_t n_vocab, int32_t token, int top_n, const Vocab& vocab) {
+// `with_rank`: also the token's rank (vLLM's prompt_logprobs shows it), one more pass over the vocabulary.
+TokenLogprob logprob_of(const float* logits, int32_t n_vocab, int32_t token, int top_n, const Vocab& vocab,
+                        bool with_rank = false) {
   float max = logits[0];
   for (int32_t i = 1; i < n_vocab; ++i) max = std::max(max, logits[i]);
   double sum = 0;
@@ -20,7 +22,8 @@ TokenLogprob logprob_of(const float* logits, int32_t n_vocab, int32_t token, int
   lp.token = token;
   lp.text = vocab.token_bytes(token);
   lp.logprob = static_cast<float>(logits[token] - log_z);
-  for (int32_t i = 0; i < n_vocab; ++i) lp.rank += logits[i] > logits[token];
+  if (with_rank)
+    for (int32_t i = 0; i < n_vocab; ++i) lp.rank += logits[i] > logits[token];
   if (top_n > 0) {
     std::vector<int32_t> idx(static_cast<size_t>(n_vocab));
     std::iota(idx.begin(), idx.end(), 0);
@@ -137,7 +140,7 @@ void Sequence::advance(Status model_status) {
         const int64_t next = prefilled_ + static_cast<int64_t>(i) + 1;
         if (next < n_prompt)
           res_.prompt_logprobs.push_back(
-              logprob_of(row, n_vocab, history_.prompt[static_cast<size_t>(next)], req_.prompt_logprobs, vocab_));
+              logprob_of(row, n_vocab, history_.prompt[static_cast<size_t>(next)], req_.prompt_logprobs, vocab_, true));
         else
           std::copy(row, row + n_vocab, logits_.begin());
       }

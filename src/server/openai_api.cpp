@@ -99,7 +99,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   Reader rd{j, std::nullopt};
   GenerationRequest& g = r.gen;
   SamplingParams& s = g.sampling;
-  std::vector<GenerationRequest> batch;  // the prompts of a completions batch (two or more... or one)
+  std::vector<GenerationRequest> batch;  // a completions prompt given as an array of prompts, one each
 
   if (const auto* m = rd.get("model")) {
     if (!m->is_string()) return bad("model", "model: expected a string");

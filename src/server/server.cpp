@@ -203,14 +203,18 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
 // scheduler, so they run batched like concurrent requests; the body holds them in order, each with
 // its own guard report (`coda` inside the choice), and usage counts each prompt once.
 void Server::serve_choices(ApiRequest r, bool chat, httplib::Response& res) {
+  // The choices leave `r` first, so that each part copies only what they share (not every other
+  // choice, nor the shared conversation that each choice already holds).
+  std::vector<GenerationRequest> gens = std::move(r.choices);
+  r.choices.clear();
+  r.gen = GenerationRequest{};
   std::vector<ApiRequest> parts;
-  for (GenerationRequest& g : r.choices) {
+  for (GenerationRequest& g : gens) {
     if (Status s = gen_.check(g); !s.ok()) {
       metrics_.add("coda:request_rejected_total", 1, "status", "400");
       return send_error(res, generation_error(s.message()));
     }
     ApiRequest one = r;
-    one.choices.clear();
     one.gen = std::move(g);
     parts.push_back(std::move(one));
   }
