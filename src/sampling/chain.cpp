@@ -12,6 +12,7 @@
 #include "sampling/min_p.h"
 #include "sampling/no_repeat_ngram.h"
 #include "sampling/repetition_penalty.h"
+#include "sampling/structured_output.h"
 #include "sampling/temperature.h"
 #include "sampling/token_masks.h"
 #include "sampling/top_k.h"
@@ -54,6 +55,7 @@ Expected<SamplerVocab> SamplerVocab::from(const Vocab& vocab, const SamplingPara
         v.bad_word_ids.push_back(*ids);
     }
   }
+  if (p.grammar) v.grammar_tokens = GrammarTokens::build(vocab);
   if (p.dry_multiplier > 0) {
     for (int32_t id = 0; id < v.n_vocab; ++id) {
       const std::string text = vocab.token_bytes(id);
@@ -74,6 +76,13 @@ Expected<SamplerChain> SamplerChain::create(const SamplingParams& p, const Sampl
   c.greedy_ = p.temperature == 0.0f;
   auto add = [&](auto proc) { c.processors_.push_back(std::make_shared<decltype(proc)>(std::move(proc))); };
   if (!p.logit_bias.empty()) add(LogitBias(p.logit_bias));
+  // After logit_bias, so no bias can push a token the format rejects.
+  if (p.grammar) {
+    if (!v.grammar_tokens) return Error("structured output needs the vocabulary's token bytes (SamplerVocab::from)");
+    std::vector<int32_t> ends = v.eos_ids;
+    ends.insert(ends.end(), v.stop_ids.begin(), v.stop_ids.end());
+    add(StructuredOutput(p.grammar, v.grammar_tokens, std::move(ends)));
+  }
   if (p.ignore_eos && !v.eos_ids.empty()) add(IgnoreEos(v.eos_ids));
   if (p.min_tokens > 0) {
     std::vector<int32_t> ends = v.stop_ids;

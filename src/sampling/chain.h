@@ -1,6 +1,6 @@
 // The sampler chain: processors applied in a fixed, documented order, then a seeded draw.
 //
-// Order: logit_bias -> ignore_eos -> min_tokens -> bad_words -> no_repeat_ngram ->
+// Order: logit_bias -> structured output -> ignore_eos -> min_tokens -> bad_words -> no_repeat_ngram ->
 // repetition_penalty -> frequency/presence -> DRY -> [greedy stops here: argmax] -> top_n_sigma ->
 // temperature (or dynamic temperature) -> top_k -> top_p -> typical_p -> min_p -> XTC -> draw.
 // Masks and penalties come first, so greedy decoding honours them too; temperature comes before
@@ -19,6 +19,7 @@
 namespace coda {
 
 class Vocab;
+struct GrammarTokens;
 
 // What the chain needs to know about the vocabulary beyond its size.
 struct SamplerVocab {
@@ -27,6 +28,7 @@ struct SamplerVocab {
   std::vector<int32_t> stop_ids;                   // the request's stop_token_ids
   std::vector<std::vector<int32_t>> bad_word_ids;  // token sequences of params.bad_words
   std::unordered_set<int32_t> dry_breakers;        // tokens whose text holds a sequence breaker
+  std::shared_ptr<const GrammarTokens> grammar_tokens;  // token bytes for structured output
 
   // From a tokenizer: EOS/EOT plus `more_eos` (a chat template's end-of-turn tokens), the
   // request's `stop_ids` (checked), bad words tokenized with and without a leading space, DRY

@@ -46,6 +46,10 @@ Status SamplingParams::validate(int32_t n_vocab) const {
     if (b.empty()) return Error("dry_sequence_breakers: \"\" is not allowed; each breaker must be non-empty");
   CODA_RETURN_IF_ERROR(range("xtc_probability", xtc_probability, 0, 1));
   CODA_RETURN_IF_ERROR(range("xtc_threshold", xtc_threshold, 0, 1));
+  if (grammar && min_tokens > 0)
+    return Error("min_tokens: cannot be combined with structured output (the format decides where the output ends)");
+  if (grammar && ignore_eos)
+    return Error("ignore_eos: cannot be combined with structured output (the output must end when the format does)");
   if (no_repeat_ngram_size < 0)
     return Error("no_repeat_ngram_size: " + std::to_string(no_repeat_ngram_size) + " is out of range; allowed >= 0");
   if (min_tokens < 0) return Error("min_tokens: " + std::to_string(min_tokens) + " is out of range; allowed >= 0");

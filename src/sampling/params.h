@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "core/status.h"
 
 namespace coda {
+
+class OutputGrammar;
 
 struct SamplingParams {
   float temperature = 1.0f;                       // [0, 2]; 0 = greedy
@@ -36,6 +39,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::vector<std::string> bad_words;  // each non-empty
   uint64_t seed = 0;
+  // Structured output (response_format, guided_json, guided_choice): the format every token must
+  // keep the text in; null: free text.
+  std::shared_ptr<const OutputGrammar> grammar;
 
   // Every value in range; errors name the parameter, the value and what is allowed.
   Status validate(int32_t n_vocab) const;

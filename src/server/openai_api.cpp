@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "sampling/output_grammar.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
@@ -83,6 +84,87 @@ std::optional<ApiError> read_token_ids(const nlohmann::ordered_json& a, const st
     if (!t.is_number_integer()) return bad("prompt", name + ": a token array must hold only integers");
     const auto id = t.get<int64_t>();
     out.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+// Structured output, in each API's spelling: OpenAI's response_format (json_object, json_schema),
+// vLLM's guided_json and guided_choice (and structured_outputs {json, choice}), llama.cpp's
+// json_schema. At most one per request.
+std::optional<ApiError> read_structured_output(Reader& rd, SamplingParams& s) {
+  const char* kWhat =
+      "coda holds output to JSON (response_format json_object or json_schema, guided_json, json_schema) or to one "
+      "of a list of texts (guided_choice)";
+  for (const char* k : {"guided_regex", "guided_grammar", "grammar"})
+    if (rd.get(k)) return bad(k, std::string(k) + ": not supported; " + kWhat);
+  std::string from;
+  auto set = [&](const std::string& field, Expected<std::shared_ptr<const OutputGrammar>> g) -> std::optional<ApiError> {
+    if (!g) return bad(field, field + ": " + g.message());
+    if (s.grammar)
+      return bad(field, field + ": only one structured output per request; " + from + " already asks for one");
+    s.grammar = std::move(*g);
+    from = field;
+    return std::nullopt;
+  };
+  auto schema_of = [&](const std::string& field, const nlohmann::ordered_json& v) -> std::optional<ApiError> {
+    if (v.is_string()) {  // vLLM accepts the schema as JSON text too
+      auto parsed = nlohmann::ordered_json::parse(v.get<std::string>(), nullptr, false);
+      if (parsed.is_discarded()) return bad(field, field + ": the string is not valid JSON");
+      return set(field, OutputGrammar::json_schema(parsed));
+    }
+    if (!v.is_object() && !v.is_boolean()) return bad(field, field + ": expected a JSON Schema object");
+    return set(field, OutputGrammar::json_schema(v));
+  };
+  auto choices_of = [&](const std::string& field, const nlohmann::ordered_json& v) -> std::optional<ApiError> {
+    std::vector<std::string> texts;
+    if (!v.is_array()) return bad(field, field + ": expected an array of strings");
+    for (const auto& x : v) {
+      if (!x.is_string()) return bad(field, field + ": expected an array of strings");
+      texts.push_back(x.get<std::string>());
+    }
+    auto g = OutputGrammar::choice(texts);
+    if (!g) return bad(field, field + ": " + g.message());
+    return set(field, std::move(g));
+  };
+  if (const auto* rf = rd.get("response_format")) {
+    const auto type = rf->is_object() ? rf->find("type") : rf->end();
+    if (!rf->is_object() || type == rf->end() || !type->is_string())
+      return bad("response_format", "response_format: expected {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      if (auto e = set("response_format", OutputGrammar::json_object())) return e;
+    } else if (t == "json_schema") {
+      const auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object() || !js->contains("schema"))
+        return bad("response_format",
+                   "response_format.json_schema.schema: required with type json_schema ({\"type\": \"json_schema\", "
+                   "\"json_schema\": {\"name\": ..., \"schema\": {...}}})");
+      if (auto e = schema_of("response_format.json_schema.schema", (*js)["schema"])) return e;
+    } else if (t != "text") {
+      return bad("response_format", "response_format.type: '" + t + "' is not one of text, json_object, json_schema");
+    }
+  }
+  if (const auto* v = rd.get("guided_json"))
+    if (auto e = schema_of("guided_json", *v)) return e;
+  if (const auto* v = rd.get("json_schema"))
+    if (auto e = schema_of("json_schema", *v)) return e;
+  if (const auto* v = rd.get("guided_choice"))
+    if (auto e = choices_of("guided_choice", *v)) return e;
+  if (const auto* so = rd.get("structured_outputs")) {
+    if (!so->is_object()) return bad("structured_outputs", "structured_outputs: expected an object");
+    for (const auto& [k, v] : so->items()) {
+      if (v.is_null()) continue;
+      if (k == "json") {
+        if (auto e = schema_of("structured_outputs.json", v)) return e;
+      } else if (k == "choice") {
+        if (auto e = choices_of("structured_outputs.choice", v)) return e;
+      } else if (k == "json_object") {
+        if (v == true)
+          if (auto e = set("structured_outputs.json_object", OutputGrammar::json_object())) return e;
+      } else if (k == "regex" || k == "grammar" || k == "structural_tag") {
+        return bad("structured_outputs." + k, "structured_outputs." + k + ": not supported; " + kWhat);
+      }
+    }
   }
   return std::nullopt;
 }
@@ -236,6 +318,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       s.logit_bias[static_cast<int32_t>(id)] = v.get<float>();
     }
   }
+  if (auto e = read_structured_output(rd, s)) return *e;
   if (chat) {
     bool continue_final = false;
     rd.boolean("add_generation_prompt", g.chat.add_generation_prompt);
