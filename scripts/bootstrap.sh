@@ -11,12 +11,12 @@ run_packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev
 )
 # Tests: GoogleTest/Benchmark; clang for libFuzzer; Debian's Python with NumPy and Jinja2 for the
-# independent references; Optuna for the tuner's anchor; promtool (prometheus) for /metrics;
-# Chromium (headless) to render the lab's HTML reports.
+# independent references, jsonschema to validate structured output; Optuna for the tuner's anchor;
+# promtool (prometheus) for /metrics; Chromium (headless) to render the lab's HTML reports.
 test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format
-  python3-numpy python3-jinja2 python3-optuna libopenblas0-pthread prometheus chromium
+  python3-numpy python3-jinja2 python3-jsonschema python3-optuna libopenblas0-pthread prometheus chromium
 )
 case "$set_name" in
   run) packages=("${run_packages[@]}") ;;

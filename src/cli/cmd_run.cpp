@@ -8,6 +8,7 @@
 #include "cli/sampling_flags.h"
 #include "engine/generator.h"
 #include "guard/guard.h"
+#include "sampling/output_grammar.h"
 
 namespace coda::cli {
 
@@ -24,7 +25,30 @@ struct RunFlags {
   std::string guard = "observe";  // off, observe, stop, repair
   std::string report_file, trace_file;
   GuardConfig guard_config;
+  std::string json_schema, json_schema_file;  // structured output (llama.cpp's -j / -jf)
+  bool json_object = false;
 };
+
+// The structured-output flags into the request: at most one of them.
+Status set_output_format(RunFlags& f) {
+  const int given = !f.json_schema.empty() + !f.json_schema_file.empty() + f.json_object;
+  if (given > 1) return Error("give one of --json-schema, --json-schema-file and --json-object");
+  if (f.json_object) f.request.sampling.grammar = OutputGrammar::json_object();
+  std::string text = f.json_schema, from = "--json-schema";
+  if (!f.json_schema_file.empty()) {
+    std::ifstream in(f.json_schema_file, std::ios::binary);
+    if (!in) return Error("--json-schema-file: cannot read '" + f.json_schema_file + "'");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    from = "--json-schema-file";
+  }
+  if (text.empty()) return Status::Ok();
+  const auto schema = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (schema.is_discarded()) return Error(from + ": not valid JSON");
+  auto g = OutputGrammar::json_schema(schema);
+  if (!g) return Error(from + ": " + g.message());
+  f.request.sampling.grammar = std::move(*g);
+  return Status::Ok();
+}
 
 nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab) {
   nlohmann::ordered_json j;
@@ -53,6 +77,7 @@ nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab
 }
 
 int run(RunFlags& f) {
+  if (Status st = set_output_format(f); !st.ok()) return fail(st.message());  // before loading a model
   GeneratorOptions opts;
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
@@ -155,6 +180,10 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");
   sub->add_flag("--json", f->json, "Print one JSON result (text, tokens, finish_reason, usage, timings)");
   add_sampling_flags(sub, f->request);
+  sub->add_option("-j,--json-schema", f->json_schema,
+                  "Hold the output to this JSON Schema (inline JSON; docs/sampling.md lists what is enforced)");
+  sub->add_option("--json-schema-file", f->json_schema_file, "Hold the output to the JSON Schema in this file");
+  sub->add_flag("--json-object", f->json_object, "Hold the output to a JSON object (OpenAI's json_object mode)");
   sub->add_option("--guard", f->guard,
                   "Degeneration guard: observe, stop, repair or off, optionally for some detectors "
                   "(stop:loop,flooding; docs/guard.md)")

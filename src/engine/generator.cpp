@@ -139,4 +139,10 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
   return s.finish();
 }
 
+std::shared_ptr<const GrammarTokens> Generator::grammar_tokens() const {
+  std::lock_guard<std::mutex> lock(grammar_mu_);
+  if (!grammar_tokens_) grammar_tokens_ = GrammarTokens::build(vocab_);
+  return grammar_tokens_;
+}
+
 }  // namespace coda

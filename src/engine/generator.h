@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "chat/chat_template.h"
@@ -15,6 +16,7 @@
 #include "engine/request.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "sampling/structured_output.h"
 #include "tokenizer/vocab.h"
 
 namespace coda {
@@ -50,6 +52,9 @@ class Generator {
   ThreadPool& pool() { return *pool_; }
   const ChatTemplate* chat_template() const { return tmpl_ ? &*tmpl_ : nullptr; }
   const Vocab& vocab() const { return vocab_; }
+  // The vocabulary's token bytes as structured output walks them, built on first use and shared
+  // by every request after (about 100 ms for a 128K vocabulary). Thread-safe.
+  std::shared_ptr<const GrammarTokens> grammar_tokens() const;
 
  private:
   friend class Sequence;
@@ -63,6 +68,8 @@ class Generator {
   std::optional<ChatTemplate> tmpl_;
   std::unique_ptr<ThreadPool> pool_;
   ForwardBuffers buf_;
+  mutable std::mutex grammar_mu_;
+  mutable std::shared_ptr<const GrammarTokens> grammar_tokens_;
 };
 
 // A model file opened for generation: the model, its vocabulary and a generator over them (the

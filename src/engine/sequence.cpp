@@ -61,7 +61,8 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
   auto max_tokens = gen.resolve_max_tokens(r, n_prompt, prompt->chat);
   if (!max_tokens) return max_tokens.error();
   auto sv = SamplerVocab::from(gen.vocab(), r.sampling, r.stop_token_ids,
-                               prompt->chat ? end_of_turn_ids(gen.vocab()) : std::vector<int32_t>{});
+                               prompt->chat ? end_of_turn_ids(gen.vocab()) : std::vector<int32_t>{},
+                               r.sampling.grammar ? gen.grammar_tokens() : nullptr);
   if (!sv) return sv.error();
   auto chain = SamplerChain::create(r.sampling, *sv);
   if (!chain) return chain.error();

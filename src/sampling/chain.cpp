@@ -33,7 +33,8 @@ double SamplerRng::uniform() {
 }
 
 Expected<SamplerVocab> SamplerVocab::from(const Vocab& vocab, const SamplingParams& p,
-                                          const std::vector<int32_t>& stop_ids, const std::vector<int32_t>& more_eos) {
+                                          const std::vector<int32_t>& stop_ids, const std::vector<int32_t>& more_eos,
+                                          std::shared_ptr<const GrammarTokens> grammar_tokens) {
   SamplerVocab v;
   v.n_vocab = vocab.size();
   for (int32_t id : {vocab.eos(), vocab.eot()})
@@ -55,7 +56,7 @@ Expected<SamplerVocab> SamplerVocab::from(const Vocab& vocab, const SamplingPara
         v.bad_word_ids.push_back(*ids);
     }
   }
-  if (p.grammar) v.grammar_tokens = GrammarTokens::build(vocab);
+  if (p.grammar) v.grammar_tokens = grammar_tokens ? std::move(grammar_tokens) : GrammarTokens::build(vocab);
   if (p.dry_multiplier > 0) {
     for (int32_t id = 0; id < v.n_vocab; ++id) {
       const std::string text = vocab.token_bytes(id);

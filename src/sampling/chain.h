@@ -33,8 +33,11 @@ struct SamplerVocab {
   // From a tokenizer: EOS/EOT plus `more_eos` (a chat template's end-of-turn tokens), the
   // request's `stop_ids` (checked), bad words tokenized with and without a leading space, DRY
   // breakers by scanning the pieces.
+  // `grammar_tokens`: the vocabulary's bytes for structured output, if the caller keeps them
+  // (Generator::grammar_tokens); built here when a request needs them and none are given.
   static Expected<SamplerVocab> from(const Vocab& vocab, const SamplingParams& p, const std::vector<int32_t>& stop_ids,
-                                     const std::vector<int32_t>& more_eos = {});
+                                     const std::vector<int32_t>& more_eos = {},
+                                     std::shared_ptr<const GrammarTokens> grammar_tokens = nullptr);
 };
 
 class SamplerChain {

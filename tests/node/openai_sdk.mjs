@@ -32,6 +32,23 @@ try {
   check(typeof chat.choices[0].message.content === "string" && chat.choices[0].message.role === "assistant", "chat.completions.create");
   check(chat.choices[0].logprobs.content.length === chat.usage.completion_tokens, "chat logprobs");
 
+  // Structured output as the SDK sends it (strict json_schema): the content parses and has the shape.
+  const shaped = await client.chat.completions.create({
+    model: "coda", messages: [{ role: "user", content: "A city as JSON" }], max_tokens: 1000, temperature: 1, seed: 4,
+    response_format: { type: "json_schema", json_schema: { name: "city", strict: true, schema: {
+      type: "object", additionalProperties: false, required: ["name", "capital", "rank"],
+      properties: { name: { type: "string", maxLength: 10 }, capital: { type: "boolean" }, rank: { type: "integer" } } } } },
+    coda: { guard: "observe" },
+  });
+  let city = null;
+  try { city = JSON.parse(shaped.choices[0].message.content); } catch { city = null; }
+  check(shaped.choices[0].finish_reason === "stop" && city !== null && typeof city.name === "string" &&
+        typeof city.capital === "boolean" && Number.isInteger(city.rank) && Object.keys(city).length === 3,
+        "chat.completions.create with response_format json_schema: " + shaped.choices[0].message.content);
+  await expectError(client.chat.completions.create({ model: "coda", messages: [{ role: "user", content: "x" }],
+    response_format: { type: "json_schema", json_schema: { name: "n", schema: { type: "integer", minimum: 1 } } } }),
+    OpenAI.BadRequestError, 400, "an unsupported schema keyword -> BadRequestError");
+
   await checkStreamEqualsWhole(client);
 
   const cstream = await client.completions.create({ model: "coda", prompt: "And Moses", max_tokens: 10, stream: true });

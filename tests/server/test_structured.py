@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""Structured output over real HTTP: coda serve holds generations to a JSON Schema (OpenAI's
+response_format json_schema, vLLM's guided_json, llama.cpp's json_schema), to any JSON object, or to
+one of a list of texts (guided_choice). Every output is checked by independent parts: Python's json
+module and Debian's python3-jsonschema validator.
+
+The schemas bound every string (maxLength) and array (maxItems) and do not recurse, and the server
+bounds whitespace, digits and nesting, so a whole document is at most about 1,700 bytes: with
+max_tokens 2,000 every generation must end with finish_reason "stop" and a valid document, whatever
+the model writes. The bundled model (a small SentencePiece vocabulary) and a random-weight model
+with the Llama 3 vocabulary (128K tokens, byte-level BPE) both run.
+
+Usage: /usr/bin/python3 tests/server/test_structured.py build/coda WORK_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+import jsonschema
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import Server, check, failures  # noqa: E402
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12, "description": "annotations are ignored"},
+        "age": {"type": "integer"},
+        "lang": {"enum": ["en", "it", "fr"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+        "address": {"anyOf": [{"$ref": "#/$defs/addr"}, {"type": "null"}]},
+        "score": {"type": ["number", "null"]},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["name", "age", "lang", "tags", "address", "score", "ok"],
+    "additionalProperties": False,
+    "$defs": {"addr": {"type": "object", "title": "Address",
+                       "properties": {"city": {"type": "string", "maxLength": 10}, "zip": {"type": "integer"}},
+                       "required": ["city"], "additionalProperties": False}},
+}
+CHAT = [{"role": "user", "content": "Describe a person as JSON."}]
+# The guard observes here: the property under test is the format, and a stopped loop (the server's
+# default policy) would end a document early.
+OBSERVE = {"guard": "observe"}
+
+
+def valid(text, schema, what):
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        check(False, f"{what}: not JSON ({e}): {text[:200]!r}")
+        return None
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError as e:
+        check(False, f"{what}: breaks the schema ({e.message}): {text[:200]!r}")
+        return None
+    return doc
+
+
+def schema_tests(s, label):
+    for seed in range(4):
+        body = {"messages": CHAT, "max_tokens": 2000, "temperature": 1.0, "seed": seed,
+                "coda": OBSERVE,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
+                                                                           "strict": True}}}
+        st, _, r = s.json("POST", "/v1/chat/completions", body)
+        check(st == 200, f"{label} chat json_schema seed {seed}: {st} {r}")
+        if st != 200:
+            continue
+        c = r["choices"][0]
+        check(c["finish_reason"] == "stop", f"{label} chat json_schema seed {seed}: finish {c['finish_reason']}")
+        valid(c["message"]["content"], PERSON, f"{label} chat json_schema seed {seed}")
+    # Greedy, vLLM's spelling on completions, several choices in one request.
+    st, _, r = s.json("POST", "/v1/completions", {"prompt": "Person:", "max_tokens": 2000, "temperature": 0.7, "n": 3,
+                                                  "seed": 5, "guided_json": PERSON, "coda": OBSERVE})
+    check(st == 200 and len(r.get("choices", [])) == 3, f"{label} completions guided_json n=3: {st}")
+    for c in r.get("choices", []):
+        check(c["finish_reason"] == "stop", f"{label} guided_json choice {c['index']}: {c['finish_reason']}")
+        valid(c["text"], PERSON, f"{label} guided_json choice {c['index']}")
+    # The schema as JSON text (vLLM accepts both), greedy.
+    st, _, r = s.json("POST", "/v1/completions", {"prompt": "Person:", "max_tokens": 2000, "temperature": 0,
+                                                  "guided_json": json.dumps(PERSON), "coda": OBSERVE})
+    check(st == 200 and r["choices"][0]["finish_reason"] == "stop", f"{label} greedy guided_json text: {st}")
+    if st == 200:
+        valid(r["choices"][0]["text"], PERSON, f"{label} greedy guided_json text")
+    # Streamed: the deltas join into a valid document.
+    st, events, done = s.stream("/v1/chat/completions", {
+        "messages": CHAT, "max_tokens": 2000, "temperature": 1.0, "seed": 9, "stream": True, "json_schema": PERSON,
+        "coda": OBSERVE})
+    text = "".join(e["choices"][0]["delta"].get("content", "") or "" for e in events if e.get("choices"))
+    finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices") and e["choices"][0]["finish_reason"]]
+    check(st == 200 and done and finish == ["stop"], f"{label} streamed json_schema: {st} {done} {finish}")
+    valid(text, PERSON, f"{label} streamed json_schema")
+
+
+def other_format_tests(s, label):
+    # Any JSON object: when it ends on its own, it parses as an object. It may also run to its length
+    # or be stopped by the guard (a loop inside a string, say).
+    ended = 0
+    for seed in range(4):
+        st, _, r = s.json("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 300, "temperature": 1.0,
+                                                          "seed": seed, "response_format": {"type": "json_object"}})
+        check(st == 200, f"{label} json_object: {st}")
+        c = r["choices"][0]
+        if c["finish_reason"] == "stop":
+            ended += 1
+            doc = valid(c["message"]["content"], {"type": "object"}, f"{label} json_object seed {seed}")
+            check(isinstance(doc, dict), f"{label} json_object seed {seed} is an object")
+        else:
+            check(c["finish_reason"] in ("length", "repetition"), f"{label} json_object finish {c['finish_reason']}")
+    print(f"{label}: json_object ended on its own in {ended} of 4")
+    # One of a list of texts.
+    choices = ["yes", "no", "not sure", "n/a"]
+    for seed in range(6):
+        st, _, r = s.json("POST", "/v1/completions", {"prompt": "Is it raining?", "max_tokens": 50, "temperature": 1.0,
+                                                      "seed": seed, "guided_choice": choices})
+        c = r["choices"][0] if st == 200 else {}
+        check(st == 200 and c["text"] in choices and c["finish_reason"] == "stop",
+              f"{label} guided_choice seed {seed}: {st} {c}")
+    # response_format text is plain generation.
+    st, _, r = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "response_format": {"type": "text"}})
+    check(st == 200, f"{label} response_format text: {st}")
+
+
+def error_tests(s):
+    def refused(body, param, says, path="/v1/chat/completions"):
+        body = {"messages": CHAT, "max_tokens": 8, **body} if path.endswith("chat/completions") else body
+        st, _, r = s.json("POST", path, body)
+        e = r.get("error", {})
+        check(st == 400 and e.get("param") == param and says in e.get("message", ""),
+              f"refused {param} ({says}): {st} {r}")
+
+    refused({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}}},
+        "response_format.json_schema.schema", "`minimum` is not supported")
+    refused({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format",
+            "json_schema.schema: required")
+    refused({"response_format": {"type": "yaml"}}, "response_format", "'yaml' is not one of")
+    refused({"response_format": "json"}, "response_format", "expected")
+    refused({"guided_regex": "[a-z]+"}, "guided_regex", "not supported")
+    refused({"grammar": "root ::= \"a\""}, "grammar", "not supported")
+    refused({"guided_json": "{not json"}, "guided_json", "not valid JSON")
+    refused({"guided_json": {"$ref": "#/$defs/none"}}, "guided_json", "points nowhere")
+    refused({"guided_choice": []}, "guided_choice", "non-empty")
+    refused({"guided_choice": ["a", 1]}, "guided_choice", "array of strings")
+    refused({"guided_choice": ["a"], "response_format": {"type": "json_object"}}, "guided_choice", "only one")
+    st, _, r = s.json("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "min_tokens": 4,
+                                                       "response_format": {"type": "json_object"}})
+    check(st == 400 and "min_tokens" in r.get("error", {}).get("message", ""), f"min_tokens with a format: {st} {r}")
+    st, _, _ = s.request("GET", "/health")
+    check(st == 200, "health after the refusals")
+
+
+def main():
+    coda, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    s = Server(coda, "--max-num-seqs", "4")
+    try:
+        schema_tests(s, "bundled")
+        other_format_tests(s, "bundled")
+        error_tests(s)
+    finally:
+        err = s.stop()
+    check("runtime error" not in err, "server stderr clean: " + err[-300:])
+    # A random-weight model with the Llama 3 vocabulary: 128K byte-level tokens to mask every step.
+    synth = os.path.join(work, f"structured-l3-{os.getpid()}.gguf")
+    subprocess.run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "-o", synth],
+                   check=True, capture_output=True)
+    r = Server(coda, "-m", synth, "--max-num-seqs", "4")
+    try:
+        schema_tests(r, "llama3-vocab")
+        other_format_tests(r, "llama3-vocab")
+    finally:
+        err = r.stop()
+        os.remove(synth)
+    check("runtime error" not in err, "llama3-vocab server stderr clean: " + err[-300:])
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
