@@ -35,7 +35,7 @@ enum Mode : uint8_t {
 };
 
 constexpr uint32_t kMaxIntDigits = 16, kMaxFracDigits = 16, kMaxExpDigits = 3;
-constexpr int kMaxNodes = 20000;
+constexpr int kMaxNodes = 4096;
 constexpr size_t kMaxLiterals = 1024;
 
 bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
@@ -712,27 +712,26 @@ void GrammarMatcher::feed_into(uint8_t b, GrammarMatcher& to) const {
     start = end;
   }
   if (to.ends_.size() < 2) return;
-  // Drop alternatives that became identical (two branches of an anyOf that met again).
-  std::vector<MatchFrame> frames;
-  std::vector<uint32_t> ends;
-  uint32_t a0 = 0;
-  for (size_t i = 0; i < to.ends_.size(); ++i) {
-    const uint32_t a1 = to.ends_[i];
+  // Drop alternatives that became identical (two branches of an anyOf that met again), compacting
+  // in place: the kept ones move down, never past one not yet read.
+  auto& fr = to.frames_;
+  auto& en = to.ends_;
+  uint32_t read0 = 0, write = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < en.size(); ++i) {
+    const uint32_t read1 = en[i], len = read1 - read0;
     bool seen = false;
-    uint32_t b0 = 0;
-    for (size_t j = 0; j < ends.size() && !seen; ++j) {
-      const uint32_t b1 = ends[j];
-      seen = b1 - b0 == a1 - a0 && std::equal(frames.begin() + b0, frames.begin() + b1, to.frames_.begin() + a0);
-      b0 = b1;
-    }
+    for (size_t j = 0, b0 = 0; j < kept && !seen; b0 = en[j], ++j)
+      seen = en[j] - b0 == len && std::equal(fr.begin() + b0, fr.begin() + en[j], fr.begin() + read0);
     if (!seen) {
-      frames.insert(frames.end(), to.frames_.begin() + a0, to.frames_.begin() + a1);
-      ends.push_back(static_cast<uint32_t>(frames.size()));
+      std::copy(fr.begin() + read0, fr.begin() + read1, fr.begin() + write);
+      write += len;
+      en[kept++] = write;
     }
-    a0 = a1;
+    read0 = read1;
   }
-  to.frames_.swap(frames);
-  to.ends_.swap(ends);
+  en.resize(kept);
+  fr.resize(write);
 }
 
 bool GrammarMatcher::feed(std::string_view bytes) {

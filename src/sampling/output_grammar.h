@@ -76,7 +76,7 @@ class OutputGrammar {
 // Limits that keep a constrained generation finite in every dimension but the content itself.
 constexpr int kMaxIndent = 24;  // spaces or tabs after a line break in one gap of JSON
 constexpr int kMaxDepth = 64;       // nested objects and arrays
-constexpr int kMaxAlternatives = 64;
+constexpr int kMaxAlternatives = 16;  // beyond, the latest alternatives are dropped (never an invalid text)
 
 struct MatchFrame {
   uint32_t node = 0;
