@@ -8,6 +8,7 @@
 #include "core/timer.h"
 #include "engine/sequence.h"
 #include "sampling/chain.h"
+#include "sampling/structured_output.h"
 
 namespace coda {
 

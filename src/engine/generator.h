@@ -16,10 +16,11 @@
 #include "engine/request.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "sampling/structured_output.h"
 #include "tokenizer/vocab.h"
 
 namespace coda {
+
+struct GrammarTokens;  // sampling/structured_output.h
 
 struct GeneratorOptions {
   int threads = 0;                // 0: all cores

@@ -39,7 +39,20 @@ const nlohmann::json* prompt_string(const nlohmann::json& body) {
   return nullptr;
 }
 
+// Whether the request holds its output to a format (structured output in any engine's spelling).
+// A continuation would start the format over after text already inside it, so such a request is
+// stopped rather than repaired.
+bool has_output_format(const nlohmann::json& body) {
+  for (const char* k : {"guided_json", "guided_choice", "guided_regex", "guided_grammar", "json_schema", "grammar",
+                        "structured_outputs"})
+    if (body.contains(k) && !body[k].is_null()) return true;
+  if (!body.contains("response_format") || !body["response_format"].is_object()) return false;
+  const auto& rf = body["response_format"];
+  return !(rf.contains("type") && rf["type"] == "text");
+}
+
 bool can_continue(const nlohmann::json& body, bool chat) {
+  if (has_output_format(body)) return false;
   if (!chat) return prompt_string(body) != nullptr;
   return body.contains("messages") && body["messages"].is_array() && !body["messages"].empty();
 }

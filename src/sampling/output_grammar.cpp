@@ -705,10 +705,13 @@ void GrammarMatcher::feed_into(uint8_t b, GrammarMatcher& to) const {
   to.ends_.clear();
   if (g_ == nullptr) return;
   const Stepper s{*g_, to.frames_, to.ends_};
+  // Scratch for one alternative's stack (per thread, so a state that is kept per generated token
+  // carries no buffer of its own).
+  thread_local std::vector<MatchFrame> work;
   uint32_t start = 0;
   for (uint32_t end : ends_) {
-    work_.assign(frames_.begin() + start, frames_.begin() + end);
-    s.step(work_, b, 0);
+    work.assign(frames_.begin() + start, frames_.begin() + end);
+    s.step(work, b, 0);
     start = end;
   }
   if (to.ends_.size() < 2) return;

@@ -111,7 +111,6 @@ class GrammarMatcher {
   const OutputGrammar* g_ = nullptr;
   std::vector<MatchFrame> frames_;  // the alternatives' stacks back to back
   std::vector<uint32_t> ends_;      // alternative i is frames_[ends_[i-1] .. ends_[i])
-  mutable std::vector<MatchFrame> work_;
 };
 
 }  // namespace coda

@@ -141,6 +141,14 @@ def coda_upstream_tests(coda, up, px):
     lp_tokens = [t for e in events for c in e.get("choices", []) if c.get("logprobs") for t in c["logprobs"]["tokens"]]
     check(lp_tokens == tokens, "repair: the streamed logprobs are the kept tokens, none rolled back")
 
+    # A request held to a format is stopped, not repaired: a continuation would start the JSON over.
+    st, _, body = px.json("POST", "/v1/completions", {
+        "prompt": LOOP_PROMPT, "max_tokens": 300, "temperature": 0, "coda": {"guard": "repair"},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {
+            "type": "object", "properties": {"t": {"type": "string"}}, "required": ["t"]}}}})
+    check(st == 200 and body["coda"]["repairs"] == [] and body["coda"]["policy"].startswith("stop"),
+          f"a structured-output request is stopped, not repaired: {st} {body.get('coda')}")
+
     # Passthrough: content byte-identical to a direct request with the same seed, chat and not.
     for chat, path, body in [
         (False, "/v1/completions", {"prompt": "The king said", "max_tokens": 40, "temperature": 0.9, "seed": 5}),
