@@ -147,15 +147,19 @@ void finish_value(std::vector<MatchFrame>& st) {
 // Keywords that restrict what a schema admits but that the matcher does not enforce: refused by
 // name, so an output never silently breaks the schema it was asked to follow.
 constexpr const char* kUnsupported[] = {
-    "pattern",       "patternProperties", "propertyNames",  "minimum",          "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf",  "minProperties",    "maxProperties",
+    "pattern",       "patternProperties", "propertyNames",  "multipleOf",  "minProperties",    "maxProperties",
     "uniqueItems",   "contains",          "minContains",    "maxContains",      "not",
     "if",            "then",              "else",           "dependentRequired", "dependentSchemas",
     "dependencies",  "prefixItems",       "additionalItems", "unevaluatedProperties", "unevaluatedItems"};
 
 constexpr const char* kSupportedList =
     "type, properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, "
-    "const, anyOf, oneOf, allOf (one schema), nullable, $ref (#/$defs/...)";
+    "const, anyOf, oneOf, allOf (one schema), nullable, $ref (#/$defs/...), and on integers minimum, maximum, "
+    "exclusiveMinimum, exclusiveMaximum (a range of at most 1,024 integers, or a lower bound of 0 or 1)";
+
+constexpr const char* kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+// The largest integer the matcher writes (16 digits): a bound beyond it restricts nothing.
+constexpr double kMaxWritable = 9999999999999999.0;
 
 }  // namespace
 
@@ -295,6 +299,9 @@ class SchemaCompiler {
       types.push_back("array");
     } else if (s.contains("minLength") || s.contains("maxLength")) {
       types.push_back("string");
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types.push_back("number");  // bounds without a type: refused below unless it says integer
     } else {
       return any();
     }
@@ -329,8 +336,13 @@ class SchemaCompiler {
       if (n.max_len >= 0 && n.min_len > n.max_len) return Error(where(path) + "minLength is above maxLength");
       return add(std::move(n));
     }
-    if (t == "number" || t == "integer") {
-      n.kind = t == "number" ? Kind::kNumber : Kind::kInteger;
+    if (t == "integer") return integer(s, path);
+    for (const char* k : kBounds)
+      if (s.contains(k))
+        return Error(where(path) + "`" + k + "` is enforced on integers only (type " + t + " here); supported: " +
+                     kSupportedList);
+    if (t == "number") {
+      n.kind = Kind::kNumber;
       return add(std::move(n));
     }
     if (t == "boolean") return literals({"true", "false"});
@@ -392,6 +404,36 @@ class SchemaCompiler {
     }
     return Error(where(path) + "type: '" + t +
                  "' is not a JSON Schema type; use string, number, integer, boolean, null, array or object");
+  }
+
+  // An integer node, its bounds as a list of literals (a small range) or as a sign rule.
+  Expected<uint32_t> integer(const Json& s, const std::string& path) {
+    double lo = -kMaxWritable, hi = kMaxWritable;
+    for (const char* k : kBounds) {
+      auto it = s.find(k);
+      if (it == s.end()) continue;
+      if (!it->is_number())
+        return Error(where(path) + k + ": expected a number (the boolean form of draft 4 is not supported)");
+      const double v = it->get<double>();
+      const std::string key = k;
+      if (key == "minimum") lo = std::max(lo, std::ceil(v));
+      else if (key == "exclusiveMinimum") lo = std::max(lo, std::floor(v) + 1);
+      else if (key == "maximum") hi = std::min(hi, std::floor(v));
+      else hi = std::min(hi, std::ceil(v) - 1);
+    }
+    if (lo > hi) return Error(where(path) + "the bounds admit no integer");
+    if (hi - lo < static_cast<double>(kMaxLiterals)) {
+      std::vector<std::string> texts;
+      for (double x = lo; x <= hi; ++x) texts.push_back(std::to_string(static_cast<int64_t>(x)));
+      return literals(texts);
+    }
+    GrammarNode n;
+    n.kind = Kind::kInteger;
+    n.sign = lo == 1 ? 1 : lo == 0 ? 0 : -1;
+    if ((lo > -kMaxWritable && lo != 0 && lo != 1) || hi < kMaxWritable)
+      return Error(where(path) + "integer bounds are enforced for a range of at most " + std::to_string(kMaxLiterals) +
+                   " integers or a lower bound of 0 or 1 alone; this one is neither");
+    return add(std::move(n));
   }
 
   const Json& root_;
@@ -530,9 +572,9 @@ struct Stepper {
             return;
           case Kind::kNumber:
           case Kind::kInteger:
-            if (b == '-') f.mode = kNumMinus;
-            else if (b == '0') f.mode = kNumZero;
-            else if (is_digit(b)) f.mode = kNumInt, f.count = 1;
+            if (b == '-' && n.sign < 0) f.mode = kNumMinus;
+            else if (b == '0' && n.sign <= 0) f.mode = kNumZero;
+            else if (b >= '1' && b <= '9') f.mode = kNumInt, f.count = 1;
             else return;
             out(st);
             return;

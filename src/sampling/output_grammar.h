@@ -42,6 +42,7 @@ struct GrammarNode {
   uint32_t items = 0;                   // kArray: the node every item follows
   int64_t min_items = 0, max_items = -1;  // kArray; -1: no limit
   int64_t min_len = 0, max_len = -1;      // kString, in characters; -1: no limit
+  int8_t sign = -1;  // kInteger: 1 positive (no sign, no lone 0), 0 non-negative (no sign), -1 any
   std::vector<std::string> literals;      // kLiterals: exact texts (1 to 64)
 };
 
@@ -51,7 +52,8 @@ class OutputGrammar {
   // properties, required, additionalProperties (absent means none, as OpenAI's strict mode and
   // vLLM's defaults have it), items, minItems, maxItems, minLength, maxLength, enum, const, anyOf,
   // oneOf (as anyOf), allOf of one schema, nullable, $ref into #/$defs or #/definitions (recursion
-  // allowed). Annotations (title, description, default, format, ...) are ignored. Keywords that
+  // allowed), and on integers minimum / maximum / exclusiveMinimum / exclusiveMaximum where the
+  // range is at most 1,024 integers or a lower bound of 0 or 1 (Pydantic's ge=0, gt=0, ge=1). Annotations (title, description, default, format, ...) are ignored. Keywords that
   // would restrict the output further but are not enforced (pattern, minimum, ...) are an error
   // that names them, rather than an output that silently breaks them.
   static Expected<std::shared_ptr<const OutputGrammar>> json_schema(const nlohmann::ordered_json& schema);

@@ -46,7 +46,7 @@ try {
         typeof city.capital === "boolean" && Number.isInteger(city.rank) && Object.keys(city).length === 3,
         "chat.completions.create with response_format json_schema: " + shaped.choices[0].message.content);
   await expectError(client.chat.completions.create({ model: "coda", messages: [{ role: "user", content: "x" }],
-    response_format: { type: "json_schema", json_schema: { name: "n", schema: { type: "integer", minimum: 1 } } } }),
+    response_format: { type: "json_schema", json_schema: { name: "n", schema: { type: "string", pattern: "^a" } } } }),
     OpenAI.BadRequestError, 400, "an unsupported schema keyword -> BadRequestError");
 
   await checkStreamEqualsWhole(client);

@@ -192,7 +192,13 @@ TEST(OutputGrammar, SchemaErrorsNameWhatIsUnsupported) {
     const char* says;
   };
   for (const Case& c : std::vector<Case>{
-           {R"({"type": "integer", "minimum": 0})", "`minimum` is not supported"},
+           {R"({"type": "number", "minimum": 0})", "`minimum` is enforced on integers only"},
+           {R"({"minimum": 0})", "`minimum` is enforced on integers only"},
+           {R"({"type": "integer", "minimum": 5})", "neither"},
+           {R"({"type": "integer", "maximum": 5000})", "neither"},
+           {R"({"type": "integer", "minimum": 3, "maximum": 2})", "admit no integer"},
+           {R"({"type": "integer", "exclusiveMinimum": true})", "expected a number"},
+           {R"({"type": "string", "multipleOf": 2})", "`multipleOf` is not supported"},
            {R"({"properties": {"a": {"type": "string", "pattern": "^x"}}})", "'#/properties/a'"},
            {R"({"$ref": "#/$defs/missing"})", "points nowhere"},
            {R"({"$ref": "https://example.com/s.json"})", "only references into this schema"},
@@ -213,6 +219,25 @@ TEST(OutputGrammar, SchemaErrorsNameWhatIsUnsupported) {
                   .ok());
   // A schema that refers to itself without end is refused by depth, not by a crash.
   EXPECT_TRUE(OutputGrammar::json_schema(Json::parse(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})")).ok());
+}
+
+TEST(OutputGrammar, IntegerBounds) {
+  auto range = schema(R"({"type": "integer", "minimum": -3, "exclusiveMaximum": 12.5})");  // -3 .. 12
+  for (int x = -5; x <= 14; ++x)
+    EXPECT_EQ(verdict(*range, std::to_string(x)), x >= -3 && x <= 12 ? "complete" : "dead") << x;
+  EXPECT_EQ(verdict(*range, "1"), "complete");  // 1, and 10, 11, 12 may follow
+  auto nonneg = schema(R"({"type": "integer", "minimum": 0})");
+  EXPECT_EQ(verdict(*nonneg, "0"), "complete");
+  EXPECT_EQ(verdict(*nonneg, "123456"), "complete");
+  EXPECT_EQ(verdict(*nonneg, "-"), "dead");
+  auto pos = schema(R"({"type": "integer", "exclusiveMinimum": 0, "maximum": 1e17})");  // the maximum is beyond 16 digits
+  EXPECT_EQ(verdict(*pos, "0"), "dead");
+  EXPECT_EQ(verdict(*pos, "7"), "complete");
+  EXPECT_EQ(verdict(*pos, "70"), "complete");
+  auto neg_ok = schema(R"({"type": "integer"})");
+  EXPECT_EQ(verdict(*neg_ok, "-7"), "complete");
+  auto num = schema(R"({"type": "number"})");
+  EXPECT_EQ(verdict(*num, "-0.5"), "complete");
 }
 
 TEST(OutputGrammar, Choices) {

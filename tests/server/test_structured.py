@@ -26,14 +26,15 @@ PERSON = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 12, "description": "annotations are ignored"},
-        "age": {"type": "integer"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "rank": {"type": "integer", "exclusiveMinimum": 0},
         "lang": {"enum": ["en", "it", "fr"]},
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
         "address": {"anyOf": [{"$ref": "#/$defs/addr"}, {"type": "null"}]},
         "score": {"type": ["number", "null"]},
         "ok": {"type": "boolean"},
     },
-    "required": ["name", "age", "lang", "tags", "address", "score", "ok"],
+    "required": ["name", "age", "rank", "lang", "tags", "address", "score", "ok"],
     "additionalProperties": False,
     "$defs": {"addr": {"type": "object", "title": "Address",
                        "properties": {"city": {"type": "string", "maxLength": 10}, "zip": {"type": "integer"}},
@@ -133,8 +134,8 @@ def error_tests(s):
               f"refused {param} ({says}): {st} {r}")
 
     refused({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}}},
-        "response_format.json_schema.schema", "`minimum` is not supported")
+        "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}}},
+        "response_format.json_schema.schema", "`minimum` is enforced on integers only")
     refused({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format",
             "json_schema.schema: required")
     refused({"response_format": {"type": "yaml"}}, "response_format", "'yaml' is not one of")
