@@ -604,7 +604,9 @@ struct Stepper {
       case kObjNext:
         if (gap()) return;
         if (b == '"') {
-          start_key(st);
+          // A key only where one can follow: an object with no keys left to write (or none at
+          // all, like a tool without parameters) would otherwise open a key it can never finish.
+          if (n.additional >= 0 || (low_bits(n.props.size()) & ~f.bits) != 0) start_key(st);
         } else if (b == '}' && f.mode == kObjOpen && (n.required & ~f.bits) == 0) {
           finish_value(st);
           out(st);

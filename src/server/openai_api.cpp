@@ -169,6 +169,80 @@ std::optional<ApiError> read_structured_output(Reader& rd, SamplingParams& s) {
   return std::nullopt;
 }
 
+// Every "$ref": "#..." in a tool's parameters re-rooted under "#/$defs/<name>", where the combined
+// schema of a required tool call keeps that tool's parameters.
+void reroot_refs(nlohmann::ordered_json& j, const std::string& root) {
+  if (j.is_object()) {
+    for (auto& [k, v] : j.items()) {
+      if (k == "$ref" && v.is_string() && !v.get<std::string>().empty() && v.get<std::string>()[0] == '#')
+        v = root + v.get<std::string>().substr(1);
+      else
+        reroot_refs(v, root);
+    }
+  } else if (j.is_array()) {
+    for (auto& v : j) reroot_refs(v, root);
+  }
+}
+
+// Chat `tool_choice` "required" or {"type": "function", "function": {"name"}}: the output is held
+// to the call's JSON (vLLM does the same with its guided decoding): the named function's arguments,
+// or an array of one or more {"name", "arguments"} calls of any tool. "auto" and "none" leave the
+// text as it is (coda does not parse model-specific tool-call formats).
+std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
+  const auto* tc = rd.get("tool_choice");
+  if (!tc || (tc->is_string() && (*tc == "auto" || *tc == "none"))) return std::nullopt;
+  const bool required = tc->is_string() && *tc == "required";
+  std::string name;
+  if (!required) {
+    if (!tc->is_object() || !tc->contains("function") || !(*tc)["function"].is_object() ||
+        !(*tc)["function"].contains("name") || !(*tc)["function"]["name"].is_string())
+      return bad("tool_choice",
+                 "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                 "\"function\": {\"name\": ...}}");
+    name = (*tc)["function"]["name"].get<std::string>();
+  }
+  const auto* tools = rd.get("tools");
+  if (!tools || !tools->is_array() || tools->empty())
+    return bad("tool_choice", "tool_choice: forces a tool call, but the request has no tools");
+  nlohmann::ordered_json calls = nlohmann::ordered_json::array(), defs = nlohmann::ordered_json::object();
+  nlohmann::ordered_json named_params;
+  bool found = false;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const auto& t = (*tools)[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string())
+      return bad("tools", where + ": expected {\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}");
+    const std::string fn = t["function"]["name"].get<std::string>();
+    nlohmann::ordered_json params = t["function"].contains("parameters") && !t["function"]["parameters"].is_null()
+                                        ? t["function"]["parameters"]
+                                        : nlohmann::ordered_json{{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
+    if (!required && fn == name) {
+      named_params = params;
+      found = true;
+    }
+    const std::string key = "tool" + std::to_string(i);
+    reroot_refs(params, "#/$defs/" + key);
+    defs[key] = std::move(params);
+    calls.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", fn}}}, {"arguments", {{"$ref", "#/$defs/" + key}}}}},
+                     {"required", {"name", "arguments"}},
+                     {"additionalProperties", false}});
+  }
+  if (!required && !found) return bad("tool_choice", "tool_choice: no tool is named '" + name + "'");
+  const nlohmann::ordered_json schema =
+      required ? nlohmann::ordered_json{{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", calls}}}, {"$defs", defs}}
+               : named_params;
+  auto g = OutputGrammar::json_schema(schema);
+  if (!g) return bad("tools", "tools: the parameters of the forced tool call: " + g.message());
+  if (r.gen.sampling.grammar)
+    return bad("tool_choice", "tool_choice: a forced tool call cannot be combined with another structured output");
+  r.gen.sampling.grammar = std::move(*g);
+  r.tool_choice = required ? "required" : name;
+  r.tool_named = !required;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d) {
@@ -340,6 +414,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     if (rd.get("top_logprobs") && !r.logprobs) return bad("top_logprobs", "top_logprobs: requires logprobs to be true");
     if (r.logprobs) g.logprobs = r.top_logprobs;
     if (const auto* tools = rd.get("tools")) g.chat.tools = *tools;
+    if (auto e = read_tool_choice(rd, r)) return *e;
     if (const auto* kw = rd.get("chat_template_kwargs")) {
       if (!kw->is_object()) return bad("chat_template_kwargs", "chat_template_kwargs: expected an object");
       g.chat.extra = *kw;
@@ -546,13 +621,16 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   } else if (r.logprobs) {
     logprobs = logprobs_json(r, res.logprobs, vocab, offset);
   }
-  if (r.chat) {
+  const nlohmann::ordered_json calls = tool_calls_json(r, res, id);
+  if (r.chat && !calls.is_null()) {
+    choice["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}};
+  } else if (r.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", res.text}};
   } else {
     choice["text"] = echoed + res.text;
   }
   choice["logprobs"] = logprobs;
-  choice["finish_reason"] = res.finish_reason;
+  choice["finish_reason"] = tool_finish_reason(r, res);
   nlohmann::ordered_json vllm_prompt = nullptr;
   if (r.prompt_logprobs >= 0) {
     // vLLM's shape: per prompt token null (the first) or {token id: {logprob, rank, decoded_token}}
@@ -586,6 +664,34 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   body["coda"] = g.report.to_json();
   if (r.guard.trace) body["coda"]["trace"] = g.trace;
   return body;
+}
+
+nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id) {
+  if (!r.chat || r.tool_choice.empty() || g.finish_reason != "stop") return nullptr;
+  const auto doc = nlohmann::ordered_json::parse(g.text, nullptr, false);
+  if (doc.is_discarded()) return nullptr;
+  nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+  auto call = [&](const std::string& name, const nlohmann::ordered_json& args) {
+    calls.push_back({{"id", "call_" + id + "_" + std::to_string(calls.size())},
+                     {"type", "function"},
+                     {"function", {{"name", name}, {"arguments", args.dump()}}}});
+  };
+  if (r.tool_named) {
+    call(r.tool_choice, doc);
+  } else {
+    if (!doc.is_array()) return nullptr;
+    for (const auto& c : doc) {
+      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("arguments")) return nullptr;
+      call(c["name"].get<std::string>(), c["arguments"]);
+    }
+  }
+  return calls;
+}
+
+std::string tool_finish_reason(const ApiRequest& r, const GenerationResult& g) {
+  // OpenAI: "tool_calls" for a required call, "stop" for a named one.
+  if (!r.chat || r.tool_choice.empty() || r.tool_named || g.finish_reason != "stop") return g.finish_reason;
+  return "tool_calls";
 }
 
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,

@@ -34,6 +34,10 @@ struct ApiRequest {
   // what they share); empty for one choice, which `gen` is. `n` samples per prompt.
   std::vector<GenerationRequest> choices;
   int n = 1;
+  // A forced tool call (chat `tool_choice`): "" none, else the one function's name ("named") or
+  // every tool ("required"); the output is held to the call's JSON and answered as `tool_calls`.
+  std::string tool_choice;
+  bool tool_named = false;
   std::string model;
   GenerationRequest gen;
   GuardConfig guard;
@@ -57,6 +61,10 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
                                     const std::string& text, const char* finish_reason, bool first);
 nlohmann::ordered_json usage_json(const GenerationResult& g);
+// A forced tool call's `tool_calls` array from the generated JSON (null when the request forced
+// none or the generation did not finish its document), and the finish_reason OpenAI gives it.
+nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id);
+std::string tool_finish_reason(const ApiRequest& r, const GenerationResult& g);
 // Logprobs in the route's shape: chat `content[]`, or the legacy arrays with `text_offset` counted
 // from `text_offset` (advanced past these tokens, so a stream's chunks continue the count).
 nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& logprobs,

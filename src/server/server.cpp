@@ -162,6 +162,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
           *first = false;
           if (r.chat && !send(stream_chunk(r, id, created, "", nullptr, true))) return false;
         }
+        // A forced tool call is sent whole at the end, as `tool_calls`, not as content.
+        if (!r.tool_choice.empty()) text.clear(), lps.clear();
         if (!text.empty() || (r.logprobs && !lps.empty())) {
           auto chunk = stream_chunk(r, id, created, text, nullptr, false);
           if (r.logprobs && !lps.empty())
@@ -178,7 +180,22 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         if (!out) {
           send(generation_error(out.message()).body());
         } else {
-          auto last = stream_chunk(r, id, created, "", out->result.finish_reason.c_str(), false);
+          if (!r.tool_choice.empty()) {
+            const nlohmann::ordered_json calls = tool_calls_json(r, out->result, id);
+            auto chunk = stream_chunk(r, id, created, calls.is_null() ? out->result.text : "", nullptr, false);
+            if (!calls.is_null()) {
+              nlohmann::ordered_json deltas = nlohmann::ordered_json::array();
+              for (size_t i = 0; i < calls.size(); ++i) {
+                nlohmann::ordered_json d = calls[i];
+                d["index"] = i;
+                deltas.push_back(std::move(d));
+              }
+              chunk["choices"][0]["delta"]["tool_calls"] = std::move(deltas);
+            }
+            send(chunk);
+          }
+          const std::string finish = tool_finish_reason(r, out->result);
+          auto last = stream_chunk(r, id, created, "", finish.c_str(), false);
           if (r.chat) last["choices"][0]["delta"] = nlohmann::ordered_json::object();
           last["coda"] = out->report.to_json();
           send(last);

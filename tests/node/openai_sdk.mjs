@@ -49,6 +49,20 @@ try {
     response_format: { type: "json_schema", json_schema: { name: "n", schema: { type: "string", pattern: "^a" } } } }),
     OpenAI.BadRequestError, 400, "an unsupported schema keyword -> BadRequestError");
 
+  // A forced tool call as the SDK sends it: tool_calls with JSON arguments of the tool's parameters.
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: {
+    type: "object", additionalProperties: false, required: ["city"], properties: { city: { type: "string", maxLength: 12 } } } } }];
+  const tc = await client.chat.completions.create({
+    model: "coda", messages: [{ role: "user", content: "Weather in Rome?" }], max_tokens: 1000, temperature: 1, seed: 2,
+    tools, tool_choice: "required", coda: { guard: "observe" },
+  });
+  const call = tc.choices[0].message.tool_calls?.[0];
+  let args = null;
+  try { args = JSON.parse(call.function.arguments); } catch { args = null; }
+  check(tc.choices[0].finish_reason === "tool_calls" && call?.function.name === "get_weather" && args !== null &&
+        typeof args.city === "string" && Object.keys(args).length === 1,
+        "chat.completions.create with tool_choice required: " + JSON.stringify(tc.choices[0].message));
+
   await checkStreamEqualsWhole(client);
 
   const cstream = await client.completions.create({ model: "coda", prompt: "And Moses", max_tokens: 10, stream: true });

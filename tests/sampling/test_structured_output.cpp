@@ -160,6 +160,10 @@ TEST(OutputGrammar, SchemaObjects) {
   EXPECT_EQ(verdict(*g, R"({"age":1,"name":"A","tags":[])"), "dead");           // minItems 1
   EXPECT_EQ(verdict(*g, R"({"age":1,"name":"A","tags":["a","b",)"), "dead");    // maxItems 2
   EXPECT_EQ(verdict(*g, R"({"age":1,"name":"A","tags":["a","b"]})"), "complete");
+  // An object without keys admits only {}: no key can even begin.
+  auto empty = schema(R"({"type": "object", "properties": {}})");
+  EXPECT_EQ(verdict(*empty, "{\""), "dead");
+  EXPECT_EQ(verdict(*empty, "{}"), "complete");
   // With every key written, no comma can follow.
   EXPECT_EQ(verdict(*g, R"({"age":1,"name":"A","tags":["a"],)"), "dead");
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Structured output over real HTTP: coda serve holds generations to a JSON Schema (OpenAI's
-response_format json_schema, vLLM's guided_json, llama.cpp's json_schema), to any JSON object, or to
-one of a list of texts (guided_choice). Every output is checked by independent parts: Python's json
+response_format json_schema, vLLM's guided_json, llama.cpp's json_schema), to any JSON object, to
+one of a list of texts (guided_choice), or to a forced tool call (tool_choice "required" or named). Every output is checked by independent parts: Python's json
 module and Debian's python3-jsonschema validator.
 
 The schemas bound every string (maxLength) and array (maxItems) and do not recurse, and the server
@@ -125,6 +125,60 @@ def other_format_tests(s, label):
     check(st == 200, f"{label} response_format text: {st}")
 
 
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {
+        "$defs": {"tz": {"enum": ["UTC", "CET", "JST"]}}, "type": "object",
+        "properties": {"tz": {"$ref": "#/$defs/tz"}, "hours": {"type": "integer", "minimum": 0, "maximum": 23}},
+        "required": ["tz"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "ping"}},  # no parameters: {} is its only argument
+]
+
+
+def tool_tests(s, label):
+    """Forced tool calls (tool_choice "required" or a named function): the output is held to the
+    call's JSON and answered as tool_calls whose arguments validate against the tool's parameters."""
+    params = {t["function"]["name"]: t["function"].get("parameters", {"type": "object", "properties": {},
+                                                                      "additionalProperties": False})
+              for t in TOOLS}
+
+    def calls_ok(msg, what):
+        calls = msg.get("tool_calls") or []
+        check(msg.get("content") is None and len(calls) >= 1, f"{what}: tool_calls, no content: {msg}")
+        for c in calls:
+            check(c["type"] == "function" and c["id"].startswith("call_") and c["function"]["name"] in params,
+                  f"{what}: a call's shape: {c}")
+            if c["function"]["name"] in params:
+                valid(c["function"]["arguments"], params[c["function"]["name"]], f"{what}: {c['function']['name']}")
+        return calls
+
+    base = {"messages": [{"role": "user", "content": "What time is it in Tokyo?"}], "max_tokens": 2000,
+            "temperature": 1.0, "tools": TOOLS, "coda": OBSERVE}
+    for seed in range(3):
+        st, _, r = s.json("POST", "/v1/chat/completions", {**base, "seed": seed, "tool_choice": "required"})
+        check(st == 200 and r["choices"][0]["finish_reason"] == "tool_calls", f"{label} required seed {seed}: {st}")
+        if st == 200:
+            calls_ok(r["choices"][0]["message"], f"{label} required seed {seed}")
+        for name in ("get_time", "ping"):
+            st, _, r = s.json("POST", "/v1/chat/completions", {
+                **base, "seed": seed, "tool_choice": {"type": "function", "function": {"name": name}}})
+            check(st == 200 and r["choices"][0]["finish_reason"] == "stop", f"{label} named {name}: {st}")
+            if st == 200:
+                calls = calls_ok(r["choices"][0]["message"], f"{label} named {name} seed {seed}")
+                check([c["function"]["name"] for c in calls] == [name], f"{label} named {name}: {calls}")
+    # Streamed: the calls arrive whole in one delta, then the finish_reason.
+    st, events, done = s.stream("/v1/chat/completions", {**base, "seed": 1, "stream": True, "tool_choice": "required"})
+    deltas = [e["choices"][0]["delta"] for e in events if e.get("choices")]
+    calls = [c for d in deltas for c in d.get("tool_calls", [])]
+    finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices") and e["choices"][0]["finish_reason"]]
+    check(st == 200 and done and finish == ["tool_calls"] and calls and all("index" in c for c in calls) and
+          not any(d.get("content") for d in deltas), f"{label} streamed tool calls: {st} {finish} {deltas[-3:]}")
+    for c in calls:
+        valid(c["function"]["arguments"], params[c["function"]["name"]], f"{label} streamed {c['function']['name']}")
+
+
 def error_tests(s):
     def refused(body, param, says, path="/v1/chat/completions"):
         body = {"messages": CHAT, "max_tokens": 8, **body} if path.endswith("chat/completions") else body
@@ -147,6 +201,14 @@ def error_tests(s):
     refused({"guided_choice": []}, "guided_choice", "non-empty")
     refused({"guided_choice": ["a", 1]}, "guided_choice", "array of strings")
     refused({"guided_choice": ["a"], "response_format": {"type": "json_object"}}, "guided_choice", "only one")
+    refused({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice",
+            "no tool is named 'nope'")
+    refused({"tool_choice": "required"}, "tool_choice", "has no tools")
+    refused({"tools": TOOLS, "tool_choice": "always"}, "tool_choice", "expected")
+    refused({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice",
+            "cannot be combined")
+    refused({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "string", "pattern": "a+"}}}}}], "tool_choice": "required"}, "tools", "`pattern` is not supported")
     st, _, r = s.json("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "min_tokens": 4,
                                                        "response_format": {"type": "json_object"}})
     check(st == 400 and "min_tokens" in r.get("error", {}).get("message", ""), f"min_tokens with a format: {st} {r}")
@@ -161,6 +223,7 @@ def main():
     try:
         schema_tests(s, "bundled")
         other_format_tests(s, "bundled")
+        tool_tests(s, "bundled")
         error_tests(s)
     finally:
         err = s.stop()
@@ -173,6 +236,7 @@ def main():
     try:
         schema_tests(r, "llama3-vocab")
         other_format_tests(r, "llama3-vocab")
+        tool_tests(r, "llama3-vocab")
     finally:
         err = r.stop()
         os.remove(synth)
