@@ -448,6 +448,22 @@ Expected<std::shared_ptr<const OutputGrammar>> OutputGrammar::json_schema(const 
   auto g = std::make_shared<OutputGrammar>(std::move(c.g));
   g->root_ = *root;
   g->kind_ = "json_schema";
+  // A part whose value cannot even begin (a $ref that only refers to itself) would leave the
+  // output a dead end with nothing but the end of generation: refused here instead. A node can
+  // begin unless it is alternatives of which none can (a fixpoint over the graph).
+  std::vector<char> can_begin(g->nodes_.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < g->nodes_.size(); ++i) {
+      if (can_begin[i]) continue;
+      const GrammarNode& n = g->nodes_[i];
+      bool ok = n.kind != Kind::kAlt;
+      for (uint32_t a : n.alts) ok = ok || can_begin[a];
+      if (ok) can_begin[i] = 1, changed = true;
+    }
+  }
+  if (std::find(can_begin.begin(), can_begin.end(), 0) != can_begin.end())
+    return Error("schema at '#': a part admits no value (a $ref that only refers to itself?)");
   return std::shared_ptr<const OutputGrammar>(std::move(g));
 }
 

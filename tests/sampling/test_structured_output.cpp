@@ -221,8 +221,14 @@ TEST(OutputGrammar, SchemaErrorsNameWhatIsUnsupported) {
   EXPECT_TRUE(OutputGrammar::json_schema(Json::parse(R"({"title": "T", "description": "d", "type": "string",
       "format": "date-time", "default": "x", "examples": ["y"], "$schema": "https://json-schema.org/draft/2020-12/schema"})"))
                   .ok());
-  // A schema that refers to itself without end is refused by depth, not by a crash.
-  EXPECT_TRUE(OutputGrammar::json_schema(Json::parse(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})")).ok());
+  // A schema that only refers to itself admits nothing: refused, not followed into recursion.
+  auto cycle = OutputGrammar::json_schema(Json::parse(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"));
+  ASSERT_FALSE(cycle.ok());
+  EXPECT_NE(cycle.message().find("admits no value"), std::string::npos) << cycle.message();
+  // Recursion through a value is fine: a tree of any depth (up to the nesting bound).
+  EXPECT_TRUE(OutputGrammar::json_schema(Json::parse(
+                  R"({"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}}, "$ref": "#/$defs/t"})"))
+                  .ok());
 }
 
 TEST(OutputGrammar, IntegerBounds) {

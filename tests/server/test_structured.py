@@ -209,6 +209,19 @@ def error_tests(s):
             "cannot be combined")
     refused({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "x": {"type": "string", "pattern": "a+"}}}}}], "tool_choice": "required"}, "tools", "`pattern` is not supported")
+    refused({"guided_json": {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}, "guided_json",
+            "admits no value")
+    deep = {"type": "string"}
+    for _ in range(80):  # deeper than a schema may nest (64): refused, whatever refuses it first
+        deep = {"type": "object", "properties": {"a": deep}}
+    st, _, r = s.json("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "guided_json": deep})
+    check(st == 400, f"an 80-deep schema is refused: {st} {r}")
+    st, _, r = s.json("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8,
+                                                       "guided_json": {"enum": list(range(5000))}})
+    check(st == 400 and "enum" in r.get("error", {}).get("message", ""), f"a 5,000-value enum is refused: {st} {r}")
+    st, _, r = s.json("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "guided_json": {
+        "type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(65)}}})
+    check(st == 400 and "64" in r.get("error", {}).get("message", ""), f"65 properties are refused: {st} {r}")
     st, _, r = s.json("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "min_tokens": 4,
                                                        "response_format": {"type": "json_object"}})
     check(st == 400 and "min_tokens" in r.get("error", {}).get("message", ""), f"min_tokens with a format: {st} {r}")
