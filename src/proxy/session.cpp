@@ -46,6 +46,9 @@ bool has_output_format(const nlohmann::json& body) {
   for (const char* k : {"guided_json", "guided_choice", "guided_regex", "guided_grammar", "json_schema", "grammar",
                         "structured_outputs"})
     if (body.contains(k) && !body[k].is_null()) return true;
+  // A forced tool call is held to the call's JSON the same way.
+  if (body.contains("tool_choice") && (body["tool_choice"].is_object() || body["tool_choice"] == "required"))
+    return true;
   if (!body.contains("response_format") || !body["response_format"].is_object()) return false;
   const auto& rf = body["response_format"];
   return !(rf.contains("type") && rf["type"] == "text");

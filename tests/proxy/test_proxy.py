@@ -148,6 +148,13 @@ def coda_upstream_tests(coda, up, px):
             "type": "object", "properties": {"t": {"type": "string"}}, "required": ["t"]}}}})
     check(st == 200 and body["coda"]["repairs"] == [] and body["coda"]["policy"].startswith("stop"),
           f"a structured-output request is stopped, not repaired: {st} {body.get('coda')}")
+    st, _, body = px.json("POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": LOOP_PROMPT}], "max_tokens": 300, "temperature": 0,
+        "coda": {"guard": "repair"}, "tool_choice": "required",
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"t": {"type": "string"}}, "required": ["t"]}}}]})
+    check(st == 200 and body["coda"]["repairs"] == [] and body["coda"]["policy"].startswith("stop"),
+          f"a forced tool call is stopped, not repaired: {st} {body.get('coda')}")
 
     # Passthrough: content byte-identical to a direct request with the same seed, chat and not.
     for chat, path, body in [
