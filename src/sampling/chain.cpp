@@ -56,7 +56,10 @@ Expected<SamplerVocab> SamplerVocab::from(const Vocab& vocab, const SamplingPara
         v.bad_word_ids.push_back(*ids);
     }
   }
-  if (p.grammar) v.grammar_tokens = grammar_tokens ? std::move(grammar_tokens) : GrammarTokens::build(vocab);
+  if (p.grammar) {
+    v.grammar_tokens = grammar_tokens ? std::move(grammar_tokens) : GrammarTokens::build(vocab);
+    v.grammar_progress = std::make_shared<GrammarProgress>();
+  }
   if (p.dry_multiplier > 0) {
     for (int32_t id = 0; id < v.n_vocab; ++id) {
       const std::string text = vocab.token_bytes(id);
@@ -82,7 +85,7 @@ Expected<SamplerChain> SamplerChain::create(const SamplingParams& p, const Sampl
     if (!v.grammar_tokens) return Error("structured output needs the vocabulary's token bytes (SamplerVocab::from)");
     std::vector<int32_t> ends = v.eos_ids;
     ends.insert(ends.end(), v.stop_ids.begin(), v.stop_ids.end());
-    add(StructuredOutput(p.grammar, v.grammar_tokens, std::move(ends)));
+    add(StructuredOutput(p.grammar, v.grammar_tokens, std::move(ends), v.grammar_progress));
   }
   if (p.ignore_eos && !v.eos_ids.empty()) add(IgnoreEos(v.eos_ids));
   if (p.min_tokens > 0) {

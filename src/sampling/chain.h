@@ -20,6 +20,7 @@ namespace coda {
 
 class Vocab;
 struct GrammarTokens;
+struct GrammarProgress;
 
 // What the chain needs to know about the vocabulary beyond its size.
 struct SamplerVocab {
@@ -29,6 +30,7 @@ struct SamplerVocab {
   std::vector<std::vector<int32_t>> bad_word_ids;  // token sequences of params.bad_words
   std::unordered_set<int32_t> dry_breakers;        // tokens whose text holds a sequence breaker
   std::shared_ptr<const GrammarTokens> grammar_tokens;  // token bytes for structured output
+  std::shared_ptr<GrammarProgress> grammar_progress;    // its per-sequence state, shared by the chains
 
   // From a tokenizer: EOS/EOT plus `more_eos` (a chat template's end-of-turn tokens), the
   // request's `stop_ids` (checked), bad words tokenized with and without a leading space, DRY

@@ -67,28 +67,34 @@ std::shared_ptr<const GrammarTokens> GrammarTokens::build(const Vocab& vocab) {
 }
 
 StructuredOutput::StructuredOutput(std::shared_ptr<const OutputGrammar> grammar,
-                                   std::shared_ptr<const GrammarTokens> tokens, std::vector<int32_t> end_ids)
-    : grammar_(std::move(grammar)), tokens_(std::move(tokens)), end_ids_(std::move(end_ids)) {
-  states_.emplace_back(*grammar_);
+                                   std::shared_ptr<const GrammarTokens> tokens, std::vector<int32_t> end_ids,
+                                   std::shared_ptr<GrammarProgress> progress)
+    : grammar_(std::move(grammar)),
+      tokens_(std::move(tokens)),
+      end_ids_(std::move(end_ids)),
+      progress_(progress ? std::move(progress) : std::make_shared<GrammarProgress>()) {
+  if (progress_->states.empty()) progress_->states.emplace_back(*grammar_);
 }
 
 const GrammarMatcher& StructuredOutput::state_after(const std::vector<int32_t>& generated) const {
+  std::vector<int32_t>& seen = progress_->seen;
+  std::vector<GrammarMatcher>& states = progress_->states;
   size_t k = 0;
-  while (k < seen_.size() && k < generated.size() && seen_[k] == generated[k]) ++k;
-  seen_.resize(k);
-  states_.resize(k + 1);
+  while (k < seen.size() && k < generated.size() && seen[k] == generated[k]) ++k;
+  seen.resize(k);
+  states.resize(k + 1);
   for (size_t i = k; i < generated.size(); ++i) {
     const int32_t id = generated[i];
-    GrammarMatcher next = states_.back();
+    GrammarMatcher next = states.back();
     // A token outside the vocabulary or without bytes (forced by someone else) leaves the state
     // dead: from there only the end is allowed.
     const bool known = id >= 0 && static_cast<size_t>(id) < tokens_->bytes.size();
     const std::string& bytes = known ? tokens_->bytes[static_cast<size_t>(id)] : std::string();
     if (!known || bytes.empty() || !next.feed(bytes)) next = GrammarMatcher();
-    states_.push_back(std::move(next));
-    seen_.push_back(id);
+    states.push_back(std::move(next));
+    seen.push_back(id);
   }
-  return states_.back();
+  return states.back();
 }
 
 void StructuredOutput::walk(const GrammarMatcher& s, const GrammarTokens::Sorted& list, std::vector<uint8_t>& ok) const {

@@ -39,11 +39,19 @@ struct GrammarTokens {
   static std::shared_ptr<const GrammarTokens> build(const Vocab& vocab);
 };
 
+// The matcher's state after each generated token of one sequence. Shared by every chain the
+// sequence builds (the guard's repair builds a hotter one each step), so none replays the history.
+struct GrammarProgress {
+  std::vector<int32_t> seen;
+  std::vector<GrammarMatcher> states;
+};
+
 class StructuredOutput : public Processor {
  public:
-  // `end_ids`: end-of-generation and stop tokens, allowed once the value is complete.
+  // `end_ids`: end-of-generation and stop tokens, allowed once the value is complete. `progress`:
+  // the sequence's (SamplerVocab::grammar_progress); null gives this processor its own.
   StructuredOutput(std::shared_ptr<const OutputGrammar> grammar, std::shared_ptr<const GrammarTokens> tokens,
-                   std::vector<int32_t> end_ids);
+                   std::vector<int32_t> end_ids, std::shared_ptr<GrammarProgress> progress = nullptr);
   const char* name() const override { return "structured_output"; }
   void apply(Candidates& c, const TokenHistory& h, SamplerRng& rng) const override;
 
@@ -58,9 +66,7 @@ class StructuredOutput : public Processor {
   std::shared_ptr<const OutputGrammar> grammar_;
   std::shared_ptr<const GrammarTokens> tokens_;
   std::vector<int32_t> end_ids_;
-  // Per request (a chain belongs to one sequence): the states after each generated token.
-  mutable std::vector<int32_t> seen_;
-  mutable std::vector<GrammarMatcher> states_;
+  std::shared_ptr<GrammarProgress> progress_;
   mutable std::vector<GrammarMatcher> levels_;  // the walk's state after each byte of a prefix
   mutable std::vector<uint8_t> ok_;
 };
