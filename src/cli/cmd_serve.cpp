@@ -3,7 +3,10 @@
 
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
+#include "chat/tool_calls.h"
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "cli/http_flags.h"
@@ -25,6 +28,9 @@ struct ServeFlags {
   bool no_prefix_cache = false;
   int64_t prefix_cache_tokens = -1;          // -1: a quarter of the KV budget
   std::string guard = "stop:loop,flooding";  // exact loops and floods stop; the rest is observed (docs/guard.md)
+  std::string chat_template;                 // "": the model's; a built-in name, a file or Jinja source
+  std::string tool_parser = "auto";          // the chat template's tool-call format
+  bool enable_auto_tool_choice = false;      // vLLM's flag; coda parses whenever the format is known
   ServerOptions server;
 };
 
@@ -39,8 +45,29 @@ int serve(ServeFlags& f) {
   opts.kv_type_k = f.ctk;
   opts.kv_type_v = f.ctv;
   if (Status s = set_guard_policy(f.guard, f.server.defaults.guard); !s.ok()) return fail("--guard: " + s.message());
+  const auto named_parser = tool_call_format_named(f.tool_parser);
+  if (f.tool_parser != "auto" && !named_parser)
+    return fail(
+        "--tool-call-parser: '" + f.tool_parser +
+        "' is not a format coda reads; use auto (the chat template's), hermes, llama3_json, mistral, granite or "
+        "none");
+  if (!f.chat_template.empty()) {
+    // vLLM's --chat-template takes a file or the template itself; llama.cpp's a built-in name.
+    std::ifstream file(f.chat_template);
+    if (file && f.chat_template.find('{') == std::string::npos) {
+      std::stringstream ss;
+      ss << file.rdbuf();
+      opts.chat_template = ss.str();
+      if (opts.chat_template.empty()) return fail("--chat-template: " + f.chat_template + " is empty");
+    } else {
+      opts.chat_template = f.chat_template;
+    }
+  }
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
+  const ChatTemplate* tmpl = loaded->generator->chat_template();
+  f.server.defaults.tool_parser =
+      named_parser ? *named_parser : (tmpl ? tool_call_format_of_template(tmpl->source()) : ToolCallFormat::None);
   // The KV budget: the context must fit at least one sequence.
   const ModelConfig& cfg = loaded->model->config();
   const int64_t n_ctx = loaded->generator->n_ctx();
@@ -73,6 +100,12 @@ int serve(ServeFlags& f) {
                                                    " tokens (evicted first when requests need the room)")
                                                       .c_str()
                                                 : "off");
+  std::fprintf(stderr, "coda serve: tool calls with tool_choice auto: %s\n",
+               f.server.defaults.tool_parser == ToolCallFormat::None
+                   ? "returned as text (no known format in the chat template; see --tool-call-parser)"
+                   : (std::string(tool_call_format_name(f.server.defaults.tool_parser)) +
+                      (named_parser ? " (--tool-call-parser)" : " format, from the chat template"))
+                         .c_str());
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
@@ -132,6 +165,16 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
                   "Default guard policy: observe, stop or repair, optionally for some detectors (stop:loop,flooding; "
                   "docs/guard.md)")
       ->capture_default_str();
+  sub->add_option("--chat-template", f->chat_template,
+                  "Chat template instead of the model's: a built-in name (llama3, chatml, mistral), a Jinja file or "
+                  "Jinja source");
+  sub->add_option("--tool-call-parser", f->tool_parser,
+                  "How the model writes tool calls, answered as OpenAI tool_calls when a request sends tools with "
+                  "tool_choice auto: auto (the chat template's format), hermes, llama3_json, mistral, granite or none "
+                  "(plain text)")
+      ->capture_default_str();
+  sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
+                "Accepted for vLLM command lines; tool calls are read whenever --tool-call-parser knows the format");
   sub->add_flag("--enable-admin-api", f->server.admin_api,
                 "Serve POST /admin/pause and /admin/resume (hold the scheduler between steps; behind --api-key)");
   out.push_back({sub, [f] { return serve(*f); }});

@@ -186,8 +186,8 @@ void reroot_refs(nlohmann::ordered_json& j, const std::string& root) {
 
 // Chat `tool_choice` "required" or {"type": "function", "function": {"name"}}: the output is held
 // to the call's JSON (vLLM does the same with its guided decoding): the named function's arguments,
-// or an array of one or more {"name", "arguments"} calls of any tool. "auto" and "none" leave the
-// text as it is (coda does not parse model-specific tool-call formats).
+// or an array of one or more {"name", "arguments"} calls of any tool. "none" leaves the text as it
+// is; "auto" reads the calls the model writes in its own format (parse_api_request, at the end).
 std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
   const auto* tc = rd.get("tool_choice");
   if (!tc || (tc->is_string() && (*tc == "auto" || *tc == "none"))) return std::nullopt;
@@ -496,6 +496,19 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     }
     r.n = n;
   }
+  // tool_choice "auto" (the default with tools): the reply may hold calls in the model's format.
+  // Not with "none", nor with a JSON format (its document is the answer). A guided_choice text
+  // that is a call in the model's format is a call: a router that picks one of canned calls.
+  const auto* so = rd.get("structured_outputs");
+  const bool choice_format =
+      rd.get("guided_choice") || (so && so->is_object() && so->contains("choice") && !(*so)["choice"].is_null());
+  if (r.chat && r.tool_choice.empty() && (!r.gen.sampling.grammar || choice_format) &&
+      d.tool_parser != ToolCallFormat::None) {
+    const auto* tools = rd.get("tools");
+    const auto* tc = rd.get("tool_choice");
+    if (tools && tools->is_array() && !tools->empty() && !(tc && tc->is_string() && *tc == "none"))
+      r.tool_parse = d.tool_parser;
+  }
   return r;
 }
 
@@ -621,9 +634,13 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   } else if (r.logprobs) {
     logprobs = logprobs_json(r, res.logprobs, vocab, offset);
   }
-  const nlohmann::ordered_json calls = tool_calls_json(r, res, id);
+  std::string content;
+  const nlohmann::ordered_json calls = tool_calls_json(r, res, id, &content);
   if (r.chat && !calls.is_null()) {
-    choice["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}};
+    choice["message"] = {
+        {"role", "assistant"},
+        {"content", content.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(content)},
+        {"tool_calls", calls}};
   } else if (r.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", res.text}};
   } else {
@@ -666,31 +683,44 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   return body;
 }
 
-nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id) {
-  if (!r.chat || r.tool_choice.empty() || g.finish_reason != "stop") return nullptr;
-  const auto doc = nlohmann::ordered_json::parse(g.text, nullptr, false);
-  if (doc.is_discarded()) return nullptr;
+nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id,
+                                       std::string* content) {
+  if (!r.chat) return nullptr;
   nlohmann::ordered_json calls = nlohmann::ordered_json::array();
-  auto call = [&](const std::string& name, const nlohmann::ordered_json& args) {
+  auto call = [&](const std::string& name, const std::string& arguments) {
     calls.push_back({{"id", "call_" + id + "_" + std::to_string(calls.size())},
                      {"type", "function"},
-                     {"function", {{"name", name}, {"arguments", args.dump()}}}});
+                     {"function", {{"name", name}, {"arguments", arguments}}}});
   };
+  if (r.tool_parse != ToolCallFormat::None) {
+    ToolCallSplit split = split_tool_calls(r.tool_parse, g.text);
+    if (split.calls.empty()) return nullptr;
+    for (const ParsedToolCall& c : split.calls) call(c.name, c.arguments);
+    if (content) *content = std::move(split.content);
+    return calls;
+  }
+  if (r.tool_choice.empty() || g.finish_reason != "stop") return nullptr;
+  const auto doc = nlohmann::ordered_json::parse(g.text, nullptr, false);
+  if (doc.is_discarded()) return nullptr;
   if (r.tool_named) {
-    call(r.tool_choice, doc);
+    call(r.tool_choice, doc.dump());
   } else {
     if (!doc.is_array()) return nullptr;
     for (const auto& c : doc) {
       if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("arguments")) return nullptr;
-      call(c["name"].get<std::string>(), c["arguments"]);
+      call(c["name"].get<std::string>(), c["arguments"].dump());
     }
   }
   return calls;
 }
 
 std::string tool_finish_reason(const ApiRequest& r, const GenerationResult& g) {
-  // OpenAI: "tool_calls" for a required call, "stop" for a named one.
-  if (!r.chat || r.tool_choice.empty() || r.tool_named || g.finish_reason != "stop") return g.finish_reason;
+  if (!r.chat || g.finish_reason != "stop") return g.finish_reason;
+  // The calls the model wrote itself (tool_choice "auto"): "tool_calls", as OpenAI and vLLM answer.
+  if (r.tool_parse != ToolCallFormat::None)
+    return split_tool_calls(r.tool_parse, g.text).calls.empty() ? g.finish_reason : "tool_calls";
+  // A forced call: "tool_calls" for a required one, "stop" for a named one (OpenAI's values).
+  if (r.tool_choice.empty() || r.tool_named) return g.finish_reason;
   return "tool_calls";
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <variant>
 
+#include "chat/tool_calls.h"
 #include "engine/request.h"
 #include "guard/guard.h"
 
@@ -38,6 +39,9 @@ struct ApiRequest {
   // every tool ("required"); the output is held to the call's JSON and answered as `tool_calls`.
   std::string tool_choice;
   bool tool_named = false;
+  // tool_choice "auto" (or absent) with tools: the format in which the model writes its calls, read
+  // from its reply at the end and answered as `tool_calls` (chat/tool_calls.h); None: plain text.
+  ToolCallFormat tool_parse = ToolCallFormat::None;
   std::string model;
   GenerationRequest gen;
   GuardConfig guard;
@@ -46,6 +50,7 @@ struct ApiRequest {
 struct ServerDefaults {
   std::string model_id = "coda";
   GuardConfig guard;  // the policy and its scope; a request's coda.guard replaces both
+  ToolCallFormat tool_parser = ToolCallFormat::None;  // --tool-call-parser (or the chat template's)
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body. Unknown fields are ignored.
@@ -61,9 +66,11 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
                                     const std::string& text, const char* finish_reason, bool first);
 nlohmann::ordered_json usage_json(const GenerationResult& g);
-// A forced tool call's `tool_calls` array from the generated JSON (null when the request forced
-// none or the generation did not finish its document), and the finish_reason OpenAI gives it.
-nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id);
+// The `tool_calls` array of a reply, null if it has none: a forced call's JSON (null when the
+// generation did not finish its document), or with tool_choice "auto" the calls the model wrote in
+// its format (`content` then gets the text outside them). The finish_reason OpenAI gives it.
+nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id,
+                                       std::string* content = nullptr);
 std::string tool_finish_reason(const ApiRequest& r, const GenerationResult& g);
 // Logprobs in the route's shape: chat `content[]`, or the legacy arrays with `text_offset` counted
 // from `text_offset` (advanced past these tokens, so a stream's chunks continue the count).

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "chat/tool_calls.h"
 #include "core/malloc_tuning.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
@@ -147,9 +148,13 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   res.set_header("Cache-Control", "no-cache");
   auto first = std::make_shared<bool>(true);
   auto text_offset = std::make_shared<size_t>(0);
+  // tool_choice "auto": the reply so far, and how much of it went out as content. Text that may
+  // start a call in the model's format waits for the end (chat/tool_calls.h).
+  auto reply = std::make_shared<std::string>();
+  auto reply_sent = std::make_shared<size_t>(0);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ticket, r, id, created, first, text_offset](size_t, httplib::DataSink& sink) {
+      [this, ticket, r, id, created, first, text_offset, reply, reply_sent](size_t, httplib::DataSink& sink) {
         auto send = [&](const nlohmann::ordered_json& j) {
           const std::string line = "data: " + dump_json(j) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -158,12 +163,19 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         std::vector<TokenLogprob> lps;
         bool done = false;
         ticket->wait(text, lps, done, std::chrono::milliseconds(200));
+        const bool generated = !text.empty();  // held-back text counts: the stream is not idle
         if (*first && (!text.empty() || !lps.empty() || done)) {
           *first = false;
           if (r.chat && !send(stream_chunk(r, id, created, "", nullptr, true))) return false;
         }
         // A forced tool call is sent whole at the end, as `tool_calls`, not as content.
         if (!r.tool_choice.empty()) text.clear(), lps.clear();
+        if (r.tool_parse != ToolCallFormat::None) {
+          reply->append(text);
+          const size_t safe = std::max(*reply_sent, tool_call_safe_prefix(r.tool_parse, *reply));
+          text = reply->substr(*reply_sent, safe - *reply_sent);
+          *reply_sent = safe;
+        }
         if (!text.empty() || (r.logprobs && !lps.empty())) {
           auto chunk = stream_chunk(r, id, created, text, nullptr, false);
           if (r.logprobs && !lps.empty())
@@ -173,16 +185,31 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         if (!done) {
           // An SSE comment while nothing else is sent (queued, prefilling): a client that left is
           // noticed by the failed write, and its request is cancelled even before it starts.
-          if (text.empty() && !sink.write(": waiting\n\n", 11)) return false;
+          if (!generated && !sink.write(": waiting\n\n", 11)) return false;
           return sink.is_writable();
         }
         const Expected<GuardedResult>& out = ticket->result();
         if (!out) {
           send(generation_error(out.message()).body());
         } else {
-          if (!r.tool_choice.empty()) {
-            const nlohmann::ordered_json calls = tool_calls_json(r, out->result, id);
-            auto chunk = stream_chunk(r, id, created, calls.is_null() ? out->result.text : "", nullptr, false);
+          if (!r.tool_choice.empty() || r.tool_parse != ToolCallFormat::None) {
+            std::string content;
+            const nlohmann::ordered_json calls = tool_calls_json(r, out->result, id, &content);
+            // What is left to send as content: a forced call's text if it is no call; with
+            // tool_choice "auto" the held-back rest of the reply if it holds no calls, or the
+            // part of the content after what already went out.
+            std::string rest = calls.is_null() ? out->result.text : "";
+            if (r.tool_parse != ToolCallFormat::None) {
+              const std::string sent = reply->substr(0, *reply_sent);
+              const size_t lead = sent.find_first_not_of(" \t\r\n");
+              const std::string sent_trimmed = lead == std::string::npos ? "" : sent.substr(lead);
+              if (calls.is_null())
+                rest = reply->substr(*reply_sent);
+              else if (content.size() > sent_trimmed.size() &&
+                       content.compare(0, sent_trimmed.size(), sent_trimmed) == 0)
+                rest = content.substr(sent_trimmed.size());
+            }
+            auto chunk = stream_chunk(r, id, created, rest, nullptr, false);
             if (!calls.is_null()) {
               nlohmann::ordered_json deltas = nlohmann::ordered_json::array();
               for (size_t i = 0; i < calls.size(); ++i) {

@@ -83,5 +83,32 @@ try {
 } finally {
   proc.kill("SIGTERM");
 }
+
+// Tool calls in the model's own words (tool_choice auto, Qwen2.5's <tool_call> format): the reply
+// is fixed with guided_choice, and the SDK's stream helper assembles the streamed tool_calls deltas
+// as OpenAI's client does.
+const qwen = new URL("../data/templates/Qwen-Qwen2.5-7B-Instruct.jinja", import.meta.url).pathname;
+const second = await startCoda(coda, ["serve", "--port", "0", "-t", "1", "--chat-template", qwen]);
+try {
+  const client = new OpenAI({ baseURL: second.url + "/v1", apiKey: "none", maxRetries: 0 });
+  const reply = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+  const body = {
+    model: "coda", messages: [{ role: "user", content: "Weather in Paris?" }], max_tokens: 200,
+    tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }],
+    guided_choice: [reply], coda: { guard: "observe" },
+  };
+  const isCall = (m) => m.tool_calls?.length === 1 && m.tool_calls[0].function.name === "get_weather" &&
+    JSON.parse(m.tool_calls[0].function.arguments).city === "Paris";
+  const whole = await client.chat.completions.create(body);
+  check(whole.choices[0].finish_reason === "tool_calls" && whole.choices[0].message.content === "Let me check." &&
+        isCall(whole.choices[0].message), "tool_choice auto: " + JSON.stringify(whole.choices[0].message));
+  const final = await client.beta.chat.completions.stream(body).finalChatCompletion();
+  check(final.choices[0].finish_reason === "tool_calls" && final.choices[0].message.content.trim() === "Let me check." &&
+        isCall(final.choices[0].message), "tool_choice auto, streamed: " + JSON.stringify(final.choices[0].message));
+} catch (e) {
+  check(false, "unexpected: " + e.stack);
+} finally {
+  second.proc.kill("SIGTERM");
+}
 console.log(`${failures} failure(s)`);
 process.exit(failures ? 1 : 0);

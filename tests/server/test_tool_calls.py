@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Tool calls in the model's own words over real HTTP: with `tools` and tool_choice "auto", coda
+serve reads the calls the model writes in its chat template's format (hermes for Qwen2.5's template,
+llama3_json when --tool-call-parser asks) and answers them as OpenAI `tool_calls`, streamed or not.
+
+The bundled model does not write tool calls by itself, so the replies are fixed with guided_choice
+(one text per request): the model generates exactly that text, token by token, and the server
+parses what was generated, as it would any reply. Text that holds no call, a call cut off by
+max_tokens, tool_choice "none", and a server with no known format all leave the text as content.
+
+Usage: /usr/bin/python3 tests/server/test_tool_calls.py build/coda
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import Server, check, failures  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+QWEN = os.path.join(HERE, "..", "data", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+CHAT = [{"role": "user", "content": "Weather in Paris?"}]
+CALL = 'I will look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def ask(server, reply, **extra):
+    body = {"messages": CHAT, "tools": TOOLS, "guided_choice": [reply], "max_tokens": 200, "coda": {"guard": "observe"},
+            **extra}
+    status, _, out = server.json("POST", "/v1/chat/completions", body)
+    check(status == 200, f"status {status}: {out}")
+    return out["choices"][0] if status == 200 else None
+
+
+def ask_stream(server, reply, **extra):
+    body = {"messages": CHAT, "tools": TOOLS, "guided_choice": [reply], "max_tokens": 200, "stream": True,
+            "coda": {"guard": "observe"}, **extra}
+    status, events, done = server.stream("/v1/chat/completions", body)
+    check(status == 200 and done, f"stream status {status}, done {done}")
+    content, calls, finish = "", [], None
+    for e in events:
+        for c in e.get("choices", []):
+            d = c.get("delta", {})
+            content += d.get("content") or ""
+            calls += d.get("tool_calls") or []
+            finish = c.get("finish_reason") or finish
+    return content, calls, finish
+
+
+def is_weather_call(call, city):
+    return (call.get("type") == "function" and call["function"]["name"] == "get_weather"
+            and json.loads(call["function"]["arguments"]) == {"city": city} and call.get("id", "").startswith("call_"))
+
+
+def main():
+    coda = sys.argv[1]
+
+    s = Server(coda, "--chat-template", QWEN)  # Qwen2.5's template teaches <tool_call> blocks
+    try:
+        c = ask(s, CALL)
+        if c:
+            m = c["message"]
+            check(c["finish_reason"] == "tool_calls", f"finish {c['finish_reason']}")
+            check(m.get("content") == "I will look.", f"content {m.get('content')!r}")
+            check(len(m.get("tool_calls") or []) == 1 and is_weather_call(m["tool_calls"][0], "Paris"),
+                  f"tool_calls {m.get('tool_calls')}")
+        two = CALL + '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+        c = ask(s, two)
+        if c:
+            calls = c["message"].get("tool_calls") or []
+            check(len(calls) == 2 and is_weather_call(calls[1], "Rome") and calls[0]["id"] != calls[1]["id"],
+                  f"two calls: {calls}")
+        # A call alone: content is null, as OpenAI sends it.
+        c = ask(s, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+        if c:
+            check(c["message"]["content"] is None and is_weather_call(c["message"]["tool_calls"][0], "Oslo"),
+                  f"call alone: {c['message']}")
+        # Text with no call, and tool_choice "none": the text as it is.
+        for reply, extra in (("It is sunny, a < b.", {}), (CALL, {"tool_choice": "none"})):
+            c = ask(s, reply, **extra)
+            if c:
+                check(c["message"]["content"] == reply and "tool_calls" not in c["message"]
+                      and c["finish_reason"] == "stop", f"{extra} plain reply: {c}")
+        # Cut off by max_tokens inside the call: no call, the text as content, finish "length".
+        c = ask(s, CALL, max_tokens=12)
+        if c:
+            check(c["finish_reason"] == "length" and "tool_calls" not in c["message"]
+                  and CALL.startswith(c["message"]["content"]), f"cut off: {c}")
+
+        # Streamed: the content before the call arrives as text, the call whole at the end.
+        content, calls, finish = ask_stream(s, CALL)
+        check(content.strip() == "I will look." and "<tool_call" not in content, f"streamed content {content!r}")
+        check(len(calls) == 1 and calls[0].get("index") == 0 and is_weather_call(calls[0], "Paris"),
+              f"streamed calls {calls}")
+        check(finish == "tool_calls", f"streamed finish {finish}")
+        # Text that only looks like the start of a marker streams whole once it is clearly not one.
+        content, calls, finish = ask_stream(s, "Use <b>bold</b> or <tool> tags.")
+        check(content == "Use <b>bold</b> or <tool> tags." and not calls and finish == "stop",
+              f"streamed plain {content!r} {calls} {finish}")
+        content, calls, finish = ask_stream(s, CALL, max_tokens=12)
+        check(not calls and finish == "length" and CALL.startswith(content) and len(content) > 12,
+              f"streamed cut off {content!r} {calls} {finish}")
+    finally:
+        s.stop()
+
+    # llama3_json asked by flag: the whole reply is the call, with "parameters".
+    s = Server(coda, "--chat-template", "chatml", "--tool-call-parser", "llama3_json", "--enable-auto-tool-choice")
+    try:
+        c = ask(s, '{"name": "get_weather", "parameters": {"city": "Rome"}}')
+        if c:
+            check(c["finish_reason"] == "tool_calls" and c["message"]["content"] is None
+                  and is_weather_call(c["message"]["tool_calls"][0], "Rome"), f"llama3_json: {c}")
+        content, calls, finish = ask_stream(s, '{"name": "get_weather", "parameters": {"city": "Rome"}}')
+        check(content == "" and len(calls) == 1 and finish == "tool_calls", f"llama3_json streamed {content!r} {calls}")
+        c = ask(s, '{"answer": 42}')
+        if c:
+            check(c["message"]["content"] == '{"answer": 42}' and c["finish_reason"] == "stop", f"not a call: {c}")
+    finally:
+        s.stop()
+
+    # The bundled model's own template knows no tool-call format: replies stay text.
+    s = Server(coda)
+    try:
+        c = ask(s, CALL)
+        if c:
+            check(c["message"]["content"] == CALL and c["finish_reason"] == "stop", f"no format: {c}")
+    finally:
+        s.stop()
+
+    # An unknown parser name is refused at start, with the names that exist.
+    p = subprocess.run([coda, "serve", "--port", "0", "--tool-call-parser", "pythonic"], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode != 0 and "hermes" in p.stderr and "pythonic" in p.stderr, f"bad parser: {p.returncode} {p.stderr}")
+
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        sys.exit(1)
+    print("tool calls over HTTP: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
