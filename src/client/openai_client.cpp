@@ -54,13 +54,23 @@ void absorb(const nlohmann::json& j, bool chat, bool streaming, Completion& c, D
   const nlohmann::json& ch = (*choices)[0];
   if (chat) {
     const auto* m = member(ch, streaming ? "delta" : "message");
-    if (m) d.text = string_at(*m, "content");
+    if (m) {
+      d.text = string_at(*m, "content");
+      for (const char* key : {"reasoning_content", "reasoning"})
+        if (const auto* r = member(*m, key); r && r->is_string() && !r->get<std::string>().empty()) {
+          d.reasoning = r->get<std::string>();
+          d.reasoning_key = key;
+          break;
+        }
+      if (const auto* tc = member(*m, "tool_calls"); tc && tc->is_array() && !tc->empty()) d.tool_calls = *tc;
+    }
   } else {
     d.text = string_at(ch, "text");
   }
   d.finish_reason = string_at(ch, "finish_reason");
   if (const auto* lp = member(ch, "logprobs")) d.logprobs = parse_logprobs(*lp);
   c.text += d.text;
+  c.reasoning += d.reasoning;
   if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
   c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
 }
@@ -266,7 +276,7 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
       d.chunk = &j;
       d.at_ms = ms_since(t0);
       absorb(j, chat, true, c, d);
-      if (!d.text.empty()) {
+      if (!d.text.empty() || !d.reasoning.empty() || !d.tool_calls.is_null()) {  // any generated token
         if (c.ttft_ms < 0) c.ttft_ms = d.at_ms;
         c.chunk_ms.push_back(d.at_ms);
       }

@@ -59,6 +59,7 @@ struct Completion {
   int status = 0;              // HTTP status; 0 when no response came
   nlohmann::json error_body;   // the server's error JSON, when it sent one
   std::string text;            // the generated text (concatenated deltas when streaming)
+  std::string reasoning;       // chat: the reasoning beside it (reasoning_content), concatenated
   std::string finish_reason;   // empty when none was reported
   int64_t prompt_tokens = -1;  // from usage; -1 when the server did not say
   int64_t completion_tokens = -1;
@@ -76,6 +77,11 @@ void ask_logprobs(nlohmann::json& body, bool chat, int top);
 // What a streaming callback sees for each data event: the parsed delta and the raw chunk.
 struct Delta {
   std::string text;
+  // Chat: the model's reasoning, which vLLM's reasoning parsers send beside the content as
+  // `reasoning_content` (or `reasoning`, in newer vLLM), with the name the server used.
+  std::string reasoning;
+  const char* reasoning_key = nullptr;
+  nlohmann::json tool_calls;  // chat: the delta's (or message's) `tool_calls` as sent; null if none
   std::string finish_reason;
   std::vector<TokenLogprob> logprobs;
   const nlohmann::json* chunk = nullptr;  // the event's JSON as sent

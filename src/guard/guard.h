@@ -133,6 +133,11 @@ class Guard : public StepObserver {
   StepVerdict observe(int32_t token, const StepSignals* signals, const std::string& text);
 
   GuardReport report() const;
+  // From now on an event that the policy would repair is stopped (the proxy, once a generation
+  // shows reasoning or tool calls, which cannot be continued from their middle).
+  void stop_instead_of_repair() {
+    if (cfg_.policy == GuardPolicy::Repair) cfg_.policy = GuardPolicy::Stop;
+  }
   // One JSON object per step (when config.trace), rollbacks included as {"rollback_to": k}.
   const std::vector<nlohmann::ordered_json>& trace() const { return trace_; }
 

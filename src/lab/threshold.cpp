@@ -70,7 +70,7 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
     GuardConfig gc;
     gc.policy = GuardPolicy::Observe;
     proxy::StreamGuard sg(gc, proxy::prompt_text_of(body, p.chat()));
-    sg.feed(c.text, c.logprobs);
+    sg.feed(c.reasoning + c.text, c.logprobs);  // a reasoning model's thinking (vLLM's parsers) comes first
     sg.finish();
     for (const auto& e : sg.report().events)
       if (is_coherence_episode(e.type)) r.episodes.emplace_back(e.type, e.onset);

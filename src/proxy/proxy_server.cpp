@@ -118,14 +118,17 @@ struct Shaper {
     j["object"] = chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     return j;
   }
-  json chunk(const json& upstream_chunk, const std::string& text, const std::vector<client::TokenLogprob>& lps,
+  json chunk(const json& upstream_chunk, const Released& out, const std::vector<client::TokenLogprob>& lps,
              const char* finish_reason) {
+    const std::string& text = out.content;
     json j = head(upstream_chunk, true);
     json choice{{"index", 0}};
     if (chat) {
       json delta = json::object();
       if (first) delta["role"] = "assistant";
       if (!text.empty() || first) delta["content"] = text;
+      if (!out.reasoning.empty()) delta[out.reasoning_key] = out.reasoning;
+      if (!out.tool_calls.is_null()) delta["tool_calls"] = out.tool_calls;
       choice["delta"] = std::move(delta);
     } else {
       choice["text"] = text;
@@ -393,7 +396,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     double ttft = -1;
     std::vector<client::TokenLogprob> all_lps;
     SessionResult r = run_session(upstream_, body, view, so,
-                                  [&](const std::string&, const std::vector<client::TokenLogprob>& lps, const json&) {
+                                  [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
                                     if (ttft < 0) ttft = seconds();
                                     all_lps.insert(all_lps.end(), lps.begin(), lps.end());
                                     return true;
@@ -404,9 +407,13 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     if (!r.ok) return send_upstream_failure(res, r.failure, upstream_label_);
     json j = shaper.head(r.last_chunk, false);
     json choice{{"index", 0}};
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-    else
+    if (chat) {
+      // OpenAI's message: content null beside tool calls that stand alone.
+      choice["message"] = {{"role", "assistant"},
+                           {"content", r.text.empty() && !r.tool_calls.is_null() ? json(nullptr) : json(r.text)}};
+      if (!r.reasoning.empty()) choice["message"][r.reasoning_key] = r.reasoning;
+      if (!r.tool_calls.is_null()) choice["message"]["tool_calls"] = r.tool_calls;
+    } else
       choice["text"] = r.text;
     size_t offset = 0;
     choice["logprobs"] = view.logprobs && !all_lps.empty() ? logprobs_json(all_lps, chat, offset) : json(nullptr);
@@ -436,10 +443,10 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     SessionResult r;
     try {
       r = run_session(upstream_, body, view, so,
-                      [&](const std::string& text, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
+                      [&](const Released& out, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
                         if (st->client_gone) return false;
                         if (ttft < 0) ttft = seconds();
-                        push(shaper.chunk(chunk, text, lps, nullptr));
+                        push(shaper.chunk(chunk, out, lps, nullptr));
                         return !st->client_gone.load();
                       });
     } catch (const std::exception& e) {  // a bug, not user input: the stream ends with an error, the proxy stays up
@@ -451,8 +458,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     const std::string m = model_of(model, r.last_chunk);
     record(r, m, seconds(), ttft);
     if (r.ok && !r.client_gone) {
-      json last =
-          shaper.chunk(r.last_chunk, "", {}, client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
+      json last = shaper.chunk(r.last_chunk, Released{}, {},
+                               client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
       if (chat) last["choices"][0]["delta"] = json::object();
       last["coda"] = report_of(r);
       push(last);

@@ -124,7 +124,61 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   nlohmann::json with_lp = base;
   if (opt.top_logprobs > 0) client::ask_logprobs(with_lp, chat, top);
 
+  // The guard sees the generation's text in order: reasoning, content and tool-call arguments
+  // alike. Each span of it remembers where it goes back to (channel; the call for arguments).
+  enum class Channel { Content, Reasoning, ToolArgs };
+  struct Span {
+    size_t end;
+    Channel channel;
+    size_t call;
+  };
+  struct Call {
+    nlohmann::json index;  // as the upstream numbered it
+    std::string id, type = "function", name, arguments;
+    bool announced = false;  // its id and name went to the client
+  };
+  std::vector<Span> spans;
+  std::vector<Call> calls;
+  size_t fed = 0;             // bytes given to the guard (its accepted text, until a stop drops the rest)
+  bool side_channel = false;  // reasoning or tool calls were seen: the guard stops instead of repairing
   size_t released_units = 0, released_bytes = 0;
+  // The tool-call delta entry for call `c` carrying `args` (its id, type and name the first time).
+  auto call_delta = [&](size_t c, const std::string& args) {
+    Call& k = calls[c];
+    nlohmann::json fn{{"arguments", args}};
+    nlohmann::json e{{"index", k.index}};
+    if (!k.announced) {
+      if (!k.id.empty()) e["id"] = k.id;
+      e["type"] = k.type;
+      fn = {{"name", k.name}, {"arguments", args}};
+      k.announced = true;
+    }
+    e["function"] = std::move(fn);
+    k.arguments += args;
+    return e;
+  };
+  // Bytes [from, to) of the accepted text, split back into their channels. Releases move forward,
+  // so the search starts at the first span not yet wholly released.
+  size_t span_from = 0;
+  auto split = [&](size_t from, size_t to, Released& out) {
+    while (span_from < spans.size() && spans[span_from].end <= from) ++span_from;
+    for (size_t i = span_from; i < spans.size(); ++i) {
+      const Span& sp = spans[i];
+      const size_t start = i == 0 ? 0 : spans[i - 1].end;
+      if (start >= to) break;
+      const size_t a = std::max(from, start), b = std::min(to, sp.end);
+      if (a >= b) continue;
+      std::string part = sg.slice(a, b);
+      if (sp.channel == Channel::Content) {
+        out.content += part;
+      } else if (sp.channel == Channel::Reasoning) {
+        out.reasoning += part;
+      } else {
+        if (out.tool_calls.is_null()) out.tool_calls = nlohmann::json::array();
+        out.tool_calls.push_back(call_delta(sp.call, part));
+      }
+    }
+  };
   // Hands the client what is final: everything (observe, stop, the end) or all but the held units.
   auto release = [&](bool all, const nlohmann::json& chunk) {
     size_t units_to = sg.units(), bytes_to = sg.text_size();
@@ -132,20 +186,30 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       units_to = std::max(released_units, sg.units() > hold ? sg.units() - hold : 0);
       bytes_to = std::max(released_bytes, sg.text_end(units_to));
     }
-    if (bytes_to <= released_bytes && units_to <= released_units) return true;
+    const bool unannounced = all && std::any_of(calls.begin(), calls.end(), [](const Call& k) { return !k.announced; });
+    if (bytes_to <= released_bytes && units_to <= released_units && !unannounced) return true;
     std::vector<client::TokenLogprob> lps;
     if (view.logprobs) {
       lps = sg.logprobs(released_units, units_to);
       for (auto& t : lps)
         if (t.top.size() > static_cast<size_t>(view.top_logprobs)) t.top.resize(static_cast<size_t>(view.top_logprobs));
     }
-    const std::string piece = sg.slice(released_bytes, bytes_to);
+    Released out;
+    out.reasoning_key = r.reasoning_key;
+    if (bytes_to > released_bytes) split(released_bytes, bytes_to, out);
+    if (all)  // calls with no arguments at all still reach the client
+      for (size_t c = 0; c < calls.size(); ++c)
+        if (!calls[c].announced) {
+          if (out.tool_calls.is_null()) out.tool_calls = nlohmann::json::array();
+          out.tool_calls.push_back(call_delta(c, ""));
+        }
     released_units = std::max(released_units, units_to);
-    released_bytes = bytes_to;
-    r.text += piece;
-    if (piece.empty() && lps.empty()) return true;
+    released_bytes = std::max(released_bytes, bytes_to);
+    r.text += out.content;
+    r.reasoning += out.reasoning;
+    if (out.empty() && lps.empty()) return true;
     r.emitted = true;
-    if (!emit(piece, lps, chunk)) {
+    if (!emit(out, lps, chunk)) {
       r.client_gone = true;
       return false;
     }
@@ -163,7 +227,37 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     auto on_delta = [&](const client::Delta& d) {
       if (d.chunk) r.last_chunk = *d.chunk;
       if (!d.finish_reason.empty()) seg_finish = d.finish_reason;
-      StepVerdict v = sg.feed(d.text, d.logprobs);
+      std::string all;
+      auto add = [&](const std::string& t, Channel ch, size_t call) {
+        if (t.empty()) return;
+        all += t;
+        spans.push_back({fed + all.size(), ch, call});
+      };
+      if (d.reasoning_key) r.reasoning_key = d.reasoning_key;
+      add(d.reasoning, Channel::Reasoning, 0);
+      add(d.text, Channel::Content, 0);
+      if (d.tool_calls.is_array())
+        for (const auto& tc : d.tool_calls) {
+          if (!tc.is_object()) continue;
+          const nlohmann::json index = tc.contains("index") ? tc["index"] : nlohmann::json(calls.size());
+          size_t c = 0;
+          while (c < calls.size() && calls[c].index != index) ++c;
+          if (c == calls.size()) calls.push_back({index});
+          if (tc.contains("id") && tc["id"].is_string()) calls[c].id = tc["id"].get<std::string>();
+          if (tc.contains("type") && tc["type"].is_string()) calls[c].type = tc["type"].get<std::string>();
+          const auto fn = tc.find("function");
+          if (fn == tc.end() || !fn->is_object()) continue;
+          if (fn->contains("name") && (*fn)["name"].is_string() && !(*fn)["name"].get<std::string>().empty())
+            calls[c].name = (*fn)["name"].get<std::string>();
+          if (fn->contains("arguments") && (*fn)["arguments"].is_string())
+            add((*fn)["arguments"].get<std::string>(), Channel::ToolArgs, c);
+        }
+      if (!side_channel && (!d.reasoning.empty() || !calls.empty())) {
+        side_channel = true;
+        sg.stop_instead_of_repair();
+      }
+      StepVerdict v = sg.feed(all, d.logprobs);
+      fed += all.size();
       if (v.stop || v.repair) {
         verdict = std::move(v);
         acted = true;
@@ -229,6 +323,10 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     }
     // Repair: back to before the loop (never before what the client has), then continue hotter.
     const size_t kept = sg.rollback(static_cast<size_t>(std::max<int64_t>(0, verdict.repair->keep)), released_units);
+    fed = sg.text_size();  // the spans past it are gone with the text (all content: see side_channel)
+    while (!spans.empty() && (spans.size() > 1 ? spans[spans.size() - 2].end : 0) >= fed) spans.pop_back();
+    if (!spans.empty()) spans.back().end = std::min(spans.back().end, fed);
+    span_from = 0;
     const int64_t remaining = max_tokens - static_cast<int64_t>(kept);
     if (remaining <= 0) {
       r.finish_reason = "length";
@@ -249,6 +347,12 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     request = std::move(next);
   }
   r.ok = true;
+  for (const Call& k : calls)
+    if (k.announced) {
+      if (r.tool_calls.is_null()) r.tool_calls = nlohmann::json::array();
+      r.tool_calls.push_back(
+          {{"id", k.id}, {"type", k.type}, {"function", {{"name", k.name}, {"arguments", k.arguments}}}});
+    }
   r.text_only = sg.text_only();
   r.report = sg.report();
   if (r.completion_tokens < 0) {

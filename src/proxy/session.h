@@ -11,7 +11,8 @@
 //   repair does) for `hot_tokens`, then with the request's own sampling. Continuation is the
 //   prompt plus the accepted text on /v1/completions, and the accepted text as a final assistant
 //   message with continue_final_message on chat (vLLM; llama.cpp continues a trailing assistant
-//   message by itself). Rolled-back text never reaches the client.
+//   message by itself). Rolled-back text never reaches the client. A generation that sent
+//   reasoning or tool calls is stopped instead: neither can be continued from the middle.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +39,20 @@ struct ClientView {
   int top_logprobs = 0;
 };
 
-// Text for the client and the logprobs of the tokens it completes (when the client asked).
+// What one release hands the client. The guard watches everything the model generates, in order
+// (a reasoning model loops in its reasoning as often as in its answer, and a tool call's arguments
+// can run on too); each part goes back in the field the upstream sent it in.
+struct Released {
+  std::string content;
+  std::string reasoning;                            // chat: vLLM's reasoning parsers' field
+  std::string reasoning_key = "reasoning_content";  // or "reasoning", as the upstream named it
+  nlohmann::json tool_calls;  // chat: delta form [{index, id, type, function: {name, arguments}}]; null if none
+  bool empty() const { return content.empty() && reasoning.empty() && tool_calls.is_null(); }
+};
+
+// A release for the client and the logprobs of the tokens it completes (when the client asked).
 // Returns false when the client is gone.
-using Emit = std::function<bool(const std::string& text, const std::vector<client::TokenLogprob>& logprobs,
+using Emit = std::function<bool(const Released& out, const std::vector<client::TokenLogprob>& logprobs,
                                 const nlohmann::json& upstream_chunk)>;
 
 struct SessionResult {
@@ -48,7 +60,11 @@ struct SessionResult {
   client::Completion failure;  // when !ok: what the upstream said
   bool emitted = false;        // some text reached the client before a failure
   bool client_gone = false;
-  std::string text;            // what the client received
+  std::string text;       // what the client received as content
+  std::string reasoning;  // ... as reasoning (chat), in the field named reasoning_key
+  std::string reasoning_key = "reasoning_content";
+  nlohmann::json
+      tool_calls;  // ... as tool calls (chat), whole: [{id, type, function: {name, arguments}}]; null if none
   std::string finish_reason;
   int64_t prompt_tokens = -1, completion_tokens = -1;
   bool usage_estimated = false;

@@ -57,6 +57,7 @@ class StreamGuard {
   std::vector<client::TokenLogprob> logprobs(size_t from, size_t to) const;
   bool text_only() const { return text_only_; }  // some units were pieces, not tokens
   GuardReport report() const { return guard_.report(); }
+  void stop_instead_of_repair() { guard_.stop_instead_of_repair(); }
 
  private:
   StepVerdict step(const std::string& unit, const StepSignals* signals, const client::TokenLogprob* lp);

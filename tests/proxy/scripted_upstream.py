@@ -13,6 +13,11 @@ message on chat):
   [drop]       three tokens, then the connection closes without an end
   [error500]   HTTP 500 with an OpenAI error body
   [pace:N]     N milliseconds between tokens, like an engine decoding (the proxy benchmark)
+  [think]      chat: a short reasoning in `reasoning_content` (vLLM's reasoning parsers), then the text
+  [think-loop] chat: reasoning that repeats a sentence until max_tokens, content never starts
+  [reasoning]  with [think]: the newer field name `reasoning` instead
+  [tools]      chat: a short text, then two tool calls streamed as vLLM streams them (id, type and
+               name first, the arguments in pieces), finish_reason "tool_calls"
 
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do.
 GET /stats reports requests, streams open now and streams the client closed (cancellations).
@@ -129,6 +134,21 @@ class Handler(BaseHTTPRequestHandler):
                 finish = "length"
         else:
             toks, finish = words(TEXT), "stop"
+        # Chat only: each token is (channel, text); a tool call's argument pieces carry the call.
+        think = []
+        if chat and "[think-loop]" in user:
+            think = words(" Let me think.")
+            while len(think) < max_tokens:
+                think += words(" I should check the answer again.")
+            toks, finish = [], "length"
+        elif chat and "[think]" in user:
+            think = words(" The user wants a fine day.")
+        calls = []
+        if chat and "[tools]" in user:
+            calls = [("call_a", "get_weather", ['{"city"', ': "Par', 'is"}']),
+                     ("call_b", "get_time", ['{"tz": "CET"}'])]
+            toks, finish = words(" Checking."), "tool_calls"
+        reasoning_key = "reasoning" if "[reasoning]" in user else "reasoning_content"
         tag = re.search(r"\[tag:(\w+)\]", user)
         if tag:  # the load test tells streams apart by a word only their own text has
             toks = [" " + tag.group(1)] + toks
@@ -141,10 +161,10 @@ class Handler(BaseHTTPRequestHandler):
         cid = f"scripted-{STATS['requests']}"
         created = int(time.time())
 
-        def choice_for(tok):
+        def choice_for(tok, channel="content"):
             c = {"index": 0, "finish_reason": None}
             if chat:
-                c["delta"] = {"content": tok}
+                c["delta"] = {reasoning_key: tok} if channel == "reasoning" else {"content": tok}
             else:
                 c["text"] = tok
             if wants_lp:
@@ -162,6 +182,8 @@ class Handler(BaseHTTPRequestHandler):
             c = {"index": 0, "finish_reason": finish}
             if chat:
                 c["message"] = {"role": "assistant", "content": text}
+                if think:
+                    c["message"][reasoning_key] = "".join(think[:max_tokens])
             else:
                 c["text"] = text
             return self.send_json(200, {"id": cid, "object": "text_completion", "created": created, "model": "scripted",
@@ -182,6 +204,8 @@ class Handler(BaseHTTPRequestHandler):
             if chat:
                 event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                             "finish_reason": None}]})
+            for i, tok in enumerate(think[:max_tokens]):
+                event({**base, "choices": [choice_for(tok, "reasoning")]})
             for i, tok in enumerate(toks):
                 if "[hang-mid]" in user and i == 5:
                     if wait_for_close(self.connection):
@@ -201,6 +225,12 @@ class Handler(BaseHTTPRequestHandler):
                 if pace_s:
                     time.sleep(pace_s)
                 event({**base, "choices": [choice_for(tok)]})
+            for n, (cid_, name, pieces) in enumerate(calls):
+                event({**base, "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+                    {"index": n, "id": cid_, "type": "function", "function": {"name": name, "arguments": ""}}]}}]})
+                for piece in pieces:
+                    event({**base, "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+                        {"index": n, "function": {"arguments": piece}}]}}]})
             event({**base, "choices": [{"index": 0, "finish_reason": finish,
                                         **({"delta": {}} if chat else {"text": ""})}]})
             if (body.get("stream_options") or {}).get("include_usage"):

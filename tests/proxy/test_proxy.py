@@ -256,6 +256,54 @@ def scripted_tests(coda, work):
               last["messages"][-1]["role"] == "assistant", f"chat continuation request: {last}")
         hot = bodies[-2]
         check(hot.get("temperature", 0) > 0.7 and hot.get("repetition_penalty", 1) > 1, f"hot continuation: {hot}")
+        # Reasoning (vLLM's reasoning parsers) and tool calls reach the client in their own fields,
+        # streamed and whole, and the guard watches them too.
+        def chat_req(content, **kw):
+            return {"messages": [{"role": "user", "content": content}], "max_tokens": 600, **kw}
+
+        def field(events, key):
+            return "".join((c.get("delta", {}).get(key) or "") for e in events for c in e.get("choices", []))
+
+        answer = " It is a fine day, and the work is done."
+        for key, marker in (("reasoning_content", "[think] go"), ("reasoning", "[think][reasoning] go")):
+            st, events, done = px.stream("/v1/chat/completions", chat_req(marker, stream=True))
+            check(done and field(events, key) == " The user wants a fine day." and stream_text(events, True) == answer
+                  and finish_of(events) == "stop", f"streamed {key}: {field(events, key)!r} {stream_text(events, True)!r}")
+            st, _, body = px.json("POST", "/v1/chat/completions", chat_req(marker))
+            m = body["choices"][0]["message"] if st == 200 else {}
+            check(m.get(key) == " The user wants a fine day." and m.get("content") == answer, f"whole {key}: {body}")
+        # A loop inside the reasoning (the content never starts) is stopped, and so is one under
+        # repair: a reasoning cannot be continued from its middle, so no continuation is asked.
+        for policy in ("stop", "repair"):
+            before = up.json("GET", "/stats")[2]["requests"]
+            st, events, done = px.stream("/v1/chat/completions",
+                                         chat_req("[think-loop] go", stream=True, coda={"guard": policy}))
+            thought = field(events, "reasoning_content")
+            check(done and finish_of(events) == "repetition" and stream_text(events, True) == ""
+                  and 0 < thought.count("I should check the answer again.") < 60,
+                  f"reasoning loop under {policy}: {finish_of(events)} {len(thought)} bytes")
+            after = up.json("GET", "/stats")[2]["requests"]
+            check(after == before + 1, f"{policy}: one upstream request, no continuation ({after - before})")
+        # Tool calls streamed as vLLM streams them (id and name, then the arguments in pieces).
+        st, events, done = px.stream("/v1/chat/completions", chat_req("[tools] go", stream=True))
+        calls = {}
+        for e in events:
+            for c in e.get("choices", []):
+                for tc in c.get("delta", {}).get("tool_calls") or []:
+                    k = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+                    k["id"] += tc.get("id", "")
+                    k["name"] += tc.get("function", {}).get("name", "")
+                    k["arguments"] += tc.get("function", {}).get("arguments", "")
+        want = {0: {"id": "call_a", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+                1: {"id": "call_b", "name": "get_time", "arguments": '{"tz": "CET"}'}}
+        check(done and calls == want and stream_text(events, True) == " Checking." and finish_of(events) == "tool_calls",
+              f"streamed tool calls: {calls} {stream_text(events, True)!r} {finish_of(events)}")
+        st, _, body = px.json("POST", "/v1/chat/completions", chat_req("[tools] go"))
+        m = body["choices"][0]["message"] if st == 200 else {}
+        got = [(t["id"], t["type"], t["function"]["name"], t["function"]["arguments"]) for t in m.get("tool_calls", [])]
+        check(got == [("call_a", "function", "get_weather", '{"city": "Paris"}'), ("call_b", "function", "get_time", '{"tz": "CET"}')]
+              and m.get("content") == " Checking." and body["choices"][0]["finish_reason"] == "tool_calls",
+              f"whole tool calls: {body}")
         # The operator's bounds: a request asking for 5 repairs gets the operator's 0, so the guard stops;
         # --finish-reason-compat reports that as "stop" for strict clients.
         st, _, body = px_strict.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
