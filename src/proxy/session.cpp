@@ -242,7 +242,11 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
           const nlohmann::json index = tc.contains("index") ? tc["index"] : nlohmann::json(calls.size());
           size_t c = 0;
           while (c < calls.size() && calls[c].index != index) ++c;
-          if (c == calls.size()) calls.push_back({index});
+          if (c == calls.size()) {
+            Call k;
+            k.index = index;
+            calls.push_back(std::move(k));
+          }
           if (tc.contains("id") && tc["id"].is_string()) calls[c].id = tc["id"].get<std::string>();
           if (tc.contains("type") && tc["type"].is_string()) calls[c].type = tc["type"].get<std::string>();
           const auto fn = tc.find("function");
