@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/text_match.h"
+
 namespace coda {
 namespace {
 
@@ -10,13 +12,9 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
 
-bool is_space(char c) {
-  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  while (!s.empty() && is_json_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_json_space(s.back())) s.remove_suffix(1);
   return s;
 }
 
@@ -85,7 +83,7 @@ bool calls_filling(std::string_view text, std::vector<ParsedToolCall>& calls) {
   size_t i = 0;
   bool any = false;
   while (true) {
-    while (i < text.size() && (is_space(text[i]) || (any && text[i] == ';'))) ++i;
+    while (i < text.size() && (is_json_space(text[i]) || (any && text[i] == ';'))) ++i;
     if (i == text.size()) return any;
     if (text[i] != '{' && text[i] != '[') return false;
     const size_t end = json_value_end(text, i);
@@ -129,17 +127,10 @@ ToolCallSplit marked(std::string_view text, std::string_view marker) {
   return out;
 }
 
-// Bytes at the end of `text` that could be the start of `marker`.
-size_t partial_marker(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  return 0;
-}
-
 size_t marker_safe_prefix(std::string_view text, std::string_view marker) {
   const size_t m = text.find(marker);
   if (m != std::string_view::npos) return m;
-  return text.size() - partial_marker(text, marker);
+  return text.size() - marker_prefix_at_end(text, marker);
 }
 
 constexpr std::string_view kGraniteMarker = "<|tool_call|>";

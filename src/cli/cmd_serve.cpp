@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
@@ -30,6 +31,7 @@ struct ServeFlags {
   std::string guard = "stop:loop,flooding";  // exact loops and floods stop; the rest is observed (docs/guard.md)
   std::string chat_template;                 // "": the model's; a built-in name, a file or Jinja source
   std::string tool_parser = "auto";          // the chat template's tool-call format
+  std::string reasoning_parser = "auto";     // the chat template's <think> block
   bool enable_auto_tool_choice = false;      // vLLM's flag; coda parses whenever the format is known
   ServerOptions server;
 };
@@ -63,11 +65,27 @@ int serve(ServeFlags& f) {
       opts.chat_template = f.chat_template;
     }
   }
+  if (f.reasoning_parser != "auto" && f.reasoning_parser != "deepseek_r1" && f.reasoning_parser != "qwen3" &&
+      f.reasoning_parser != "none")
+    return fail("--reasoning-parser: '" + f.reasoning_parser +
+                "' is not one coda knows; use auto (the chat template's <think> block), deepseek_r1, qwen3 or none");
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
   const ChatTemplate* tmpl = loaded->generator->chat_template();
   f.server.defaults.tool_parser =
       named_parser ? *named_parser : (tmpl ? tool_call_format_of_template(tmpl->source()) : ToolCallFormat::None);
+  f.server.defaults.reasoning =
+      f.reasoning_parser == "auto" ? (tmpl != nullptr && template_thinks(tmpl->source())) : f.reasoning_parser != "none";
+  if (f.server.defaults.reasoning && tmpl != nullptr) {
+    // Does the generation prompt open the block itself (DeepSeek-R1's ends with "<think>\n")?
+    ChatOptions probe;
+    auto p = tmpl->apply(nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}}), probe);
+    if (p) {
+      std::string_view t = *p;
+      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+      f.server.defaults.reasoning_opened = t.size() >= 7 && t.substr(t.size() - 7) == "<think>";
+    }
+  }
   // The KV budget: the context must fit at least one sequence.
   const ModelConfig& cfg = loaded->model->config();
   const int64_t n_ctx = loaded->generator->n_ctx();
@@ -106,6 +124,9 @@ int serve(ServeFlags& f) {
                    : (std::string(tool_call_format_name(f.server.defaults.tool_parser)) +
                       (named_parser ? " (--tool-call-parser)" : " format, from the chat template"))
                          .c_str());
+  if (f.server.defaults.reasoning)
+    std::fprintf(stderr, "coda serve: the <think> block goes out as reasoning_content%s\n",
+                 f.server.defaults.reasoning_opened ? " (the chat template opens it: replies start inside)" : "");
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
@@ -172,6 +193,10 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
                   "How the model writes tool calls, answered as OpenAI tool_calls when a request sends tools with "
                   "tool_choice auto: auto (the chat template's format), hermes, llama3_json, mistral, granite or none "
                   "(plain text)")
+      ->capture_default_str();
+  sub->add_option("--reasoning-parser", f->reasoning_parser,
+                  "Send a reasoning model's <think> block as reasoning_content, apart from the content: auto (when "
+                  "the chat template knows </think>), deepseek_r1, qwen3 or none")
       ->capture_default_str();
   sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "Accepted for vLLM command lines; tool calls are read whenever --tool-call-parser knows the format");

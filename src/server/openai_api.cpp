@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "chat/reasoning.h"
 #include "sampling/output_grammar.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -502,6 +503,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   const auto* so = rd.get("structured_outputs");
   const bool choice_format =
       rd.get("guided_choice") || (so && so->is_object() && so->contains("choice") && !(*so)["choice"].is_null());
+  if (r.chat && d.reasoning && (!r.gen.sampling.grammar || choice_format)) {
+    r.reasoning = true;
+    r.reasoning_opened = d.reasoning_opened;
+  }
   if (r.chat && r.tool_choice.empty() && (!r.gen.sampling.grammar || choice_format) &&
       d.tool_parser != ToolCallFormat::None) {
     const auto* tools = rd.get("tools");
@@ -634,20 +639,30 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   } else if (r.logprobs) {
     logprobs = logprobs_json(r, res.logprobs, vocab, offset);
   }
+  std::string reasoning;
+  GenerationResult answer;
+  if (r.chat && r.reasoning) {
+    ReasoningSplit split = split_reasoning(res.text, r.reasoning_opened);
+    reasoning = std::move(split.reasoning);
+    answer = res;
+    answer.text = std::move(split.content);
+  }
+  const GenerationResult& reply = r.chat && r.reasoning ? answer : res;
   std::string content;
-  const nlohmann::ordered_json calls = tool_calls_json(r, res, id, &content);
+  const nlohmann::ordered_json calls = tool_calls_json(r, reply, id, &content);
   if (r.chat && !calls.is_null()) {
     choice["message"] = {
         {"role", "assistant"},
         {"content", content.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(content)},
         {"tool_calls", calls}};
   } else if (r.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", res.text}};
+    choice["message"] = {{"role", "assistant"}, {"content", reply.text}};
   } else {
     choice["text"] = echoed + res.text;
   }
+  if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
   choice["logprobs"] = logprobs;
-  choice["finish_reason"] = tool_finish_reason(r, res);
+  choice["finish_reason"] = tool_finish_reason(r, reply);
   nlohmann::ordered_json vllm_prompt = nullptr;
   if (r.prompt_logprobs >= 0) {
     // vLLM's shape: per prompt token null (the first) or {token id: {logprob, rank, decoded_token}}
@@ -681,6 +696,12 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   body["coda"] = g.report.to_json();
   if (r.guard.trace) body["coda"]["trace"] = g.trace;
   return body;
+}
+
+GenerationResult answer_of(const ApiRequest& r, const GenerationResult& g) {
+  GenerationResult a = g;
+  if (r.chat && r.reasoning) a.text = split_reasoning(g.text, r.reasoning_opened).content;
+  return a;
 }
 
 nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id,

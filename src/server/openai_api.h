@@ -42,6 +42,10 @@ struct ApiRequest {
   // tool_choice "auto" (or absent) with tools: the format in which the model writes its calls, read
   // from its reply at the end and answered as `tool_calls` (chat/tool_calls.h); None: plain text.
   ToolCallFormat tool_parse = ToolCallFormat::None;
+  // The reply's <think> block goes out as `reasoning_content` (chat/reasoning.h); `reasoning_opened`:
+  // the chat template's generation prompt opened it, so the reply starts inside.
+  bool reasoning = false;
+  bool reasoning_opened = false;
   std::string model;
   GenerationRequest gen;
   GuardConfig guard;
@@ -51,6 +55,8 @@ struct ServerDefaults {
   std::string model_id = "coda";
   GuardConfig guard;  // the policy and its scope; a request's coda.guard replaces both
   ToolCallFormat tool_parser = ToolCallFormat::None;  // --tool-call-parser (or the chat template's)
+  bool reasoning = false;         // --reasoning-parser (or a chat template that knows </think>)
+  bool reasoning_opened = false;  // the template's generation prompt ends inside <think>
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body. Unknown fields are ignored.
@@ -59,6 +65,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
 // vLLM's `repetition_detection` object ({max_pattern_size, min_pattern_size, min_count}) into the
 // guard's exact-loop stop; an error names the field.
 std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json& v, GuardConfig& guard);
+
+// The reply's answer part: the text after the <think> block when the request splits reasoning,
+// else the whole text.
+GenerationResult answer_of(const ApiRequest& r, const GenerationResult& g);
 
 // Response bodies.
 nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& id,

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "core/malloc_tuning.h"
 #include "server/http_api.h"
@@ -152,9 +153,12 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   // start a call in the model's format waits for the end (chat/tool_calls.h).
   auto reply = std::make_shared<std::string>();
   auto reply_sent = std::make_shared<size_t>(0);
+  // The <think> block streams as reasoning_content, the rest as content (chat/reasoning.h).
+  auto thinking = std::make_shared<ReasoningSplitter>(r.reasoning_opened);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ticket, r, id, created, first, text_offset, reply, reply_sent](size_t, httplib::DataSink& sink) {
+      [this, ticket, r, id, created, first, text_offset, reply, reply_sent, thinking](size_t,
+                                                                                    httplib::DataSink& sink) {
         auto send = [&](const nlohmann::ordered_json& j) {
           const std::string line = "data: " + dump_json(j) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -170,14 +174,22 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         }
         // A forced tool call is sent whole at the end, as `tool_calls`, not as content.
         if (!r.tool_choice.empty()) text.clear(), lps.clear();
+        std::string reasoning;
+        if (r.reasoning) {
+          std::string answer;
+          thinking->feed(text, reasoning, answer);
+          if (done) thinking->finish(reasoning, answer);
+          text = std::move(answer);
+        }
         if (r.tool_parse != ToolCallFormat::None) {
           reply->append(text);
           const size_t safe = std::max(*reply_sent, tool_call_safe_prefix(r.tool_parse, *reply));
           text = reply->substr(*reply_sent, safe - *reply_sent);
           *reply_sent = safe;
         }
-        if (!text.empty() || (r.logprobs && !lps.empty())) {
+        if (!text.empty() || !reasoning.empty() || (r.logprobs && !lps.empty())) {
           auto chunk = stream_chunk(r, id, created, text, nullptr, false);
+          if (!reasoning.empty()) chunk["choices"][0]["delta"]["reasoning_content"] = reasoning;
           if (r.logprobs && !lps.empty())
             chunk["choices"][0]["logprobs"] = logprobs_json(r, lps, gen_.vocab(), *text_offset);
           if (!send(chunk)) return false;
@@ -194,11 +206,12 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         } else {
           if (!r.tool_choice.empty() || r.tool_parse != ToolCallFormat::None) {
             std::string content;
-            const nlohmann::ordered_json calls = tool_calls_json(r, out->result, id, &content);
+            const GenerationResult answer = answer_of(r, out->result);
+            const nlohmann::ordered_json calls = tool_calls_json(r, answer, id, &content);
             // What is left to send as content: a forced call's text if it is no call; with
             // tool_choice "auto" the held-back rest of the reply if it holds no calls, or the
             // part of the content after what already went out.
-            std::string rest = calls.is_null() ? out->result.text : "";
+            std::string rest = calls.is_null() ? answer.text : "";
             if (r.tool_parse != ToolCallFormat::None) {
               const std::string sent = reply->substr(0, *reply_sent);
               const size_t lead = sent.find_first_not_of(" \t\r\n");
@@ -221,7 +234,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
             }
             send(chunk);
           }
-          const std::string finish = tool_finish_reason(r, out->result);
+          const std::string finish = tool_finish_reason(r, answer_of(r, out->result));
           auto last = stream_chunk(r, id, created, "", finish.c_str(), false);
           if (r.chat) last["choices"][0]["delta"] = nlohmann::ordered_json::object();
           last["coda"] = out->report.to_json();

@@ -1,10 +1,12 @@
-// Tool calls in a model's own words: the format each real chat template teaches, and finished
-// replies split into content and OpenAI tool calls (or left whole when they hold none).
+// A reply in the model's own words: the tool-call format each real chat template teaches, finished
+// replies split into content and OpenAI tool calls (or left whole when they hold none), and a
+// reasoning model's <think> block apart from its answer, whole and streamed.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 
 namespace coda {
@@ -133,6 +135,71 @@ TEST(ToolCalls, StreamingHoldsBackOnlyWhatMayStartACall) {
   EXPECT_EQ(tool_call_safe_prefix(ToolCallFormat::Mistral, "[{"), 0u);
   EXPECT_EQ(tool_call_safe_prefix(ToolCallFormat::Mistral, "Sure [TOOL_"), 5u);
   EXPECT_EQ(tool_call_safe_prefix(ToolCallFormat::None, "<tool_call>"), 11u);
+}
+
+TEST(Reasoning, TemplatesThatKnowTheThinkBlock) {
+  EXPECT_TRUE(template_thinks(read_template("deepseek-ai-DeepSeek-R1-Distill-Llama-8B")));
+  EXPECT_TRUE(template_thinks(read_template("Qwen-Qwen3-0.6B")));
+  EXPECT_FALSE(template_thinks(read_template("Qwen-Qwen2.5-7B-Instruct")));
+  EXPECT_FALSE(template_thinks(read_template("meta-llama-Llama-3.1-8B-Instruct")));
+}
+
+TEST(Reasoning, WholeRepliesSplitAtTheBlock) {
+  struct Case {
+    const char* text;
+    bool opened;
+    const char* reasoning;
+    const char* content;
+  };
+  const Case cases[] = {
+      {"Two and two.\n</think>\n\nFour.", true, "Two and two.\n", "\n\nFour."},  // DeepSeek-R1: opened by the prompt
+      {"\n<think>\nPlan.\n</think>\n\nDone.", false, "\nPlan.\n", "\n\nDone."},  // Qwen3: the model opens it
+      {"Just an answer.", false, "", "Just an answer."},                         // no block
+      {"Still thinking when max_tokens came", true, "Still thinking when max_tokens came", ""},
+      {"<think>cut off", false, "cut off", ""},
+      {"<thinking> is not the tag", false, "", "<thinking> is not the tag"},
+      {"An answer that mentions </think> late", false, "", "An answer that mentions </think> late"},
+      {"a</think>b</think>c", true, "a", "b</think>c"},  // the first close ends the block
+      {"", true, "", ""},
+  };
+  for (const Case& c : cases) {
+    const ReasoningSplit s = split_reasoning(c.text, c.opened);
+    EXPECT_EQ(s.reasoning, c.reasoning) << c.text;
+    EXPECT_EQ(s.content, c.content) << c.text;
+  }
+}
+
+TEST(Reasoning, AStreamInAnyPiecesSplitsAsTheWholeReply) {
+  const std::string texts[] = {"Two and two.\n</think>\n\nFour.",
+                               "  <think>x</think>y",
+                               "<thi",
+                               "</thin",
+                               "a </ b",
+                               "<think></think>",
+                               "ok </think> </think>"};
+  for (const std::string& t : texts)
+    for (bool opened : {false, true}) {
+      const ReasoningSplit whole = split_reasoning(t, opened);
+      for (size_t step = 1; step <= 3; ++step) {
+        ReasoningSplitter s(opened);
+        std::string reasoning, content;
+        for (size_t i = 0; i < t.size(); i += step) {
+          const size_t before = reasoning.size() + content.size();
+          s.feed(std::string_view(t).substr(i, step), reasoning, content);
+          EXPECT_GE(reasoning.size() + content.size(), before);  // what went out stays out
+        }
+        s.finish(reasoning, content);
+        EXPECT_EQ(reasoning, whole.reasoning) << t << " step " << step << " opened " << opened;
+        EXPECT_EQ(content, whole.content) << t << " step " << step << " opened " << opened;
+      }
+    }
+  // Held back only while the bytes may still be the tag: "</thi" waits, "</thx" goes out.
+  ReasoningSplitter s(true);
+  std::string reasoning, content;
+  s.feed("abc </thi", reasoning, content);
+  EXPECT_EQ(reasoning, "abc ");
+  s.feed("x", reasoning, content);
+  EXPECT_EQ(reasoning, "abc </thix");
 }
 
 }  // namespace

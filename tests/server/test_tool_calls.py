@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""Tool calls in the model's own words over real HTTP: with `tools` and tool_choice "auto", coda
+"""Replies in the model's own words over real HTTP: with `tools` and tool_choice "auto", coda
 serve reads the calls the model writes in its chat template's format (hermes for Qwen2.5's template,
-llama3_json when --tool-call-parser asks) and answers them as OpenAI `tool_calls`, streamed or not.
+llama3_json when --tool-call-parser asks) and answers them as OpenAI `tool_calls`, streamed or not;
+and a reasoning model's <think> block goes out as `reasoning_content` (DeepSeek-R1's template opens
+the block in its generation prompt; Qwen3's model opens it itself, and may call tools after it).
 
 The bundled model does not write tool calls by itself, so the replies are fixed with guided_choice
 (one text per request): the model generates exactly that text, token by token, and the server
@@ -130,10 +132,63 @@ def main():
     finally:
         s.stop()
 
+    # DeepSeek-R1's template opens <think> in the generation prompt: the reply starts inside it.
+    r1 = os.path.join(HERE, "..", "data", "templates", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja")
+    reply = "Two and two make four.\n</think>\n\nFour."
+    s = Server(coda, "--chat-template", r1)
+    try:
+        c = ask(s, reply)
+        if c:
+            m = c["message"]
+            check(m.get("reasoning_content") == "Two and two make four.\n" and m["content"] == "\n\nFour."
+                  and c["finish_reason"] == "stop", f"R1 reasoning: {m}")
+        content, calls, finish = ask_stream(s, reply)
+        _, events, _ = s.stream("/v1/chat/completions", {"messages": CHAT, "guided_choice": [reply], "max_tokens": 200,
+                                                         "stream": True, "coda": {"guard": "observe"}})
+        thought = "".join(c.get("delta", {}).get("reasoning_content") or "" for e in events for c in e.get("choices", []))
+        check(thought == "Two and two make four.\n" and content == "\n\nFour.", f"R1 streamed: {thought!r} {content!r}")
+        # Cut off while thinking: all of it is reasoning, the content empty.
+        c = ask(s, reply, max_tokens=6)
+        if c:
+            check(c["finish_reason"] == "length" and c["message"]["content"] == ""
+                  and reply.startswith(c["message"].get("reasoning_content", "")), f"R1 cut off: {c['message']}")
+    finally:
+        s.stop()
+    s = Server(coda, "--chat-template", r1, "--reasoning-parser", "none")
+    try:
+        c = ask(s, reply)
+        if c:
+            check(c["message"]["content"] == reply and "reasoning_content" not in c["message"], f"parser none: {c}")
+    finally:
+        s.stop()
+
+    # Qwen3: the model opens <think> itself, then calls a tool in the hermes format.
+    qwen3 = os.path.join(HERE, "..", "data", "templates", "Qwen-Qwen3-0.6B.jinja")
+    reply = '<think>\nThe user wants weather.\n</think>\n\n' + CALL
+    s = Server(coda, "--chat-template", qwen3)
+    try:
+        c = ask(s, reply)
+        if c:
+            m = c["message"]
+            check(m.get("reasoning_content") == "\nThe user wants weather.\n" and m.get("content") == "I will look."
+                  and is_weather_call((m.get("tool_calls") or [{}])[0], "Paris") and c["finish_reason"] == "tool_calls",
+                  f"Qwen3 reasoning and a call: {m}")
+        content, calls, finish = ask_stream(s, reply)
+        check(content.strip() == "I will look." and len(calls) == 1 and finish == "tool_calls",
+              f"Qwen3 streamed: {content!r} {calls} {finish}")
+        c = ask(s, "Plain answer.")
+        if c:
+            check(c["message"]["content"] == "Plain answer." and "reasoning_content" not in c["message"], f"Qwen3 plain: {c}")
+    finally:
+        s.stop()
+
     # An unknown parser name is refused at start, with the names that exist.
     p = subprocess.run([coda, "serve", "--port", "0", "--tool-call-parser", "pythonic"], capture_output=True, text=True,
                        timeout=60)
     check(p.returncode != 0 and "hermes" in p.stderr and "pythonic" in p.stderr, f"bad parser: {p.returncode} {p.stderr}")
+    p = subprocess.run([coda, "serve", "--port", "0", "--reasoning-parser", "granite"], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode != 0 and "deepseek_r1" in p.stderr, f"bad reasoning parser: {p.returncode} {p.stderr}")
 
     if failures:
         print(f"{len(failures)} failure(s)")
