@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "core/version.h"
 
 namespace coda::cli {
 
@@ -43,7 +44,7 @@ int fail(const std::string& message) {
 int main(int argc, char** argv) {
   CLI::App app{"coda: a CPU inference engine whose generations end well", "coda"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "coda 0.1.0");
+  app.set_version_flag("--version", std::string("coda ") + coda::kVersion);
   std::vector<coda::cli::Command> commands;
   coda::cli::add_run(app, commands);
   coda::cli::add_synth(app, commands);

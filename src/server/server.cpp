@@ -6,6 +6,7 @@
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "core/malloc_tuning.h"
+#include "core/version.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
 
@@ -68,9 +69,10 @@ void Server::stop() {
 }
 
 void Server::routes() {
-  // API key on /v1/* and /admin/*; /health and /metrics stay open.
+  // API key on /v1/*, /admin/* and the tokenizer routes; /health, /metrics and /version stay open.
   install_api_handlers(
-      http_, {opts_.api_key, {"/v1/", "/admin/"}, opts_.max_body_bytes, opts_.read_timeout_s},
+      http_,
+      {opts_.api_key, {"/v1/", "/admin/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
   http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
@@ -102,6 +104,11 @@ void Server::routes() {
       state(res);
     });
   }
+  http_.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json({{"version", kVersion}}), "application/json");
+  });
+  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
   http_.Post("/v1/completions",
              [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
   http_.Post("/v1/chat/completions",
@@ -157,8 +164,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   auto thinking = std::make_shared<ReasoningSplitter>(r.reasoning_opened);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ticket, r, id, created, first, text_offset, reply, reply_sent, thinking](size_t,
-                                                                                    httplib::DataSink& sink) {
+      [this, ticket, r, id, created, first, text_offset, reply, reply_sent, thinking](size_t, httplib::DataSink& sink) {
         auto send = [&](const nlohmann::ordered_json& j) {
           const std::string line = "data: " + dump_json(j) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -254,6 +260,85 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
       [ticket](bool success) {
         if (!success) ticket->cancelled = true;  // the client went away: stop generating for it
       });
+}
+
+// The prompt's tokens as a generation would see them, for clients that count before they send.
+// vLLM's shape ({"prompt"} or chat {"messages"}, "add_special_tokens", "return_token_strs";
+// answers "count", "max_model_len", "tokens", "token_strs") and llama.cpp's ({"content"},
+// "add_special", "with_pieces"; answers "tokens"). A prompt longer than the context is counted,
+// not refused: knowing by how much is the point.
+void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
+  if (auto e = check_request_limits(req.body, opts_.limits)) return send_error(res, *e);
+  auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  auto bad = [&](const std::string& param, const std::string& message) {
+    ApiError e;
+    e.param = param;
+    e.message = message;
+    send_error(res, e);
+  };
+  if (body.is_discarded() || !body.is_object()) return bad("", "the body is not a JSON object");
+  const bool chat = body.contains("messages");
+  const bool llama_cpp = !chat && !body.contains("prompt") && body.contains("content");
+  if (!chat && !body.contains("prompt")) {
+    if (!body.contains("content"))
+      return bad("prompt", "expected \"prompt\" (or llama.cpp's \"content\") with the text, or chat \"messages\"");
+    body["prompt"] = body["content"];
+  }
+  if (!chat && !body["prompt"].is_string()) return bad("prompt", "prompt: expected a string");
+  auto flag = [&](const char* key, bool fallback) -> std::optional<bool> {
+    if (!body.contains(key)) return fallback;
+    if (!body[key].is_boolean()) return std::nullopt;
+    return body[key].get<bool>();
+  };
+  // A BOS as the model adds one: vLLM's default for a prompt, not llama.cpp's; a chat template
+  // writes its own.
+  const auto add_special =
+      flag(body.contains("add_special") ? "add_special" : "add_special_tokens", !chat && !llama_cpp);
+  const auto pieces = flag(body.contains("with_pieces") ? "with_pieces" : "return_token_strs", false);
+  if (!add_special || !pieces)
+    return bad("add_special_tokens", "add_special_tokens, return_token_strs: expected booleans");
+  for (const char* k : {"add_special", "add_special_tokens", "with_pieces", "return_token_strs", "content"})
+    body.erase(k);
+  auto parsed = parse_api_request(dump_json(body), chat, opts_.defaults);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  const ApiRequest& r = std::get<ApiRequest>(parsed);
+  auto prompt = gen_.prepare(r.gen);
+  if (!prompt) return send_error(res, generation_error(prompt.message()));
+  std::vector<int32_t> ids = prompt->tokens;
+  const Vocab& vocab = gen_.vocab();
+  if (!chat && !*add_special && !ids.empty() && ids.front() == vocab.bos()) ids.erase(ids.begin());
+  nlohmann::ordered_json out{{"count", ids.size()}, {"max_model_len", gen_.n_ctx()}, {"tokens", ids}};
+  if (*pieces) {
+    nlohmann::ordered_json strs = nlohmann::ordered_json::array();
+    for (int32_t id : ids) strs.push_back(vocab.piece(id));
+    out["token_strs"] = std::move(strs);
+  }
+  res.set_content(dump_json(out), "application/json");
+}
+
+// Token ids back to text ({"tokens": [...]}), answered as vLLM's "prompt" and llama.cpp's "content".
+void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
+  if (auto e = check_request_limits(req.body, opts_.limits)) return send_error(res, *e);
+  const auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  ApiError e;
+  e.param = "tokens";
+  if (body.is_discarded() || !body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
+    e.message = "expected {\"tokens\": [token ids]}";
+    return send_error(res, e);
+  }
+  const Vocab& vocab = gen_.vocab();
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < body["tokens"].size(); ++i) {
+    const auto& t = body["tokens"][i];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab.size()) {
+      e.message = "tokens[" + std::to_string(i) + "]: " + t.dump() + " is not a token id; allowed 0.." +
+                  std::to_string(vocab.size() - 1);
+      return send_error(res, e);
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  const std::string text = vocab.decode(ids);
+  res.set_content(dump_json({{"prompt", text}, {"content", text}}), "application/json");
 }
 
 // n > 1 or a batch of prompts (not streamed): every choice is a request of its own to the

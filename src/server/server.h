@@ -52,6 +52,9 @@ class Server {
  private:
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  // vLLM's and llama.cpp's POST /tokenize and /detokenize.
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
   void serve_choices(ApiRequest r, bool chat, httplib::Response& res);
 
   Generator& gen_;

@@ -377,9 +377,49 @@ def auth_tests(coda):
         check(st == 200, "right key -> 200")
         st, _, _ = s.json("GET", "/health")
         check(st == 200, "/health needs no key")
+        st, _, _ = s.json("POST", "/tokenize", {"prompt": "x"})
+        check(st == 401, "/tokenize needs the key")
+        st, _, body = s.json("GET", "/version")
+        check(st == 200 and body.get("version"), "/version needs no key")
     finally:
         err = s.stop()
         check("Sanitizer" not in err and "runtime error" not in err, "auth server stderr clean: " + err[-300:])
+
+
+def tokenizer_tests(s):
+    """POST /tokenize and /detokenize in vLLM's and llama.cpp's shapes. The counts must equal the
+    prompt_tokens that a generation of the same prompt reports (the generation path's own count)."""
+    text = "In the beginning God created the heaven"
+    st, _, t = s.json("POST", "/tokenize", {"prompt": text})
+    _, _, gen = s.json("POST", "/v1/completions", {"prompt": text, "max_tokens": 1})
+    _, _, models = s.json("GET", "/v1/models")
+    check(st == 200 and t["count"] == len(t["tokens"]) == gen["usage"]["prompt_tokens"]
+          and t["max_model_len"] == models["data"][0]["max_model_len"], f"tokenize a prompt: {t}")
+    st, _, plain = s.json("POST", "/tokenize", {"prompt": text, "add_special_tokens": False})
+    check(st == 200 and plain["tokens"] == t["tokens"][1:], f"add_special_tokens false drops the BOS: {plain}")
+    st, _, lc = s.json("POST", "/tokenize", {"content": text, "with_pieces": True})  # llama.cpp's names
+    check(st == 200 and lc["tokens"] == plain["tokens"] and len(lc["token_strs"]) == len(lc["tokens"]),
+          f"llama.cpp's shape: {lc}")
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who made the heaven?"}]
+    st, _, ct = s.json("POST", "/tokenize", {"messages": msgs})
+    _, _, cgen = s.json("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 1})
+    check(st == 200 and ct["count"] == cgen["usage"]["prompt_tokens"], f"tokenize messages: {ct['count']} vs {cgen['usage']}")
+    # The conversation continued: a final assistant message adds its tokens.
+    st, _, more = s.json("POST", "/tokenize", {"messages": msgs + [{"role": "assistant", "content": "God did"}],
+                                               "continue_final_message": True, "add_generation_prompt": False})
+    check(st == 200 and more["count"] > ct["count"], f"continue_final_message counts the reply too: {more}")
+    st, _, d = s.json("POST", "/detokenize", {"tokens": plain["tokens"]})
+    check(st == 200 and d["prompt"] == text and d["content"] == text, f"detokenize: {d}")
+    for body, param in (({"tokens": [5, -1]}, "tokens"), ({"tokens": [10 ** 9]}, "tokens"), ({"tokens": "x"}, "tokens")):
+        st, _, e = s.json("POST", "/detokenize", body)
+        check(st == 400 and e["error"]["param"] == param, f"detokenize {body}: {st} {e}")
+    for body in ({}, {"prompt": 5}, {"prompt": "x", "add_special_tokens": "yes"}):
+        st, _, e = s.json("POST", "/tokenize", body)
+        check(st == 400 and e["error"]["message"], f"tokenize {body}: {st} {e}")
+    st, _, raw = s.request("POST", "/tokenize", b"{not json")
+    check(st == 400, f"tokenize bad JSON: {st}")
+    st, _, v = s.json("GET", "/version")
+    check(st == 200 and isinstance(v.get("version"), str) and v["version"], f"/version: {v}")
 
 
 def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
@@ -490,6 +530,7 @@ def main():
     s = Server(coda, "--max-queue", "6", "--max-num-seqs", "4", "--enable-admin-api")
     try:
         api_tests(s)
+        tokenizer_tests(s)
         prefix_cache_tests(s)
         burst_tests(s)
         load_tests(s, "bundled", n_streams=16, max_queue=6, max_batch=4)
