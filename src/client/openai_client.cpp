@@ -376,6 +376,20 @@ Expected<nlohmann::json> OpenAIClient::get_json(const std::string& path, int* st
   return j;
 }
 
+Expected<nlohmann::json> OpenAIClient::post_json(const std::string& path, const std::string& body,
+                                                 int* status) const {
+  httplib::Client cli(origin());
+  configure(cli, ep_);
+  const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
+  auto res = cli.Post(p, body, "application/json");
+  if (!res) return Error("POST " + describe() + p + " failed: " + httplib::to_string(res.error()));
+  if (status) *status = res->status;
+  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+  if (j.is_discarded())
+    return Error("POST " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
+  return j;
+}
+
 Expected<std::string> OpenAIClient::get_text(const std::string& path, double timeout_s) const {
   httplib::Client cli(origin());
   Endpoint ep = ep_;

@@ -103,6 +103,10 @@ class OpenAIClient {
 
   // GET a JSON document, e.g. "/v1/models" or "/health" (paths under /v1 follow the URL's prefix).
   Expected<nlohmann::json> get_json(const std::string& path, int* status = nullptr) const;
+  // POSTs a JSON body (text, sent as it is) to a path of the server, e.g. "/tokenize" (paths under
+  // /v1 follow the URL's prefix), and returns the JSON answer whatever its status (an error body
+  // included), with the status; an error only when no JSON came back.
+  Expected<nlohmann::json> post_json(const std::string& path, const std::string& body, int* status) const;
   // The body of a GET as text (e.g. /metrics, from the origin); an error for a non-2xx status.
   // `timeout_s` > 0 caps the wait below the endpoint's read timeout (a side request that must not
   // hold up the caller when the server hangs).

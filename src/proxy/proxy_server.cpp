@@ -273,7 +273,9 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 }
 
 void ProxyServer::routes() {
-  install_api_handlers(http_, {opts_.api_key, {"/v1/"}, opts_.max_body_bytes, opts_.read_timeout_s},
+  install_api_handlers(http_,
+                       {opts_.api_key, {"/v1/", "/tokenize", "/detokenize"}, opts_.max_body_bytes,
+                        opts_.read_timeout_s},
                        [this](int status) {
                          metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
                        });
@@ -301,6 +303,24 @@ void ProxyServer::routes() {
     }
     res.set_content(dump(*models), "application/json");
   });
+  // The tokenizer routes and /version belong to the engine behind: passed through as they are,
+  // the upstream's answer (an error included) with its status.
+  auto pass = [this](const std::string& path, const std::string* body, httplib::Response& res) {
+    int status = 0;
+    auto answer = body ? upstream_.post_json(path, *body, &status) : upstream_.get_json(path, &status);
+    if (!answer) {
+      metrics_.add(
+          "coda:upstream_errors_total", 1,
+          {{"upstream", upstream_label_}, {"model", ""}, {"status", status ? std::to_string(status) : "connection"}});
+      return send_api_error(res, status >= 400 ? status : 502, "The upstream " + upstream_label_ + ": " + answer.message(),
+                            "upstream_error", "upstream_" + path.substr(1));
+    }
+    res.status = status;
+    res.set_content(dump(*answer), "application/json");
+  };
+  for (const char* path : {"/tokenize", "/detokenize"})
+    http_.Post(path, [pass, path](const httplib::Request& q, httplib::Response& s) { pass(path, &q.body, s); });
+  http_.Get("/version", [pass](const httplib::Request&, httplib::Response& s) { pass("/version", nullptr, s); });
   http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });
   http_.Post("/v1/chat/completions",
              [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true); });

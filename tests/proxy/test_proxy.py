@@ -200,6 +200,16 @@ def coda_upstream_tests(coda, up, px):
     check(st == 200 and body["data"][0]["id"] == "coda", f"/v1/models from the upstream: {body}")
     st, _, body = px.json("GET", "/health")
     check(st == 200 and body["status"] == "ok", f"/health: {body}")
+    # The engine's tokenizer routes and version pass through, answers and errors alike.
+    direct = up.json("POST", "/tokenize", {"prompt": "In the beginning"})[2]
+    st, _, body = px.json("POST", "/tokenize", {"prompt": "In the beginning"})
+    check(st == 200 and body == direct and body["count"] > 0, f"/tokenize through the proxy: {body}")
+    st, _, body = px.json("POST", "/detokenize", {"tokens": direct["tokens"]})
+    check(st == 200 and body["prompt"] == "In the beginning", f"/detokenize through the proxy: {body}")
+    st, _, body = px.json("POST", "/detokenize", {"tokens": [-5]})
+    check(st == 400 and body["error"]["param"] == "tokens", f"the upstream's 400 passes through: {st} {body}")
+    st, _, body = px.json("GET", "/version")
+    check(st == 200 and body == up.json("GET", "/version")[2], f"/version through the proxy: {body}")
     check(px.metric_sum("coda:request_success_total", finished_reason="repetition", model="") >= 0, "metrics")
     check(px.metric_sum("coda:guard_stops_total") >= 1 and px.metric_sum("coda:guard_repairs_total") >= 1,
           "stops and repairs counted")
