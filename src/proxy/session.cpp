@@ -1,6 +1,7 @@
 #include "proxy/session.h"
 
 #include <algorithm>
+#include <map>
 
 #include "proxy/stream_guard.h"
 
@@ -139,8 +140,9 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   };
   std::vector<Span> spans;
   std::vector<Call> calls;
-  size_t fed = 0;             // bytes given to the guard (its accepted text, until a stop drops the rest)
-  bool side_channel = false;  // reasoning or tool calls were seen: the guard stops instead of repairing
+  std::map<std::string, size_t> call_at;  // a call's index (as JSON text) -> its place in `calls`
+  size_t fed = 0;                         // bytes given to the guard (its accepted text, until a stop drops the rest)
+  bool side_channel = false;              // reasoning or tool calls were seen: the guard stops instead of repairing
   size_t released_units = 0, released_bytes = 0;
   // The tool-call delta entry for call `c` carrying `args` (its id, type and name the first time).
   auto call_delta = [&](size_t c, const std::string& args) {
@@ -240,9 +242,10 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         for (const auto& tc : d.tool_calls) {
           if (!tc.is_object()) continue;
           const nlohmann::json index = tc.contains("index") ? tc["index"] : nlohmann::json(calls.size());
-          size_t c = 0;
-          while (c < calls.size() && calls[c].index != index) ++c;
-          if (c == calls.size()) {
+          // Found by index in a map: an upstream that streams thousands of calls costs log n each.
+          const auto [at, added] = call_at.try_emplace(index.dump(), calls.size());
+          const size_t c = at->second;
+          if (added) {
             Call k;
             k.index = index;
             calls.push_back(std::move(k));
