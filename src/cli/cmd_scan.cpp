@@ -64,16 +64,22 @@ Expected<Vocab> load_vocab(const std::string& path) {
 }
 
 // The text of one JSON Lines record: "text", "completion", "output", or an OpenAI response's
-// first choice (completions or chat).
+// first choice (completions or chat). A chat message's reasoning (vLLM's reasoning_content, or
+// reasoning) comes first, as the model wrote it: a model that loops while it thinks may never
+// reach its content (null).
 std::optional<std::string> record_text(const json& j) {
   for (const char* k : {"text", "completion", "output"})
     if (j.contains(k) && j[k].is_string()) return j[k].get<std::string>();
   if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
     const json& c = j["choices"][0];
     if (c.contains("text") && c["text"].is_string()) return c["text"].get<std::string>();
-    if (c.contains("message") && c["message"].is_object() && c["message"].contains("content") &&
-        c["message"]["content"].is_string())
-      return c["message"]["content"].get<std::string>();
+    if (c.contains("message") && c["message"].is_object()) {
+      const json& m = c["message"];
+      std::optional<std::string> out;
+      for (const char* k : {"reasoning_content", "reasoning", "content"})
+        if (m.contains(k) && m[k].is_string()) out = out.value_or("") + m[k].get<std::string>();
+      return out;
+    }
   }
   return std::nullopt;
 }

@@ -85,13 +85,19 @@ def main():
         f.write(json.dumps({"id": "replay", "tokens": ids}) + "\n")
         f.write(json.dumps({"id": "openai", "choices": [{"index": 0, "message": {"role": "assistant",
                                                                                  "content": "Fine, thanks."}}]}) + "\n")
+        # A reasoning model (vLLM's reasoning_content) that looped while it thought: no content at all.
+        thought = "Let me think." + " I should check the answer again." * 40
+        f.write(json.dumps({"id": "r1", "choices": [{"index": 0, "finish_reason": "length", "message": {
+            "role": "assistant", "reasoning_content": thought, "content": None}}]}) + "\n")
     out = [json.loads(l) for l in scan(coda, ["--json", replay]).stdout.splitlines()]
     ev = out[0]["events"]
     check(len(ev) == 1 and ev[0]["type"] == "loop" and ev[0]["onset"] == 10 and ev[0]["evidence"]["period"] == 7
           and ev[0]["detected_at"] == 10 + 32 - 1, f"token ids: a period-7 loop at 10, detected at 41: {ev}")
     check(out[1]["id"] == "openai" and not out[1]["flagged"] and out[1]["tokens"] > 0, "an OpenAI response is read")
+    check(out[2]["id"] == "r1" and out[2]["flagged"] and any(e["type"] in LOOPS for e in out[2]["events"]),
+          f"a loop in reasoning_content is found: {out[2]}")
     p = scan(coda, ["--check", replay], ok=False)
-    check(p.returncode == 2 and "1 flagged" in p.stderr, f"--check exits 2 when a text is flagged: {p.returncode}")
+    check(p.returncode == 2 and "2 flagged" in p.stderr, f"--check exits 2 when a text is flagged: {p.returncode} {p.stderr}")
     p = scan(coda, ["--guard", "stop:loop", replay])
     check(p.returncode == 0 and "loop at 41" in p.stdout, "the summary line names the event")
 
