@@ -96,10 +96,12 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
     }
     on_reject(res.status);
     if (res.status == 404)
-      send_api_error(res, 404,
-                     "Unknown route " + req.method + " " + req.path +
-                         "; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics",
-                     "invalid_request_error", "not_found");
+      send_api_error(
+          res, 404,
+          "Unknown route " + req.method + " " + req.path +
+              "; see /v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /version, /health, "
+              "/metrics",
+          "invalid_request_error", "not_found");
     else if (res.status == 413)
       send_api_error(res, 413, "The request body is larger than " + std::to_string(o.max_body_bytes) + " bytes.",
                      "invalid_request_error", "request_too_large");
