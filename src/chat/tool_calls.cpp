@@ -127,8 +127,8 @@ ToolCallSplit marked(std::string_view text, std::string_view marker) {
   return out;
 }
 
-size_t marker_safe_prefix(std::string_view text, std::string_view marker) {
-  const size_t m = text.find(marker);
+size_t marker_safe_prefix(std::string_view text, std::string_view marker, size_t from) {
+  const size_t m = text.find(marker, std::min(from, text.size()));
   if (m != std::string_view::npos) return m;
   return text.size() - marker_prefix_at_end(text, marker);
 }
@@ -206,9 +206,9 @@ ToolCallSplit split_tool_calls(ToolCallFormat f, std::string_view text) {
   return {std::string(text), {}};
 }
 
-size_t tool_call_safe_prefix(ToolCallFormat f, std::string_view text) {
+size_t tool_call_safe_prefix(ToolCallFormat f, std::string_view text, size_t from) {
   if (f == ToolCallFormat::None) return text.size();
-  if (f == ToolCallFormat::Hermes) return marker_safe_prefix(text, kHermesOpen);
+  if (f == ToolCallFormat::Hermes) return marker_safe_prefix(text, kHermesOpen, from);
   // The other formats may begin with the calls' JSON: nothing is certain until the reply shows
   // that it starts otherwise.
   const std::string_view t = trim(text);
@@ -216,7 +216,7 @@ size_t tool_call_safe_prefix(ToolCallFormat f, std::string_view text) {
   const char first = t.front();
   if (f == ToolCallFormat::Llama3Json) return first == '{' ? 0 : text.size();
   if (first == '[') return 0;
-  return marker_safe_prefix(text, marker_of(f));
+  return marker_safe_prefix(text, marker_of(f), from);
 }
 
 }  // namespace coda

@@ -45,6 +45,8 @@ ToolCallSplit split_tool_calls(ToolCallFormat f, std::string_view text);
 
 // While streaming: how many leading bytes of the text generated so far are content for certain,
 // so they can be sent now. The rest may start a call and waits for the end of the generation.
-size_t tool_call_safe_prefix(ToolCallFormat f, std::string_view text);
+// `from`: a prefix already found safe (what the stream sent), where no marker is looked for again,
+// so that a long reply is not searched from its start at every token.
+size_t tool_call_safe_prefix(ToolCallFormat f, std::string_view text, size_t from = 0);
 
 }  // namespace coda

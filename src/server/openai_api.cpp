@@ -639,30 +639,20 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   } else if (r.logprobs) {
     logprobs = logprobs_json(r, res.logprobs, vocab, offset);
   }
-  std::string reasoning;
-  GenerationResult answer;
-  if (r.chat && r.reasoning) {
-    ReasoningSplit split = split_reasoning(res.text, r.reasoning_opened);
-    reasoning = std::move(split.reasoning);
-    answer = res;
-    answer.text = std::move(split.content);
-  }
-  const GenerationResult& reply = r.chat && r.reasoning ? answer : res;
-  std::string content;
-  const nlohmann::ordered_json calls = tool_calls_json(r, reply, id, &content);
-  if (r.chat && !calls.is_null()) {
+  const ReplyParts parts = reply_parts(r, res, id);
+  if (r.chat && !parts.calls.is_null()) {
     choice["message"] = {
         {"role", "assistant"},
-        {"content", content.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(content)},
-        {"tool_calls", calls}};
+        {"content", parts.content.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(parts.content)},
+        {"tool_calls", parts.calls}};
   } else if (r.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", reply.text}};
+    choice["message"] = {{"role", "assistant"}, {"content", parts.content}};
   } else {
     choice["text"] = echoed + res.text;
   }
-  if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
+  if (!parts.reasoning.empty()) choice["message"]["reasoning_content"] = parts.reasoning;
   choice["logprobs"] = logprobs;
-  choice["finish_reason"] = tool_finish_reason(r, reply);
+  choice["finish_reason"] = parts.finish_reason;
   nlohmann::ordered_json vllm_prompt = nullptr;
   if (r.prompt_logprobs >= 0) {
     // vLLM's shape: per prompt token null (the first) or {token id: {logprob, rank, decoded_token}}
@@ -698,51 +688,47 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   return body;
 }
 
-GenerationResult answer_of(const ApiRequest& r, const GenerationResult& g) {
-  GenerationResult a = g;
-  if (r.chat && r.reasoning) a.text = split_reasoning(g.text, r.reasoning_opened).content;
-  return a;
-}
-
-nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id,
-                                       std::string* content) {
-  if (!r.chat) return nullptr;
-  nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g, const std::string& id) {
+  ReplyParts p;
+  p.content = g.text;
+  p.finish_reason = g.finish_reason;
+  if (!r.chat) return p;
+  if (r.reasoning) {
+    ReasoningSplit split = split_reasoning(g.text, r.reasoning_opened);
+    p.reasoning = std::move(split.reasoning);
+    p.content = std::move(split.content);
+  }
   auto call = [&](const std::string& name, const std::string& arguments) {
-    calls.push_back({{"id", "call_" + id + "_" + std::to_string(calls.size())},
-                     {"type", "function"},
-                     {"function", {{"name", name}, {"arguments", arguments}}}});
+    if (p.calls.is_null()) p.calls = nlohmann::ordered_json::array();
+    p.calls.push_back({{"id", "call_" + id + "_" + std::to_string(p.calls.size())},
+                       {"type", "function"},
+                       {"function", {{"name", name}, {"arguments", arguments}}}});
   };
   if (r.tool_parse != ToolCallFormat::None) {
-    ToolCallSplit split = split_tool_calls(r.tool_parse, g.text);
-    if (split.calls.empty()) return nullptr;
+    // The calls the model wrote in its own format (tool_choice "auto"): "tool_calls", as OpenAI
+    // and vLLM answer; the content is the text outside them.
+    ToolCallSplit split = split_tool_calls(r.tool_parse, p.content);
+    if (split.calls.empty()) return p;
     for (const ParsedToolCall& c : split.calls) call(c.name, c.arguments);
-    if (content) *content = std::move(split.content);
-    return calls;
+    p.content = std::move(split.content);
+    if (p.finish_reason == "stop") p.finish_reason = "tool_calls";
+    return p;
   }
-  if (r.tool_choice.empty() || g.finish_reason != "stop") return nullptr;
+  if (r.tool_choice.empty() || g.finish_reason != "stop") return p;
+  // A forced call: "tool_calls" for a required one, "stop" for a named one (OpenAI's values).
+  if (!r.tool_named) p.finish_reason = "tool_calls";
   const auto doc = nlohmann::ordered_json::parse(g.text, nullptr, false);
-  if (doc.is_discarded()) return nullptr;
+  if (doc.is_discarded()) return p;
   if (r.tool_named) {
     call(r.tool_choice, doc.dump());
   } else {
-    if (!doc.is_array()) return nullptr;
-    for (const auto& c : doc) {
-      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("arguments")) return nullptr;
-      call(c["name"].get<std::string>(), c["arguments"].dump());
-    }
+    if (!doc.is_array()) return p;
+    for (const auto& c : doc)
+      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("arguments")) return p;
+    for (const auto& c : doc) call(c["name"].get<std::string>(), c["arguments"].dump());
   }
-  return calls;
-}
-
-std::string tool_finish_reason(const ApiRequest& r, const GenerationResult& g) {
-  if (!r.chat || g.finish_reason != "stop") return g.finish_reason;
-  // The calls the model wrote itself (tool_choice "auto"): "tool_calls", as OpenAI and vLLM answer.
-  if (r.tool_parse != ToolCallFormat::None)
-    return split_tool_calls(r.tool_parse, g.text).calls.empty() ? g.finish_reason : "tool_calls";
-  // A forced call: "tool_calls" for a required one, "stop" for a named one (OpenAI's values).
-  if (r.tool_choice.empty() || r.tool_named) return g.finish_reason;
-  return "tool_calls";
+  p.content.clear();
+  return p;
 }
 
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,

@@ -29,7 +29,7 @@ struct ApiRequest {
   bool include_usage = false;
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs >= 0
   int top_logprobs = 0;
-  bool echo = false;  // completions: the prompt before the completion (and, with logprobs, its logprobs)
+  bool echo = false;         // completions: the prompt before the completion (and, with logprobs, its logprobs)
   int prompt_logprobs = -1;  // vLLM's field: -1 off, else the prompt's logprobs with this many top ones
   // n > 1 or a batch of prompts: the generation of each choice, in order (`gen` then holds only
   // what they share); empty for one choice, which `gen` is. `n` samples per prompt.
@@ -53,10 +53,10 @@ struct ApiRequest {
 
 struct ServerDefaults {
   std::string model_id = "coda";
-  GuardConfig guard;  // the policy and its scope; a request's coda.guard replaces both
+  GuardConfig guard;                                  // the policy and its scope; a request's coda.guard replaces both
   ToolCallFormat tool_parser = ToolCallFormat::None;  // --tool-call-parser (or the chat template's)
-  bool reasoning = false;         // --reasoning-parser (or a chat template that knows </think>)
-  bool reasoning_opened = false;  // the template's generation prompt ends inside <think>
+  bool reasoning = false;                             // --reasoning-parser (or a chat template that knows </think>)
+  bool reasoning_opened = false;                      // the template's generation prompt ends inside <think>
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body. Unknown fields are ignored.
@@ -66,22 +66,23 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
 // guard's exact-loop stop; an error names the field.
 std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json& v, GuardConfig& guard);
 
-// The reply's answer part: the text after the <think> block when the request splits reasoning,
-// else the whole text.
-GenerationResult answer_of(const ApiRequest& r, const GenerationResult& g);
-
 // Response bodies.
 nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& id,
                                        int64_t created, const class Vocab& vocab);
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
                                     const std::string& text, const char* finish_reason, bool first);
 nlohmann::ordered_json usage_json(const GenerationResult& g);
-// The `tool_calls` array of a reply, null if it has none: a forced call's JSON (null when the
-// generation did not finish its document), or with tool_choice "auto" the calls the model wrote in
-// its format (`content` then gets the text outside them). The finish_reason OpenAI gives it.
-nlohmann::ordered_json tool_calls_json(const ApiRequest& r, const GenerationResult& g, const std::string& id,
-                                       std::string* content = nullptr);
-std::string tool_finish_reason(const ApiRequest& r, const GenerationResult& g);
+// A chat reply as the API answers it, split once: the <think> block apart (when the request splits
+// reasoning), the tool calls (a forced call's JSON, or with tool_choice "auto" the calls the model
+// wrote in its format; null if none), the content left, and the finish_reason OpenAI gives it.
+// Completions keep their text and finish_reason.
+struct ReplyParts {
+  std::string reasoning;
+  std::string content;
+  nlohmann::ordered_json calls;
+  std::string finish_reason;
+};
+ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g, const std::string& id);
 // Logprobs in the route's shape: chat `content[]`, or the legacy arrays with `text_offset` counted
 // from `text_offset` (advanced past these tokens, so a stream's chunks continue the count).
 nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& logprobs,

@@ -189,7 +189,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         }
         if (r.tool_parse != ToolCallFormat::None) {
           reply->append(text);
-          const size_t safe = std::max(*reply_sent, tool_call_safe_prefix(r.tool_parse, *reply));
+          const size_t safe = std::max(*reply_sent, tool_call_safe_prefix(r.tool_parse, *reply, *reply_sent));
           text = reply->substr(*reply_sent, safe - *reply_sent);
           *reply_sent = safe;
         }
@@ -210,23 +210,22 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         if (!out) {
           send(generation_error(out.message()).body());
         } else {
+          const ReplyParts parts = reply_parts(r, out->result, id);
           if (!r.tool_choice.empty() || r.tool_parse != ToolCallFormat::None) {
-            std::string content;
-            const GenerationResult answer = answer_of(r, out->result);
-            const nlohmann::ordered_json calls = tool_calls_json(r, answer, id, &content);
+            const nlohmann::ordered_json& calls = parts.calls;
             // What is left to send as content: a forced call's text if it is no call; with
             // tool_choice "auto" the held-back rest of the reply if it holds no calls, or the
             // part of the content after what already went out.
-            std::string rest = calls.is_null() ? answer.text : "";
+            std::string rest = calls.is_null() ? parts.content : "";
             if (r.tool_parse != ToolCallFormat::None) {
               const std::string sent = reply->substr(0, *reply_sent);
               const size_t lead = sent.find_first_not_of(" \t\r\n");
               const std::string sent_trimmed = lead == std::string::npos ? "" : sent.substr(lead);
               if (calls.is_null())
                 rest = reply->substr(*reply_sent);
-              else if (content.size() > sent_trimmed.size() &&
-                       content.compare(0, sent_trimmed.size(), sent_trimmed) == 0)
-                rest = content.substr(sent_trimmed.size());
+              else if (parts.content.size() > sent_trimmed.size() &&
+                       parts.content.compare(0, sent_trimmed.size(), sent_trimmed) == 0)
+                rest = parts.content.substr(sent_trimmed.size());
             }
             auto chunk = stream_chunk(r, id, created, rest, nullptr, false);
             if (!calls.is_null()) {
@@ -240,8 +239,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
             }
             send(chunk);
           }
-          const std::string finish = tool_finish_reason(r, answer_of(r, out->result));
-          auto last = stream_chunk(r, id, created, "", finish.c_str(), false);
+          auto last = stream_chunk(r, id, created, "", parts.finish_reason.c_str(), false);
           if (r.chat) last["choices"][0]["delta"] = nlohmann::ordered_json::object();
           last["coda"] = out->report.to_json();
           send(last);

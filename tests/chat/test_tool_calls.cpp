@@ -135,6 +135,17 @@ TEST(ToolCalls, StreamingHoldsBackOnlyWhatMayStartACall) {
   EXPECT_EQ(tool_call_safe_prefix(ToolCallFormat::Mistral, "[{"), 0u);
   EXPECT_EQ(tool_call_safe_prefix(ToolCallFormat::Mistral, "Sure [TOOL_"), 5u);
   EXPECT_EQ(tool_call_safe_prefix(ToolCallFormat::None, "<tool_call>"), 11u);
+  // Fed token by token with what was sent as `from`: the same prefixes as from the start.
+  for (ToolCallFormat f : {ToolCallFormat::Hermes, ToolCallFormat::Mistral, ToolCallFormat::Llama3Json}) {
+    const std::string reply = "Sure, a <b>tag</b>. Now <tool_call>{\"name\": \"x\"}</tool_call> done [TOOL_CALLS]";
+    size_t sent = 0;
+    for (size_t n = 1; n <= reply.size(); ++n) {
+      const std::string_view so_far = std::string_view(reply).substr(0, n);
+      const size_t safe = std::max(sent, tool_call_safe_prefix(f, so_far, sent));
+      ASSERT_EQ(safe, std::max(sent, tool_call_safe_prefix(f, so_far))) << tool_call_format_name(f) << " at " << n;
+      sent = safe;
+    }
+  }
 }
 
 TEST(Reasoning, TemplatesThatKnowTheThinkBlock) {
