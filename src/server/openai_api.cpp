@@ -185,6 +185,34 @@ void reroot_refs(nlohmann::ordered_json& j, const std::string& root) {
   }
 }
 
+// Chat `tools`, as OpenAI and vLLM accept them: an array of {"type": "function", "function":
+// {"name", "description"?, "parameters"?, "strict"?}}. Checked on every request, not only when a
+// call is forced: the chat template renders them into the prompt, where a string or a number
+// would become whatever the template makes of it.
+std::optional<ApiError> check_tools(const nlohmann::ordered_json& tools) {
+  if (!tools.is_array())
+    return bad("tools", "tools: expected an array of {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& t = tools[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) return bad("tools", where + ": expected an object");
+    if (!t.contains("type") || t["type"] != "function")
+      return bad("tools", where + ".type: expected \"function\" (the only tool type)");
+    if (!t.contains("function") || !t["function"].is_object())
+      return bad("tools", where + ".function: expected an object with the function's \"name\"");
+    const auto& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get_ref<const std::string&>().empty())
+      return bad("tools", where + ".function.name: expected a non-empty string");
+    if (f.contains("description") && !f["description"].is_string() && !f["description"].is_null())
+      return bad("tools", where + ".function.description: expected a string");
+    if (f.contains("parameters") && !f["parameters"].is_object() && !f["parameters"].is_null())
+      return bad("tools", where + ".function.parameters: expected a JSON Schema object");
+    if (f.contains("strict") && !f["strict"].is_boolean() && !f["strict"].is_null())
+      return bad("tools", where + ".function.strict: expected true or false");
+  }
+  return std::nullopt;
+}
+
 // Chat `tool_choice` "required" or {"type": "function", "function": {"name"}}: the output is held
 // to the call's JSON (vLLM does the same with its guided decoding): the named function's arguments,
 // or an array of one or more {"name", "arguments"} calls of any tool. "none" leaves the text as it
@@ -414,7 +442,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       return bad("top_logprobs", "top_logprobs: " + std::to_string(r.top_logprobs) + " is out of range; allowed 0..20");
     if (rd.get("top_logprobs") && !r.logprobs) return bad("top_logprobs", "top_logprobs: requires logprobs to be true");
     if (r.logprobs) g.logprobs = r.top_logprobs;
-    if (const auto* tools = rd.get("tools")) g.chat.tools = *tools;
+    if (const auto* tools = rd.get("tools"); tools && !tools->is_null()) {
+      if (auto e = check_tools(*tools)) return *e;
+      g.chat.tools = *tools;
+    }
     if (auto e = read_tool_choice(rd, r)) return *e;
     if (const auto* kw = rd.get("chat_template_kwargs")) {
       if (!kw->is_object()) return bad("chat_template_kwargs", "chat_template_kwargs: expected an object");

@@ -266,6 +266,13 @@ def body_cases(port):
       b'}],"max_tokens":4}', expect=400)
     J("500 tool definitions", CHAT, chat(tools=[{"type": "function", "function": {"name": "f%d" % i}}
                                                 for i in range(500)]), expect=400, param="tools")
+    # Malformed tools are refused even when no call is forced: the template would render them.
+    for what, tools in [("a string", "get_weather"), ("numbers", [1, 2]), ("no function", [{"type": "function"}]),
+                        ("a nameless function", [{"type": "function", "function": {"parameters": {}}}]),
+                        ("another tool type", [{"type": "retrieval"}]),
+                        ("parameters not a schema", [{"type": "function", "function": {"name": "f", "parameters": "x"}}])]:
+        J(f"tools: {what}", CHAT, chat(tools=tools), expect=400, param="tools")
+    J("tools: null", CHAT, chat(tools=None), allowed={200})
     J("unknown fields", CHAT, chat(frobnicate=True, extra={"deep": [1, {"x": None}]}, user="u-1"), allowed={200})
     J("body over --max-body", CHAT, json.dumps(chat("y" * (9 << 20))).encode(), expect=413)
 
