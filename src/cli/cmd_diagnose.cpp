@@ -70,8 +70,9 @@ void add_diagnose(CLI::App& app, std::vector<Command>& out) {
   CLI::App* sub = app.add_subcommand(
       "diagnose", "Walk the system, decoding and context planes of a deployment and name where the problem lies");
   add_target_flags(sub, f->target);
-  sub->add_option("--prompts", f->prompts_file,
-                  "JSONL prompts (the user's task): {\"prompt\"|\"messages\", \"group\"}");
+  sub->add_option(
+      "--prompts", f->prompts_file,
+      "Prompts (the user's task): JSONL ({\"prompt\"|\"messages\", \"group\"}), a JSON array, or a ShareGPT dump");
   sub->add_option("--set", f->sets, "Built-in tasks: narrative, technical, exam or all (comma-separated)")
       ->capture_default_str();
   sub->add_option("--lang", f->languages, "Built-in prompt languages: en, it, fr")->capture_default_str();

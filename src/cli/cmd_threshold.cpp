@@ -74,7 +74,9 @@ void add_threshold(CLI::App& app, std::vector<Command>& out) {
   CLI::App* sub = app.add_subcommand(
       "threshold", "Coherence threshold per prompt group: how long generations stay coherent (Kaplan-Meier)");
   add_target_flags(sub, f->target);
-  sub->add_option("--prompts", f->prompts_file, "JSONL prompts: {\"prompt\"|\"messages\", \"group\"} per line");
+  sub->add_option(
+      "--prompts", f->prompts_file,
+      "Prompts: JSONL ({\"prompt\"|\"messages\", \"group\"} per line), a JSON array of them, or a ShareGPT dump");
   sub->add_option("--set", f->sets, "Built-in tasks: narrative, technical, exam or all (comma-separated)")
       ->capture_default_str();
   sub->add_option("--lang", f->languages, "Built-in prompt languages: en, it, fr")->capture_default_str();

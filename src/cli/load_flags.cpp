@@ -6,7 +6,9 @@
 namespace coda::cli {
 
 void add_load_flags(CLI::App* sub, LoadFlags& f) {
-  sub->add_option("--prompts", f.prompts_file, "JSONL prompts: {\"prompt\"|\"messages\", \"group\"} per line");
+  sub->add_option(
+      "--prompts", f.prompts_file,
+      "Prompts: JSONL ({\"prompt\"|\"messages\", \"group\"} per line), a JSON array of them, or a ShareGPT dump");
   sub->add_option("--set", f.sets, "Built-in prompt sets: exam, narrative, technical or all (comma-separated)")
       ->capture_default_str();
   sub->add_option("--lang", f.languages, "Built-in prompt languages: en, it, fr (comma-separated)")->capture_default_str();

@@ -1,9 +1,12 @@
 #include "lab/prompts.h"
 
-#include "core/strings.h"
-
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
+#include <random>
+
+#include "core/strings.h"
 
 namespace coda::lab {
 
@@ -63,36 +66,157 @@ const std::map<std::pair<std::string, std::string>, std::vector<const char*>>& b
 
 }  // namespace
 
-Expected<std::vector<BenchPrompt>> load_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error("prompts: cannot open " + path);
-  std::vector<BenchPrompt> out;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n) + ": ";
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return Error(where + "not a JSON object");
-    BenchPrompt p;
-    if (j.contains("prompt")) {
-      if (!j["prompt"].is_string() || j["prompt"].get<std::string>().empty())
-        return Error(where + "`prompt` must be a non-empty string");
-      p.prompt = j["prompt"].get<std::string>();
-    } else if (j.contains("messages")) {
-      if (!j["messages"].is_array() || j["messages"].empty())
-        return Error(where + "`messages` must be a non-empty array of {role, content}");
-      p.messages = j["messages"];
-    } else {
-      return Error(where + "expected `prompt` (text) or `messages` (chat)");
+namespace {
+
+// One prompt object of a JSONL line or a JSON array: {"prompt"} or {"messages"}, and a "group";
+// or a ShareGPT conversation ({"conversations": [{"from": "human", "value"}, ...]}), whose first
+// human turn (after an optional system turn) is the prompt, as vLLM's `bench serve --dataset-name
+// sharegpt` takes it. nullopt with `skip` set: a conversation without a human turn (the dataset
+// has some; vLLM drops them too).
+Expected<BenchPrompt> read_prompt(const nlohmann::json& j, const std::string& where, bool& skip) {
+  skip = false;
+  if (!j.is_object()) return Error(where + "not a JSON object");
+  BenchPrompt p;
+  if (j.contains("prompt")) {
+    if (!j["prompt"].is_string() || j["prompt"].get<std::string>().empty())
+      return Error(where + "`prompt` must be a non-empty string");
+    p.prompt = j["prompt"].get<std::string>();
+  } else if (j.contains("messages")) {
+    if (!j["messages"].is_array() || j["messages"].empty())
+      return Error(where + "`messages` must be a non-empty array of {role, content}");
+    p.messages = j["messages"];
+  } else if (j.contains("conversations")) {
+    const auto& turns = j["conversations"];
+    if (!turns.is_array()) return Error(where + "`conversations` must be an array of {from, value}");
+    nlohmann::json messages = nlohmann::json::array();
+    for (const auto& t : turns) {
+      if (!t.is_object() || !t.contains("from") || !t["from"].is_string() || !t.contains("value") ||
+          !t["value"].is_string())
+        return Error(where + "a turn of `conversations` must be {\"from\": string, \"value\": string}");
+      const std::string& from = t["from"].get_ref<const std::string&>();
+      const std::string& value = t["value"].get_ref<const std::string&>();
+      if (from == "system" && messages.empty() && !value.empty()) {
+        messages.push_back({{"role", "system"}, {"content", value}});
+      } else if ((from == "human" || from == "user") && !value.empty()) {
+        messages.push_back({{"role", "user"}, {"content", value}});
+        break;
+      } else {
+        break;  // the conversation does not open with a question
+      }
     }
-    if (j.contains("group")) {
-      if (!j["group"].is_string()) return Error(where + "`group` must be a string");
-      p.group = j["group"].get<std::string>();
+    if (messages.empty() || messages.back()["role"] != "user") {
+      skip = true;
+      return p;
     }
-    if (p.group.empty()) p.group = "default";
-    out.push_back(std::move(p));
+    p.messages = std::move(messages);
+    p.group = "sharegpt";
+  } else {
+    return Error(where + "expected `prompt` (text), `messages` (chat) or ShareGPT's `conversations`");
   }
-  if (out.empty()) return Error("prompts: " + path + " holds no prompts");
+  if (j.contains("group")) {
+    if (!j["group"].is_string()) return Error(where + "`group` must be a string");
+    p.group = j["group"].get<std::string>();
+  }
+  if (p.group.empty()) p.group = "default";
+  return p;
+}
+
+// Keeps at most kMaxPrompts of a stream of prompts, each equally likely (reservoir sampling with a
+// fixed seed, so a file gives the same prompts every run), in the file's order. A ShareGPT dump
+// holds ~90,000 conversations; a load test needs a sample, and memory stays bounded.
+class Reservoir {
+ public:
+  void offer(BenchPrompt p) {
+    ++seen_;
+    if (kept_.size() < kMaxPrompts) {
+      kept_.emplace_back(seen_, std::move(p));
+      return;
+    }
+    const uint64_t slot = rng_() % seen_;
+    if (slot < kMaxPrompts) kept_[slot] = {seen_, std::move(p)};
+  }
+  std::vector<BenchPrompt> take() {
+    std::sort(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<BenchPrompt> out;
+    out.reserve(kept_.size());
+    for (auto& k : kept_) out.push_back(std::move(k.second));
+    return out;
+  }
+
+ private:
+  uint64_t seen_ = 0;
+  std::mt19937_64 rng_{0x5eed};
+  std::vector<std::pair<uint64_t, BenchPrompt>> kept_;
+};
+
+// A file whose first non-blank byte is '[': one JSON array of prompt objects or ShareGPT
+// conversations. Parsed element by element (each is handed over and dropped as it completes), so
+// a dump of hundreds of megabytes never stands in memory as a whole.
+Status load_json_array(std::ifstream& in, const std::string& path, Reservoir& keep, size_t& skipped) {
+  Status failed;
+  size_t index = 0;
+  const nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t event,
+                                                   nlohmann::json& parsed) {
+    if (depth != 1 || !failed.ok()) return depth != 1;
+    if (event != nlohmann::json::parse_event_t::object_end && event != nlohmann::json::parse_event_t::array_end &&
+        event != nlohmann::json::parse_event_t::value)
+      return true;
+    const std::string where = path + ": element " + std::to_string(index++) + ": ";
+    bool skip = false;
+    auto p = read_prompt(parsed, where, skip);
+    if (!p) {
+      failed = p.error();
+    } else if (skip) {
+      ++skipped;
+    } else {
+      keep.offer(std::move(*p));
+    }
+    return false;  // drop the element; it is kept (or not) above
+  };
+  try {
+    auto doc = nlohmann::json::parse(in, cb);
+    if (!doc.is_array() && failed.ok()) return Error(path + ": expected a JSON array of prompts");
+  } catch (const nlohmann::json::parse_error& e) {
+    return Error(path + ": not valid JSON near byte " + std::to_string(e.byte));
+  }
+  return failed;
+}
+
+}  // namespace
+
+Expected<std::vector<BenchPrompt>> load_prompts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("prompts: cannot open " + path);
+  Reservoir keep;
+  size_t skipped = 0;
+  char first = 0;
+  while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
+  }
+  if (in && first == '[') {
+    in.unget();
+    if (Status s = load_json_array(in, path, keep, skipped); !s.ok()) return s.error();
+  } else {
+    in.clear();
+    in.seekg(0);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = path + ":" + std::to_string(n) + ": ";
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) return Error(where + "not a JSON object");
+      bool skip = false;
+      auto p = read_prompt(j, where, skip);
+      if (!p) return p.error();
+      if (skip)
+        ++skipped;
+      else
+        keep.offer(std::move(*p));
+    }
+  }
+  std::vector<BenchPrompt> out = keep.take();
+  if (out.empty())
+    return Error("prompts: " + path + " holds no prompts" +
+                 (skipped > 0 ? " (" + std::to_string(skipped) + " conversations without a human turn)" : ""));
   return out;
 }
 

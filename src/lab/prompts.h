@@ -19,7 +19,11 @@ struct BenchPrompt {
   bool chat() const { return !messages.is_null(); }
 };
 
-// Reads FILE.jsonl; errors name the line and what is wrong.
+// Reads FILE.jsonl (one prompt object per line), or a JSON array of them, or a ShareGPT dump (the
+// array of {"conversations": [{"from", "value"}]} that vLLM's benchmarks read; each
+// conversation's first human turn becomes a chat prompt of group "sharegpt"). Keeps at most
+// kMaxPrompts, a uniform sample with a fixed seed, in file order. Errors name the line or element.
+constexpr size_t kMaxPrompts = 10000;
 Expected<std::vector<BenchPrompt>> load_prompts(const std::string& path);
 
 // Built-in sets by name: "exam", "narrative", "technical", or "all"; languages "en", "it", "fr"

@@ -179,6 +179,23 @@ def bench_http_tests(coda, work):
               "requests.jsonl has a record per request with its fields")
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             check(all(q in s[k] for q in ("p50", "p90", "p99")), f"summary {k} percentiles")
+        # A ShareGPT dump, as vLLM users benchmark with: its first human turns go out as chat requests.
+        sg = os.path.join(work, "sharegpt.json")
+        json.dump([{"id": "a", "conversations": [{"from": "human", "value": "Tell me a story."},
+                                                 {"from": "gpt", "value": "Once upon a time."}]},
+                   {"id": "b", "conversations": [{"from": "gpt", "value": "no question first"}]},
+                   {"id": "c", "conversations": [{"from": "human", "value": "La vita è come"}]}], open(sg, "w"))
+        before = sum(served.values())
+        sgo = os.path.join(work, "bench-sharegpt")
+        run([coda, "bench", "--url", url + "/v1", "--rate", "0", "--requests", "6", "-n", "8", "--prompts", sg,
+             "-o", sgo])
+        s2 = json.load(open(os.path.join(sgo, "summary.json")))
+        chats = urllib.request.urlopen(url + "/metrics").read().decode()
+        check(s2["completed"] == 6 and "sharegpt" in json.dumps(s2.get("groups", s2)),
+              f"a ShareGPT file drives the bench: {s2['completed']} completed, group sharegpt")
+        after = sum(int(float(line.rsplit(" ", 1)[1])) for line in chats.splitlines()
+                    if line.startswith('coda:request_success_total{finished_reason="'))
+        check(after - before == 6, f"the server served the 6 ShareGPT requests ({after - before})")
         # A target that is down: a clear error, a non-zero exit, and the results so far written.
         down = os.path.join(work, "down")
         p = run([coda, "bench", "--url", "http://127.0.0.1:9", "--rate", "0", "--requests", "10", "-o", down], ok=False)
