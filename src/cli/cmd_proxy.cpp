@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/http_flags.h"
+#include "core/strings.h"
 #include "proxy/proxy_server.h"
 
 namespace coda::cli {
@@ -14,12 +15,21 @@ struct ProxyFlags {
   std::string guard = "stop:loop,flooding";  // exact loops and floods stop; the rest is observed (docs/guard.md)
   int max_repairs = 8;
   int repair_window = 256;
+  std::vector<std::string> upstreams;  // --upstream, repeated or comma-separated
   proxy::ProxyOptions opts;
 };
 
 proxy::ProxyServer* g_proxy = nullptr;
 
 int run_proxy(ProxyFlags& f) {
+  std::vector<std::string> urls;
+  std::string listed;
+  for (const auto& u : f.upstreams)
+    for (const auto& part : split_list(u)) urls.push_back(part);
+  if (urls.empty()) return fail("--upstream: give the URL of an OpenAI-compatible server");
+  for (const auto& u : urls) listed += (listed.empty() ? "" : ", ") + u;
+  f.opts.upstream.url = urls[0];
+  f.opts.more_urls.assign(urls.begin() + 1, urls.end());
   if (Status s = set_guard_policy(f.guard, f.opts.guard); !s.ok()) return fail("--guard: " + s.message());
   f.opts.guard.max_repairs = f.max_repairs;
   f.opts.guard.stream_delay_tokens = f.repair_window;
@@ -31,7 +41,7 @@ int run_proxy(ProxyFlags& f) {
   std::fprintf(stderr,
                "coda proxy: upstream %s; guard %s; default max_tokens %lld; up to %d requests in flight; top %d "
                "logprobs asked upstream\n",
-               f.opts.upstream.url.c_str(), f.guard.c_str(), static_cast<long long>(f.opts.default_max_tokens),
+               listed.c_str(), f.guard.c_str(), static_cast<long long>(f.opts.default_max_tokens),
                f.opts.max_connections, f.opts.top_logprobs);
   std::printf("coda proxy: listening on http://%s:%d\n", f.opts.host.c_str(), *port);
   std::fflush(stdout);
@@ -54,7 +64,14 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
   auto f = std::make_shared<ProxyFlags>();
   CLI::App* sub = app.add_subcommand(
       "proxy", "The degeneration guard in front of an OpenAI-compatible server (vLLM, llama.cpp, coda serve)");
-  sub->add_option("--upstream", f->opts.upstream.url, "The upstream server, http(s)://HOST:PORT[/v1]")->required();
+  sub->add_option(
+         "--upstream", f->upstreams,
+         "The upstream server, http(s)://HOST:PORT[/v1]; several (repeated or comma-separated) for replicas of "
+         "one model: each request goes to the least busy, and to another when one refuses the connection")
+      ->required();
+  sub->add_option("--upstream-fail-timeout", f->opts.upstream_fail_timeout_s,
+                  "Seconds an upstream that refused a connection is passed over (while another is up)")
+      ->capture_default_str();
   sub->add_option("--upstream-api-key", f->opts.upstream.api_key, "Sent upstream as 'Authorization: Bearer KEY'");
   sub->add_option("--host", f->opts.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->opts.port, "Port (0: any free port, printed on stdout)")->capture_default_str();

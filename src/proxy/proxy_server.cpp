@@ -165,21 +165,33 @@ struct StreamState {
   bool finished = false;
   std::atomic<bool> client_gone{false};
   SessionResult result;
+  std::string upstream;  // the one that gave the result
 };
 
 }  // namespace
 
 Expected<std::unique_ptr<ProxyServer>> ProxyServer::create(ProxyOptions options) {
-  auto up = client::OpenAIClient::create(options.upstream);
-  if (!up) return Error("--upstream: " + up.message());
+  std::vector<std::unique_ptr<Upstream>> ups;
+  std::vector<std::string> urls{options.upstream.url};
+  urls.insert(urls.end(), options.more_urls.begin(), options.more_urls.end());
+  for (const auto& url : urls) {
+    client::Endpoint ep = options.upstream;
+    ep.url = url;
+    auto up = client::OpenAIClient::create(ep);
+    if (!up) return Error("--upstream " + url + ": " + up.message());
+    for (const auto& u : ups)
+      if (u->label == up->describe()) return Error("--upstream " + url + ": given twice");
+    ups.push_back(std::make_unique<Upstream>(std::move(*up)));
+  }
+  if (!(options.upstream_fail_timeout_s >= 0)) return Error("--upstream-fail-timeout: must be 0 or more seconds");
   if (options.max_connections < 1) return Error("--max-connections: must be at least 1");
   if (options.default_max_tokens < 1) return Error("--default-max-tokens: must be at least 1");
   if (options.top_logprobs < 0 || options.top_logprobs > 20) return Error("--upstream-top-logprobs: must be in 0..20");
-  return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(options), std::move(*up)));
+  return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(options), std::move(ups)));
 }
 
-ProxyServer::ProxyServer(ProxyOptions options, client::OpenAIClient upstream)
-    : opts_(std::move(options)), upstream_(std::move(upstream)), upstream_label_(upstream_.describe()) {
+ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstream>> upstreams)
+    : opts_(std::move(options)), upstreams_(std::move(upstreams)) {
   const int threads = opts_.max_connections + 8;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_.set_payload_max_length(opts_.max_body_bytes);
@@ -191,7 +203,9 @@ ProxyServer::ProxyServer(ProxyOptions options, client::OpenAIClient upstream)
                             "Tokens of max_tokens left ungenerated because the guard stopped the request.");
   metrics_.define_histogram("coda:e2e_request_latency_seconds", latency, "End-to-end request latency.");
   metrics_.define_histogram("coda:time_to_first_token_seconds", latency, "Time to the first text sent to the client.");
-  metrics_.set_help("coda:num_requests_running", "Requests in flight through the proxy.");
+  metrics_.set_help("coda:num_requests_running", "Requests in flight through the proxy, by upstream.");
+  metrics_.set_help("coda:upstream_failovers_total",
+                    "Requests moved to another upstream after this one refused the connection.");
   metrics_.set_help("coda:request_success_total", "Finished requests by finish_reason.");
   metrics_.set_help("coda:request_rejected_total", "Requests refused by the proxy itself, by HTTP status.");
   metrics_.set_help("coda:guard_events_total", "Degeneration guard events by type.");
@@ -208,8 +222,54 @@ ProxyServer::ProxyServer(ProxyOptions options, client::OpenAIClient upstream)
                     "without).");
   metrics_.set_help("coda:prompt_tokens_total", "Prompt tokens reported by the upstream.");
   metrics_.set_help("coda:generation_tokens_total", "Tokens the clients received.");
-  metrics_.set_gauge("coda:num_requests_running", 0, {{"upstream", upstream_label_}});
+  for (const auto& u : upstreams_) metrics_.set_gauge("coda:num_requests_running", 0, {{"upstream", u->label}});
   routes();
+}
+
+Upstream* ProxyServer::pick(const std::vector<char>& tried) {
+  const int64_t now = Clock::now().time_since_epoch().count();
+  // The candidates: those up and not yet tried; when none is up, the ones down (still worth a try
+  // when nothing else is left). Then the fewest in flight, and among equals the next in turn.
+  std::vector<Upstream*> cands;
+  for (int pass = 0; pass < 2 && cands.empty(); ++pass)
+    for (size_t i = 0; i < upstreams_.size(); ++i)
+      if (!tried[i] && (pass == 1 || upstreams_[i]->down_until_ns.load() <= now)) cands.push_back(upstreams_[i].get());
+  if (cands.empty()) return nullptr;
+  int least = cands[0]->in_flight.load();
+  for (Upstream* u : cands) least = std::min(least, u->in_flight.load());
+  std::vector<Upstream*> idlest;
+  for (Upstream* u : cands)
+    if (u->in_flight.load() == least) idlest.push_back(u);
+  if (idlest.empty()) return cands[0];  // the loads moved meanwhile
+  return idlest[static_cast<size_t>(rotation_.fetch_add(1) % idlest.size())];
+}
+
+void ProxyServer::mark_down(Upstream& u) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(opts_.upstream_fail_timeout_s));
+  u.down_until_ns = until.time_since_epoch().count();
+}
+
+SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view, const SessionOptions& so,
+                                        const Emit& emit, Upstream*& used) {
+  std::vector<char> tried(upstreams_.size(), 0);
+  SessionResult r;
+  while (Upstream* u = pick(tried)) {
+    for (size_t i = 0; i < upstreams_.size(); ++i)
+      if (upstreams_[i].get() == u) tried[i] = 1;
+    used = u;
+    metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_add(1) + 1, {{"upstream", u->label}});
+    r = run_session(u->client, body, view, so, emit);
+    metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_sub(1) - 1, {{"upstream", u->label}});
+    // Refused before the client saw anything: another replica can take the request whole.
+    const bool refused = !r.ok && r.failure.error_kind == client::ErrorKind::Connection && !r.emitted && !r.client_gone;
+    if (!refused) break;
+    mark_down(*u);
+    if (std::find(tried.begin(), tried.end(), 0) == tried.end()) break;
+    metrics_.add("coda:upstream_failovers_total", 1, {{"upstream", u->label}});
+    metrics_.add("coda:upstream_errors_total", 1, {{"upstream", u->label}, {"model", ""}, {"status", "connection"}});
+  }
+  return r;
 }
 
 ProxyServer::~ProxyServer() {
@@ -234,16 +294,17 @@ void ProxyServer::stop() {
   idle_.wait(lock, [this] { return streams_ == 0; });
 }
 
-void ProxyServer::record_failure(const client::Completion& c, const std::string& model) {
+void ProxyServer::record_failure(const client::Completion& c, const std::string& model, const std::string& upstream) {
   std::string what =
       c.error_kind == client::ErrorKind::Http ? std::to_string(c.status) : client::to_string(c.error_kind);
-  metrics_.add("coda:upstream_errors_total", 1, {{"upstream", upstream_label_}, {"model", model}, {"status", what}});
+  metrics_.add("coda:upstream_errors_total", 1, {{"upstream", upstream}, {"model", model}, {"status", what}});
   metrics_.add("coda:request_success_total", 1,
-               {{"finished_reason", "error"}, {"upstream", upstream_label_}, {"model", model}});
+               {{"finished_reason", "error"}, {"upstream", upstream}, {"model", model}});
 }
 
-void ProxyServer::record(const SessionResult& r, const std::string& model, double seconds, double ttft_s) {
-  const MetricLabels l{{"upstream", upstream_label_}, {"model", model}};
+void ProxyServer::record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
+                         const std::string& upstream) {
+  const MetricLabels l{{"upstream", upstream}, {"model", model}};
   auto with = [&](const char* k, const std::string& v) {
     MetricLabels x{{k, v}};
     x.insert(x.end(), l.begin(), l.end());
@@ -252,7 +313,7 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
   metrics_.add("coda:upstream_requests_total", r.upstream_requests, l);
   if (r.upstream_cancellations) metrics_.add("coda:upstream_cancellations_total", r.upstream_cancellations, l);
   if (!r.ok) {
-    record_failure(r.failure, model);
+    record_failure(r.failure, model, upstream);
     return;
   }
   metrics_.add("coda:request_success_total", 1, with("finished_reason", r.finish_reason));
@@ -279,45 +340,60 @@ void ProxyServer::routes() {
                        [this](int status) {
                          metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
                        });
+  // /health: ok while any upstream answers /v1/models; each upstream's state beside.
   http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    int status = 0;
-    auto models = upstream_.get_json("/v1/models", &status);
-    json body{{"status", models ? "ok" : "unavailable"}, {"upstream", upstream_label_}};
-    if (!models) body["error"] = models.message();
-    res.status = models ? 200 : 503;
+    json each = json::array();
+    std::string first_error;
+    bool any = false;
+    for (const auto& u : upstreams_) {
+      int status = 0;
+      auto models = u->client.get_json("/v1/models", &status);
+      json e{{"upstream", u->label}, {"status", models ? "ok" : "unavailable"}, {"in_flight", u->in_flight.load()}};
+      if (!models) {
+        e["error"] = models.message();
+        if (first_error.empty()) first_error = models.message();
+      }
+      any = any || static_cast<bool>(models);
+      each.push_back(std::move(e));
+    }
+    json body{{"status", any ? "ok" : "unavailable"}, {"upstream", upstreams_[0]->label}};
+    if (!any) body["error"] = first_error;
+    if (upstreams_.size() > 1) body["upstreams"] = std::move(each);
+    res.status = any ? 200 : 503;
     res.set_content(dump(body), "application/json");
   });
   http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
   });
-  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    int status = 0;
-    auto models = upstream_.get_json("/v1/models", &status);
-    if (!models) {
-      metrics_.add(
-          "coda:upstream_errors_total", 1,
-          {{"upstream", upstream_label_}, {"model", ""}, {"status", status ? std::to_string(status) : "connection"}});
-      return send_api_error(res, status >= 400 ? status : 502,
-                            "The upstream " + upstream_label_ + ": " + models.message(), "upstream_error",
-                            "upstream_models");
-    }
-    res.set_content(dump(*models), "application/json");
-  });
-  // The tokenizer routes and /version belong to the engine behind: passed through as they are,
-  // the upstream's answer (an error included) with its status.
+  // The routes that are not generations (models, tokenizer, version) go to the least busy upstream,
+  // and to the next one when it cannot be reached; an answer (an error included) comes back with
+  // its status, as the engine gave it.
   auto pass = [this](const std::string& path, const std::string* body, httplib::Response& res) {
+    std::vector<char> tried(upstreams_.size(), 0);
+    Upstream* u = nullptr;
+    Expected<json> answer = Error("no upstream");
     int status = 0;
-    auto answer = body ? upstream_.post_json(path, *body, &status) : upstream_.get_json(path, &status);
-    if (!answer) {
-      metrics_.add(
-          "coda:upstream_errors_total", 1,
-          {{"upstream", upstream_label_}, {"model", ""}, {"status", status ? std::to_string(status) : "connection"}});
-      return send_api_error(res, status >= 400 ? status : 502, "The upstream " + upstream_label_ + ": " + answer.message(),
-                            "upstream_error", "upstream_" + path.substr(1));
+    while ((u = pick(tried)) != nullptr) {
+      for (size_t i = 0; i < upstreams_.size(); ++i)
+        if (upstreams_[i].get() == u) tried[i] = 1;
+      status = 0;
+      answer = body ? u->client.post_json(path, *body, &status) : u->client.get_json(path, &status);
+      if (answer || status != 0) break;  // an HTTP answer: this upstream is up
+      mark_down(*u);
+      metrics_.add("coda:upstream_errors_total", 1, {{"upstream", u->label}, {"model", ""}, {"status", "connection"}});
     }
-    res.status = status;
+    if (!answer) {
+      if (status != 0)
+        metrics_.add("coda:upstream_errors_total", 1,
+                     {{"upstream", u->label}, {"model", ""}, {"status", std::to_string(status)}});
+      const std::string who = u != nullptr ? u->label : upstreams_.back()->label;
+      return send_api_error(res, status >= 400 ? status : 502, "The upstream " + who + ": " + answer.message(),
+                            "upstream_error", path == "/v1/models" ? "upstream_models" : "upstream_" + path.substr(1));
+    }
+    res.status = status ? status : 200;
     res.set_content(dump(*answer), "application/json");
   };
+  http_.Get("/v1/models", [pass](const httplib::Request&, httplib::Response& s) { pass("/v1/models", nullptr, s); });
   for (const char* path : {"/tokenize", "/detokenize"})
     http_.Post(path, [pass, path](const httplib::Request& q, httplib::Response& s) { pass(path, &q.body, s); });
   http_.Get("/version", [pass](const httplib::Request&, httplib::Response& s) { pass("/version", nullptr, s); });
@@ -399,13 +475,9 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
         "The proxy is at capacity (" + std::to_string(opts_.max_connections) + " requests in flight); retry shortly.",
         "", "rate_limit_exceeded");
   }
-  metrics_.set_gauge("coda:num_requests_running", in_flight_.load(), {{"upstream", upstream_label_}});
   const auto t0 = Clock::now();
   auto seconds = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  auto done_in_flight = [this] {
-    in_flight_.fetch_sub(1);
-    metrics_.set_gauge("coda:num_requests_running", in_flight_.load(), {{"upstream", upstream_label_}});
-  };
+  auto done_in_flight = [this] { in_flight_.fetch_sub(1); };
   const bool stream = body.value("stream", json(false)).is_boolean() && body.value("stream", false);
   const bool include_usage = body.contains("stream_options") && body["stream_options"].is_object() &&
                              body["stream_options"].value("include_usage", json(false)).is_boolean() &&
@@ -415,16 +487,19 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   if (!stream) {
     double ttft = -1;
     std::vector<client::TokenLogprob> all_lps;
-    SessionResult r = run_session(upstream_, body, view, so,
-                                  [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
-                                    if (ttft < 0) ttft = seconds();
-                                    all_lps.insert(all_lps.end(), lps.begin(), lps.end());
-                                    return true;
-                                  });
+    Upstream* used = nullptr;
+    SessionResult r = run_balanced(
+        body, view, so,
+        [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
+          if (ttft < 0) ttft = seconds();
+          all_lps.insert(all_lps.end(), lps.begin(), lps.end());
+          return true;
+        },
+        used);
     const std::string m = model_of(model, r.last_chunk);
-    record(r, m, seconds(), ttft);
+    record(r, m, seconds(), ttft, used->label);
     done_in_flight();
-    if (!r.ok) return send_upstream_failure(res, r.failure, upstream_label_);
+    if (!r.ok) return send_upstream_failure(res, r.failure, used->label);
     json j = shaper.head(r.last_chunk, false);
     json choice{{"index", 0}};
     if (chat) {
@@ -461,14 +536,17 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       st->cv.notify_all();
     };
     SessionResult r;
+    Upstream* used = upstreams_[0].get();
     try {
-      r = run_session(upstream_, body, view, so,
-                      [&](const Released& out, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
-                        if (st->client_gone) return false;
-                        if (ttft < 0) ttft = seconds();
-                        push(shaper.chunk(chunk, out, lps, nullptr));
-                        return !st->client_gone.load();
-                      });
+      r = run_balanced(
+          body, view, so,
+          [&](const Released& out, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
+            if (st->client_gone) return false;
+            if (ttft < 0) ttft = seconds();
+            push(shaper.chunk(chunk, out, lps, nullptr));
+            return !st->client_gone.load();
+          },
+          used);
     } catch (const std::exception& e) {  // a bug, not user input: the stream ends with an error, the proxy stays up
       r = SessionResult{};
       r.failure.error_kind = client::ErrorKind::Protocol;
@@ -476,7 +554,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       r.emitted = st->started;
     }
     const std::string m = model_of(model, r.last_chunk);
-    record(r, m, seconds(), ttft);
+    record(r, m, seconds(), ttft, used->label);
     if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, Released{}, {},
                                client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
@@ -490,12 +568,13 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
         push(u);
       }
     } else if (!r.ok && r.emitted) {
-      push(error_event(r.failure, upstream_label_));
+      push(error_event(r.failure, used->label));
     }
     done_in_flight();
     {
       std::lock_guard<std::mutex> lock(st->mu);
       st->result = std::move(r);
+      st->upstream = used->label;
       st->finished = true;
       st->cv.notify_all();
     }
@@ -506,7 +585,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   {
     std::unique_lock<std::mutex> lock(st->mu);
     st->cv.wait(lock, [&] { return st->started || st->finished; });
-    if (!st->started && !st->result.ok) return send_upstream_failure(res, st->result.failure, upstream_label_);
+    if (!st->started && !st->result.ok) return send_upstream_failure(res, st->result.failure, st->upstream);
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

@@ -1,5 +1,8 @@
 // `coda proxy`: coda's guard in front of any OpenAI-compatible deployment (vLLM, llama.cpp,
-// coda serve, a load balancer over many). It serves the routes `coda serve` does:
+// coda serve, a load balancer over many), or in front of several replicas itself: each request
+// goes to the upstream with the fewest requests in flight, and one that refuses the connection
+// before anything reached the client is retried on another (the refusing one is skipped for
+// --upstream-fail-timeout seconds). It serves the routes `coda serve` does:
 // GET /health (the upstream's state), GET /metrics (the proxy's own, both planes, labelled by
 // upstream and model), GET /v1/models (the upstream's), POST /v1/completions and
 // /v1/chat/completions (streaming or not). Requests go upstream unchanged except for what the
@@ -12,8 +15,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "client/openai_client.h"
 #include "core/status.h"
@@ -25,7 +30,9 @@
 namespace coda::proxy {
 
 struct ProxyOptions {
-  client::Endpoint upstream;  // url, api key, timeouts
+  client::Endpoint upstream;            // api key and timeouts for every upstream; url: the first
+  std::vector<std::string> more_urls;   // further replicas of the same model, same settings
+  double upstream_fail_timeout_s = 10;  // an upstream that refused a connection is skipped this long
   std::string host = "127.0.0.1";
   int port = 8081;  // 0: any free port
   std::string api_key;
@@ -40,6 +47,15 @@ struct ProxyOptions {
   RequestLimits limits;     // what one request may contain, as coda serve
 };
 
+// One upstream engine: its client, the label its metrics carry, and its load.
+struct Upstream {
+  explicit Upstream(client::OpenAIClient c) : client(std::move(c)), label(client.describe()) {}
+  client::OpenAIClient client;
+  std::string label;
+  std::atomic<int> in_flight{0};
+  std::atomic<int64_t> down_until_ns{0};  // steady clock; skipped until then (unless all are)
+};
+
 class ProxyServer {
  public:
   static Expected<std::unique_ptr<ProxyServer>> create(ProxyOptions options);
@@ -51,15 +67,24 @@ class ProxyServer {
   Metrics& metrics() { return metrics_; }
 
  private:
-  ProxyServer(ProxyOptions options, client::OpenAIClient upstream);
+  ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstream>> upstreams);
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
-  void record(const SessionResult& r, const std::string& model, double seconds, double ttft_s);
-  void record_failure(const client::Completion& c, const std::string& model);
+  void record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
+              const std::string& upstream);
+  void record_failure(const client::Completion& c, const std::string& model, const std::string& upstream);
+  // The upstream for the next request: the fewest in flight among those not marked down and not in
+  // `tried` (rotating among equals); nullptr when every one was tried.
+  Upstream* pick(const std::vector<char>& tried);
+  void mark_down(Upstream& u);
+  // One session, moved to another upstream while the chosen one refuses the connection and the
+  // client has seen nothing. `used`: the upstream that gave the result.
+  SessionResult run_balanced(const nlohmann::json& body, const ClientView& view, const SessionOptions& so,
+                             const Emit& emit, Upstream*& used);
 
   ProxyOptions opts_;
-  client::OpenAIClient upstream_;
-  std::string upstream_label_;
+  std::vector<std::unique_ptr<Upstream>> upstreams_;
+  std::atomic<uint64_t> rotation_{0};
   Metrics metrics_{false};
   httplib::Server http_;
   std::atomic<int> in_flight_{0};

@@ -422,6 +422,58 @@ def load_test(px, up, n_streams=64, rounds=6):
     print(f"load: RSS {base_rss} KiB before, {max(rss)} KiB at most after {n_streams * rounds} streams")
 
 
+def replica_tests(coda):
+    """Several upstreams: requests spread by load, a refused connection moves to another replica,
+    and /health, /v1/models and the tokenizer routes keep answering while one replica is down."""
+    a, b = scripted(), scripted()
+    dead_sock = socket.socket()
+    dead_sock.bind(("127.0.0.1", 0))
+    dead_port = dead_sock.getsockname()[1]
+    dead_sock.close()  # nothing listens there now
+    dead = f"http://127.0.0.1:{dead_port}"
+    ua, ub = f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{b.port}"
+    # The dead replica first: every request is tried there before the proxy learns it is down.
+    px = Proc([coda, "proxy", "--upstream", dead, "--upstream", f"{ua},{ub}", "--port", "0",
+               "--upstream-fail-timeout", "600"])
+    bad = subprocess.run([coda, "proxy", "--upstream", ua, "--upstream", ua, "--port", "0"], capture_output=True,
+                         text=True, timeout=30)
+    procs = [a, b, px]
+    try:
+        check(bad.returncode != 0 and "given twice" in bad.stderr, "an upstream given twice: " + bad.stderr.strip())
+        n = 12
+        for i in range(n):
+            stream = i % 2 == 0
+            body = {"prompt": f"[text] replica {i}|", "max_tokens": 8, "stream": stream}
+            if stream:
+                st, events, done = px.stream("/v1/completions", body)
+                check(st == 200 and done and finish_of(events) in ("stop", "length"),
+                      f"streamed request {i} through the replicas: {st} {finish_of(events)}")
+            else:
+                st, _, raw = px.json("POST", "/v1/completions", body)
+                check(st == 200, f"request {i} through the replicas: {st} {str(raw)[:120]}")
+        on_a = px.metric_sum("coda:upstream_requests_total", upstream=ua)
+        on_b = px.metric_sum("coda:upstream_requests_total", upstream=ub)
+        check(on_a + on_b == n and on_a > 0 and on_b > 0, f"requests spread over the live replicas: {on_a} + {on_b}")
+        failovers = px.metric_sum("coda:upstream_failovers_total", upstream=dead)
+        check(failovers == 1, f"the dead replica was tried once, then passed over: {failovers} failover(s)")
+        st, _, health = px.json("GET", "/health")
+        states = {u["upstream"]: u["status"] for u in health.get("upstreams", [])}
+        check(st == 200 and health["status"] == "ok" and states.get(dead) == "unavailable" and
+              states.get(ua) == "ok" and states.get(ub) == "ok", f"/health with one replica down: {st} {health}")
+        st, _, m = px.json("GET", "/v1/models")
+        check(st == 200 and "data" in m, f"/v1/models from a live replica: {st}")
+        # Every replica down: the client gets 502, as with one upstream.
+        a.stop()
+        b.stop()
+        st, _, raw = px.json("POST", "/v1/completions", {"prompt": "[text] x|", "max_tokens": 4})
+        check(st == 502 and "unreachable" in json.dumps(raw), f"every replica down: {st} {str(raw)[:160]}")
+        st, _, h = px.json("GET", "/health")
+        check(st == 503, f"/health with every replica down: {st}")
+    finally:
+        for p in procs:
+            p.stop()
+
+
 def main():
     coda, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -445,6 +497,7 @@ def main():
         for p in (px, up):
             p.stop()
     scripted_tests(coda, work)
+    replica_tests(coda)
     if ts.failures:
         print(f"{len(ts.failures)} failure(s)")
         sys.exit(1)
