@@ -302,9 +302,11 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
     switch (err) {
       case httplib::Error::Connection:
         set_error(c, ErrorKind::Connection, "cannot connect to " + describe() + " (is the server up?)");
+        c.connected = false;
         break;
       case httplib::Error::ConnectionTimeout:
         set_error(c, ErrorKind::Timeout, "connecting to " + describe() + " timed out");
+        c.connected = false;
         break;
       case httplib::Error::Read:
         // httplib reports a read timeout and a dropped connection alike; the clock tells them apart.

@@ -57,6 +57,8 @@ struct Completion {
   ErrorKind error_kind = ErrorKind::None;
   std::string error;           // a message a user can act on
   int status = 0;              // HTTP status; 0 when no response came
+  bool connected = true;       // false: no connection was made (refused, unreachable, or the connect
+                               // timed out), so the request never reached the server
   nlohmann::json error_body;   // the server's error JSON, when it sent one
   std::string text;            // the generated text (concatenated deltas when streaming)
   std::string reasoning;       // chat: the reasoning beside it (reasoning_content), concatenated

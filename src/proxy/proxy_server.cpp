@@ -261,8 +261,11 @@ SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_add(1) + 1, {{"upstream", u->label}});
     r = run_session(u->client, body, view, so, emit);
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_sub(1) - 1, {{"upstream", u->label}});
-    // Refused before the client saw anything: another replica can take the request whole.
-    const bool refused = !r.ok && r.failure.error_kind == client::ErrorKind::Connection && !r.emitted && !r.client_gone;
+    // Refused, unreachable (a connect timeout: a host that is gone), or dropped before the client
+    // saw anything: another replica can take the request whole. A read timeout is not retried:
+    // that replica may be generating.
+    const bool refused = !r.ok && (r.failure.error_kind == client::ErrorKind::Connection || !r.failure.connected) &&
+                         !r.emitted && !r.client_gone;
     if (!refused) break;
     mark_down(*u);
     if (std::find(tried.begin(), tried.end(), 0) == tried.end()) break;
