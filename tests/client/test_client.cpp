@@ -242,6 +242,8 @@ TEST(Client, EveryFailureIsARecordWithItsKind) {
   auto hang = client_for(s.url("/hang"), 0.5).complete(kStream, false);
   EXPECT_EQ(hang.error_kind, ErrorKind::Timeout) << hang.error;
   EXPECT_EQ(hang.text, "a");
+  // These all reached the server (the proxy retries only requests that did not).
+  for (const auto* c : {&html, &bad, &mid, &cut, &noend, &hang}) EXPECT_TRUE(c->connected) << c->error;
 
   auto stopped = client_for(s.url("/ok")).complete(kStream, false, [](const Delta&) { return false; });
   EXPECT_EQ(stopped.error_kind, ErrorKind::Cancelled);
@@ -271,6 +273,7 @@ TEST(Client, RefusedConnection) {
   EXPECT_FALSE(c.ok);
   EXPECT_EQ(c.error_kind, ErrorKind::Connection) << c.error;
   EXPECT_EQ(c.status, 0);
+  EXPECT_FALSE(c.connected);  // never reached a server: safe to send elsewhere
 }
 
 TEST(LoadRun, ErrorsHangsAndCutStreamsAreRecordsNotCrashes) {
