@@ -4,6 +4,7 @@
 #include <ctime>
 #include <deque>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "core/malloc_tuning.h"
@@ -204,6 +205,8 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstr
   metrics_.define_histogram("coda:e2e_request_latency_seconds", latency, "End-to-end request latency.");
   metrics_.define_histogram("coda:time_to_first_token_seconds", latency, "Time to the first text sent to the client.");
   metrics_.set_help("coda:num_requests_running", "Requests in flight through the proxy, by upstream.");
+  metrics_.set_help("coda:passthrough_requests_total",
+                    "Requests to the upstream's other /v1 routes (embeddings, rerank, ...), passed through unwatched.");
   metrics_.set_help("coda:upstream_failovers_total",
                     "Requests moved to another upstream after this one refused the connection.");
   metrics_.set_help("coda:request_success_total", "Finished requests by finish_reason.");
@@ -403,6 +406,27 @@ void ProxyServer::routes() {
   http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });
   http_.Post("/v1/chat/completions",
              [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true); });
+  // The engine's other /v1 routes (embeddings, rerank, score, ...): clients that share one base URL
+  // keep working behind the proxy. They are not watched (the guard watches completions and chat),
+  // and pass through as JSON, counted by route.
+  auto other = [this, pass](const httplib::Request& q, httplib::Response& s, bool post) {
+    const std::string type = q.get_header_value("Content-Type");
+    if (post && (q.is_multipart_form_data() || (!type.empty() && type.find("json") == std::string::npos))) {
+      metrics_.add("coda:request_rejected_total", 1, {{"status", "415"}});
+      return send_api_error(s, 415,
+                            "Only JSON bodies pass through the guard proxy (" + q.path + " sent " + type +
+                                "); send it to the upstream directly",
+                            "invalid_request_error", "unsupported_media_type");
+    }
+    // The route names a series only when it is a known one: a client's made-up paths must not grow
+    // the metrics without bound.
+    static const std::set<std::string> known = {"/v1/embeddings", "/v1/rerank",  "/v1/score",      "/v1/responses",
+                                                "/v1/classify",   "/v1/pooling", "/v1/moderations"};
+    metrics_.add("coda:passthrough_requests_total", 1, {{"route", known.count(q.path) ? q.path : "other"}});
+    pass(q.path, post ? &q.body : nullptr, s);
+  };
+  http_.Post(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, true); });
+  http_.Get(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, false); });
 }
 
 void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {

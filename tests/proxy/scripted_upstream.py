@@ -96,6 +96,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         n = int(self.headers.get("Content-Length", "0"))
         body = json.loads(self.rfile.read(n) or b"{}")
+        if self.path == "/v1/embeddings":  # another route an engine serves beside generation
+            inputs = body.get("input", [])
+            inputs = [inputs] if isinstance(inputs, str) else inputs
+            return self.send_json(200, {"object": "list", "model": body.get("model", "scripted"),
+                                        "data": [{"object": "embedding", "index": i, "embedding": [len(t), 0.5, -1.25]}
+                                                 for i, t in enumerate(inputs)]})
+        if not self.path.endswith("/completions"):
+            return self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
         chat = self.path.endswith("/chat/completions")
         with LOCK:
             STATS["requests"] += 1

@@ -462,6 +462,19 @@ def replica_tests(coda):
               states.get(ua) == "ok" and states.get(ub) == "ok", f"/health with one replica down: {st} {health}")
         st, _, m = px.json("GET", "/v1/models")
         check(st == 200 and "data" in m, f"/v1/models from a live replica: {st}")
+        # The engine's other routes pass through (unwatched), errors with their status.
+        st, _, e = px.json("POST", "/v1/embeddings", {"input": ["ab", "abcd"], "model": "m"})
+        check(st == 200 and [d["embedding"] for d in e.get("data", [])] == [[2, 0.5, -1.25], [4, 0.5, -1.25]],
+              f"/v1/embeddings passes through: {st} {str(e)[:120]}")
+        st, _, e = px.json("POST", "/v1/nonsense", {"x": 1})
+        check(st == 404 and "no route /v1/nonsense" in json.dumps(e), f"an unknown upstream route: {st} {str(e)[:120]}")
+        form = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n'
+                b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper\r\n--b--\r\n')
+        st, _, e = px.request("POST", "/v1/audio/transcriptions", form, {"Content-Type": "multipart/form-data; boundary=b"})
+        check(st == 415, f"a non-JSON body is refused with 415: {st}")
+        check(px.metric_sum("coda:passthrough_requests_total", route="/v1/embeddings") == 1 and
+              px.metric_sum("coda:passthrough_requests_total", route="other") == 1,
+              "pass-through counted by known route, the rest as other")
         # Every replica down: the client gets 502, as with one upstream.
         a.stop()
         b.stop()
