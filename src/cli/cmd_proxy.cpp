@@ -16,6 +16,7 @@ struct ProxyFlags {
   int max_repairs = 8;
   int repair_window = 256;
   std::vector<std::string> upstreams;  // --upstream, repeated or comma-separated
+  std::string affinity = "prefix";
   proxy::ProxyOptions opts;
 };
 
@@ -30,6 +31,9 @@ int run_proxy(ProxyFlags& f) {
   for (const auto& u : urls) listed += (listed.empty() ? "" : ", ") + u;
   f.opts.upstream.url = urls[0];
   f.opts.more_urls.assign(urls.begin() + 1, urls.end());
+  if (f.affinity != "prefix" && f.affinity != "none")
+    return fail("--upstream-affinity: '" + f.affinity + "' is not one of prefix, none");
+  f.opts.prefix_affinity = f.affinity == "prefix";
   if (Status s = set_guard_policy(f.guard, f.opts.guard); !s.ok()) return fail("--guard: " + s.message());
   f.opts.guard.max_repairs = f.max_repairs;
   f.opts.guard.stream_delay_tokens = f.repair_window;
@@ -69,6 +73,10 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
          "The upstream server, http(s)://HOST:PORT[/v1]; several (repeated or comma-separated) for replicas of "
          "one model: each request goes to the least busy, and to another when one refuses the connection")
       ->required();
+  sub->add_option("--upstream-affinity", f->affinity,
+                  "prefix: requests that begin alike (a conversation's turns) go to the same replica, for its prefix "
+                  "cache, unless it is busier than the rest; none: the least busy")
+      ->capture_default_str();
   sub->add_option("--upstream-fail-timeout", f->opts.upstream_fail_timeout_s,
                   "Seconds an upstream that refused a connection is passed over (while another is up)")
       ->capture_default_str();

@@ -1,10 +1,12 @@
 #include "proxy/proxy_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <deque>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include "core/malloc_tuning.h"
@@ -229,15 +231,73 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstr
   routes();
 }
 
-Upstream* ProxyServer::pick(const std::vector<char>& tried) {
+namespace {
+
+uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64's finalizer: spreads the bits of a combined hash
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+size_t bounded_rendezvous(const std::vector<uint64_t>& scores, const std::vector<int>& loads) {
+  const auto n = static_cast<int64_t>(loads.size());
+  int64_t total = 1;
+  for (int l : loads) total += l;
+  const int64_t bound = (5 * total + 4 * n - 1) / (4 * n);  // ceil(1.25 total / n)
+  size_t best = loads.size();
+  for (size_t i = 0; i < loads.size(); ++i)
+    if (loads[i] < bound && (best == loads.size() || scores[i] > scores[best])) best = i;
+  return best;  // some load is below the mean, hence below the bound
+}
+
+uint64_t ProxyServer::affinity_key(const json& body, bool chat) const {
+  if (!opts_.prefix_affinity || upstreams_.size() < 2) return 0;
+  // How the request begins, as the upstream's prefix cache sees it: a chat's messages up to and
+  // including the first user message (the system prompt and the question, which every later turn
+  // of the conversation repeats), or a completion prompt's first 512 bytes.
+  std::string head;
+  if (chat && body.contains("messages") && body["messages"].is_array()) {
+    for (const auto& m : body["messages"]) {
+      head += dump(m);
+      if (head.size() >= 1024 || (m.is_object() && m.value("role", json("")) == "user")) break;
+    }
+    head.resize(std::min<size_t>(head.size(), 1024));
+  } else if (!chat && body.contains("prompt")) {
+    head = body["prompt"].is_string() ? body["prompt"].get<std::string>() : dump(body["prompt"]);
+    head.resize(std::min<size_t>(head.size(), 512));
+  }
+  if (head.empty()) return 0;
+  return fnv1a(head) | 1;  // 0 means no key
+}
+
+Upstream* ProxyServer::pick(const std::vector<char>& tried, uint64_t key) {
   const int64_t now = Clock::now().time_since_epoch().count();
   // The candidates: those up and not yet tried; when none is up, the ones down (still worth a try
-  // when nothing else is left). Then the fewest in flight, and among equals the next in turn.
+  // when nothing else is left).
   std::vector<Upstream*> cands;
   for (int pass = 0; pass < 2 && cands.empty(); ++pass)
     for (size_t i = 0; i < upstreams_.size(); ++i)
       if (!tried[i] && (pass == 1 || upstreams_[i]->down_until_ns.load() <= now)) cands.push_back(upstreams_[i].get());
   if (cands.empty()) return nullptr;
+  if (key != 0 && cands.size() > 1) {
+    // Rendezvous scores: a replica that goes away moves only its own keys.
+    std::vector<uint64_t> scores;
+    std::vector<int> loads;
+    for (Upstream* u : cands) {
+      scores.push_back(mix(key ^ fnv1a(u->label)));
+      loads.push_back(u->in_flight.load());
+    }
+    return cands[bounded_rendezvous(scores, loads)];
+  }
   int least = cands[0]->in_flight.load();
   for (Upstream* u : cands) least = std::min(least, u->in_flight.load());
   std::vector<Upstream*> idlest;
@@ -257,7 +317,8 @@ SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view
                                         const Emit& emit, Upstream*& used) {
   std::vector<char> tried(upstreams_.size(), 0);
   SessionResult r;
-  while (Upstream* u = pick(tried)) {
+  const uint64_t key = affinity_key(body, view.chat);
+  while (Upstream* u = pick(tried, key)) {
     for (size_t i = 0; i < upstreams_.size(); ++i)
       if (upstreams_[i].get() == u) tried[i] = 1;
     used = u;

@@ -33,6 +33,7 @@ struct ProxyOptions {
   client::Endpoint upstream;            // api key and timeouts for every upstream; url: the first
   std::vector<std::string> more_urls;   // further replicas of the same model, same settings
   double upstream_fail_timeout_s = 10;  // an upstream that refused a connection is skipped this long
+  bool prefix_affinity = true;          // requests that begin alike go to the same replica (its prefix cache)
   std::string host = "127.0.0.1";
   int port = 8081;  // 0: any free port
   std::string api_key;
@@ -46,6 +47,12 @@ struct ProxyOptions {
   int read_timeout_s = 30;  // for the client's request body
   RequestLimits limits;     // what one request may contain, as coda serve
 };
+
+// Consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2018): among n
+// candidates with rendezvous `scores` for a request's key and `loads` (requests in flight), the
+// highest-scoring one whose load is under ceil(1.25 x (the total load + 1) / n), the mean load
+// with this request counted; there is always one.
+size_t bounded_rendezvous(const std::vector<uint64_t>& scores, const std::vector<int>& loads);
 
 // One upstream engine: its client, the label its metrics carry, and its load.
 struct Upstream {
@@ -73,14 +80,17 @@ class ProxyServer {
   void record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
               const std::string& upstream);
   void record_failure(const client::Completion& c, const std::string& model, const std::string& upstream);
-  // The upstream for the next request: the fewest in flight among those not marked down and not in
-  // `tried` (rotating among equals); nullptr when every one was tried.
-  Upstream* pick(const std::vector<char>& tried);
+  // The upstream for the next request among those not marked down and not in `tried`; nullptr when
+  // every one was tried. With an affinity key (a hash of how the request begins): the first in the
+  // key's rendezvous order whose load is under the bound (consistent hashing with bounded loads);
+  // without one: the fewest in flight, rotating among equals.
+  Upstream* pick(const std::vector<char>& tried, uint64_t key = 0);
   void mark_down(Upstream& u);
   // One session, moved to another upstream while the chosen one refuses the connection and the
   // client has seen nothing. `used`: the upstream that gave the result.
   SessionResult run_balanced(const nlohmann::json& body, const ClientView& view, const SessionOptions& so,
                              const Emit& emit, Upstream*& used);
+  uint64_t affinity_key(const nlohmann::json& body, bool chat) const;
 
   ProxyOptions opts_;
   std::vector<std::unique_ptr<Upstream>> upstreams_;

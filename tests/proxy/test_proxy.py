@@ -434,12 +434,28 @@ def replica_tests(coda):
     ua, ub = f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{b.port}"
     # The dead replica first: every request is tried there before the proxy learns it is down.
     px = Proc([coda, "proxy", "--upstream", dead, "--upstream", f"{ua},{ub}", "--port", "0",
-               "--upstream-fail-timeout", "600"])
+               "--upstream-fail-timeout", "600", "--upstream-affinity", "none"])
+    # Prefix affinity (the default): a conversation's turns stay on one replica; many prompts spread.
+    pa = Proc([coda, "proxy", "--upstream", f"{ua},{ub}", "--port", "0"])
     bad = subprocess.run([coda, "proxy", "--upstream", ua, "--upstream", ua, "--port", "0"], capture_output=True,
                          text=True, timeout=30)
-    procs = [a, b, px]
+    procs = [a, b, px, pa]
     try:
         check(bad.returncode != 0 and "given twice" in bad.stderr, "an upstream given twice: " + bad.stderr.strip())
+        convo = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "[text] Tell me a story."}]
+        for turn in range(6):
+            st, _, r = pa.json("POST", "/v1/chat/completions", {"messages": convo, "max_tokens": 8})
+            check(st == 200, f"conversation turn {turn}: {st}")
+            convo = convo + [{"role": "assistant", "content": "Once."}, {"role": "user", "content": f"[text] more {turn}"}]
+        turns_a = pa.metric_sum("coda:upstream_requests_total", upstream=ua)
+        turns_b = pa.metric_sum("coda:upstream_requests_total", upstream=ub)
+        check(sorted([turns_a, turns_b]) == [0, 6], f"a conversation's turns stay on one replica: {turns_a} + {turns_b}")
+        for i in range(40):
+            pa.json("POST", "/v1/completions", {"prompt": f"[text] document {i} begins here|", "max_tokens": 4})
+        spread_a = pa.metric_sum("coda:upstream_requests_total", upstream=ua) - turns_a
+        spread_b = pa.metric_sum("coda:upstream_requests_total", upstream=ub) - turns_b
+        check(spread_a + spread_b == 40 and spread_a > 0 and spread_b > 0,
+              f"40 different prompts spread over both replicas: {spread_a} + {spread_b}")
         n = 12
         for i in range(n):
             stream = i % 2 == 0
