@@ -479,6 +479,17 @@ void ProxyServer::routes() {
                                 "); send it to the upstream directly",
                             "invalid_request_error", "unsupported_media_type");
     }
+    // Answers pass through whole, as JSON: a stream there would come back as one late lump.
+    if (post) {
+      const json b = json::parse(q.body, nullptr, false);
+      if (b.is_object() && b.contains("stream") && b["stream"].is_boolean() && b["stream"].get<bool>()) {
+        metrics_.add("coda:request_rejected_total", 1, {{"status", "400"}});
+        return send_api_error(s, 400,
+                              "stream: the guard proxy streams /v1/completions and /v1/chat/completions; " + q.path +
+                                  " passes through whole, so send it with stream false or to the upstream directly",
+                              "invalid_request_error", "", "stream");
+      }
+    }
     // The route names a series only when it is a known one: a client's made-up paths must not grow
     // the metrics without bound.
     static const std::set<std::string> known = {"/v1/embeddings", "/v1/rerank",  "/v1/score",      "/v1/responses",

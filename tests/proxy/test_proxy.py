@@ -482,6 +482,8 @@ def replica_tests(coda):
         st, _, e = px.json("POST", "/v1/embeddings", {"input": ["ab", "abcd"], "model": "m"})
         check(st == 200 and [d["embedding"] for d in e.get("data", [])] == [[2, 0.5, -1.25], [4, 0.5, -1.25]],
               f"/v1/embeddings passes through: {st} {str(e)[:120]}")
+        st, _, e = px.json("POST", "/v1/responses", {"input": "hi", "stream": True})
+        check(st == 400 and e.get("error", {}).get("param") == "stream", f"a stream on a pass-through route: {st} {e}")
         st, _, e = px.json("POST", "/v1/nonsense", {"x": 1})
         check(st == 404 and "no route /v1/nonsense" in json.dumps(e), f"an unknown upstream route: {st} {str(e)[:120]}")
         form = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n'
