@@ -238,6 +238,22 @@ uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
+// Up to `limit` bytes of a value's text to `head`: a string's first bytes; an array's items in turn
+// (chat content parts by their text, or a prompt's token ids); a number as written. Each value
+// ends with a separator, so that moving bytes from one to the next changes the result.
+void append_head(std::string& head, size_t limit, const json& v) {
+  if (head.size() >= limit) return;
+  if (v.is_string()) {
+    head.append(v.get_ref<const std::string&>(), 0, limit - head.size());
+  } else if (v.is_array()) {
+    for (const auto& part : v)
+      append_head(head, limit, part.is_object() && part.contains("text") ? part["text"] : part);
+  } else if (!v.is_object()) {
+    head += dump(v);
+  }
+  head += '\x1f';
+}
+
 uint64_t mix(uint64_t x) {  // splitmix64's finalizer: spreads the bits of a combined hash
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -264,47 +280,52 @@ uint64_t ProxyServer::affinity_key(const json& body, bool chat) const {
   // How the request begins, as the upstream's prefix cache sees it: a chat's messages up to and
   // including the first user message (the system prompt and the question, which every later turn
   // of the conversation repeats), or a completion prompt's first 512 bytes.
+  // Only those bytes are copied: a long system prompt or an inline image is not serialized whole.
   std::string head;
+  const size_t limit = chat ? 1024 : 512;
+  auto take = [&](const json& v) { append_head(head, limit, v); };
   if (chat && body.contains("messages") && body["messages"].is_array()) {
     for (const auto& m : body["messages"]) {
-      head += dump(m);
-      if (head.size() >= 1024 || (m.is_object() && m.value("role", json("")) == "user")) break;
+      if (!m.is_object()) continue;
+      take(m.value("role", json("")));
+      take(m.value("content", json("")));
+      if (head.size() >= limit || m.value("role", json("")) == "user") break;
     }
-    head.resize(std::min<size_t>(head.size(), 1024));
   } else if (!chat && body.contains("prompt")) {
-    head = body["prompt"].is_string() ? body["prompt"].get<std::string>() : dump(body["prompt"]);
-    head.resize(std::min<size_t>(head.size(), 512));
+    take(body["prompt"]);
   }
+  if (head.size() > limit) head.resize(limit);
   if (head.empty()) return 0;
   return fnv1a(head) | 1;  // 0 means no key
 }
 
-Upstream* ProxyServer::pick(const std::vector<char>& tried, uint64_t key) {
+Upstream* ProxyServer::pick(std::vector<char>& tried, uint64_t key) {
   const int64_t now = Clock::now().time_since_epoch().count();
-  // The candidates: those up and not yet tried; when none is up, the ones down (still worth a try
-  // when nothing else is left).
-  std::vector<Upstream*> cands;
+  // The candidates (indices): those up and not yet tried; when none is up, the ones down (still
+  // worth a try when nothing else is left).
+  std::vector<size_t> cands;
   for (int pass = 0; pass < 2 && cands.empty(); ++pass)
     for (size_t i = 0; i < upstreams_.size(); ++i)
-      if (!tried[i] && (pass == 1 || upstreams_[i]->down_until_ns.load() <= now)) cands.push_back(upstreams_[i].get());
+      if (!tried[i] && (pass == 1 || upstreams_[i]->down_until_ns.load() <= now)) cands.push_back(i);
   if (cands.empty()) return nullptr;
+  std::vector<int> loads;
+  for (size_t i : cands) loads.push_back(upstreams_[i]->in_flight.load());
+  size_t chosen = 0;
   if (key != 0 && cands.size() > 1) {
     // Rendezvous scores: a replica that goes away moves only its own keys.
     std::vector<uint64_t> scores;
-    std::vector<int> loads;
-    for (Upstream* u : cands) {
-      scores.push_back(mix(key ^ fnv1a(u->label)));
-      loads.push_back(u->in_flight.load());
-    }
-    return cands[bounded_rendezvous(scores, loads)];
+    for (size_t i : cands) scores.push_back(mix(key ^ fnv1a(upstreams_[i]->label)));
+    chosen = bounded_rendezvous(scores, loads);
+  } else {
+    // The fewest in flight, and among equals the next in turn.
+    const int least = *std::min_element(loads.begin(), loads.end());
+    std::vector<size_t> idlest;
+    for (size_t k = 0; k < cands.size(); ++k)
+      if (loads[k] == least) idlest.push_back(k);
+    chosen = idlest[static_cast<size_t>(rotation_.fetch_add(1) % idlest.size())];
   }
-  int least = cands[0]->in_flight.load();
-  for (Upstream* u : cands) least = std::min(least, u->in_flight.load());
-  std::vector<Upstream*> idlest;
-  for (Upstream* u : cands)
-    if (u->in_flight.load() == least) idlest.push_back(u);
-  if (idlest.empty()) return cands[0];  // the loads moved meanwhile
-  return idlest[static_cast<size_t>(rotation_.fetch_add(1) % idlest.size())];
+  tried[cands[chosen]] = 1;
+  return upstreams_[cands[chosen]].get();
 }
 
 void ProxyServer::mark_down(Upstream& u) {
@@ -319,8 +340,6 @@ SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view
   SessionResult r;
   const uint64_t key = affinity_key(body, view.chat);
   while (Upstream* u = pick(tried, key)) {
-    for (size_t i = 0; i < upstreams_.size(); ++i)
-      if (upstreams_[i].get() == u) tried[i] = 1;
     used = u;
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_add(1) + 1, {{"upstream", u->label}});
     r = run_session(u->client, body, view, so, emit);
@@ -441,8 +460,6 @@ void ProxyServer::routes() {
     Expected<json> answer = Error("no upstream");
     int status = 0;
     while ((u = pick(tried)) != nullptr) {
-      for (size_t i = 0; i < upstreams_.size(); ++i)
-        if (upstreams_[i].get() == u) tried[i] = 1;
       status = 0;
       answer = body ? u->client.post_json(path, *body, &status) : u->client.get_json(path, &status);
       if (answer || status != 0) break;  // an HTTP answer: this upstream is up

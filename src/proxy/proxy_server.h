@@ -80,11 +80,11 @@ class ProxyServer {
   void record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
               const std::string& upstream);
   void record_failure(const client::Completion& c, const std::string& model, const std::string& upstream);
-  // The upstream for the next request among those not marked down and not in `tried`; nullptr when
-  // every one was tried. With an affinity key (a hash of how the request begins): the first in the
-  // key's rendezvous order whose load is under the bound (consistent hashing with bounded loads);
-  // without one: the fewest in flight, rotating among equals.
-  Upstream* pick(const std::vector<char>& tried, uint64_t key = 0);
+  // The upstream for the next request among those not marked down and not in `tried`, which it
+  // marks as tried; nullptr when every one was tried. With an affinity key (a hash of how the request begins): the
+  // first in the key's rendezvous order whose load is under the bound (consistent hashing with bounded loads); without
+  // one: the fewest in flight, rotating among equals.
+  Upstream* pick(std::vector<char>& tried, uint64_t key = 0);
   void mark_down(Upstream& u);
   // One session, moved to another upstream while the chosen one refuses the connection and the
   // client has seen nothing. `used`: the upstream that gave the result.

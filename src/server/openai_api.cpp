@@ -237,11 +237,7 @@ std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
   nlohmann::ordered_json named_params;
   bool found = false;
   for (size_t i = 0; i < tools->size(); ++i) {
-    const auto& t = (*tools)[i];
-    const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() || !t["function"].contains("name") ||
-        !t["function"]["name"].is_string())
-      return bad("tools", where + ": expected {\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}");
+    const auto& t = (*tools)[i];  // its shape was checked with the request (check_tools)
     const std::string fn = t["function"]["name"].get<std::string>();
     nlohmann::ordered_json params = t["function"].contains("parameters") && !t["function"]["parameters"].is_null()
                                         ? t["function"]["parameters"]
