@@ -71,7 +71,7 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
   sub->add_option(
          "--upstream", f->upstreams,
          "The upstream server, http(s)://HOST:PORT[/v1]; several (repeated or comma-separated) for replicas of "
-         "one model: each request goes to the least busy, and to another when one refuses the connection")
+         "one model (--upstream-affinity picks one per request; one that cannot be reached is passed over)")
       ->required();
   sub->add_option("--upstream-affinity", f->affinity,
                   "prefix: requests that begin alike (a conversation's turns) go to the same replica, for its prefix "

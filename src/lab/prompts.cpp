@@ -71,8 +71,8 @@ namespace {
 // One prompt object of a JSONL line or a JSON array: {"prompt"} or {"messages"}, and a "group";
 // or a ShareGPT conversation ({"conversations": [{"from": "human", "value"}, ...]}), whose first
 // human turn (after an optional system turn) is the prompt, as vLLM's `bench serve --dataset-name
-// sharegpt` takes it. nullopt with `skip` set: a conversation without a human turn (the dataset
-// has some; vLLM drops them too).
+// sharegpt` takes it. `skip` comes back set (and the prompt empty) for a conversation without a
+// human turn: the dataset has some, and vLLM drops them too.
 Expected<BenchPrompt> read_prompt(const nlohmann::json& j, const std::string& where, bool& skip) {
   skip = false;
   if (!j.is_object()) return Error(where + "not a JSON object");
