@@ -1,6 +1,7 @@
 #include "chat/jinja_builtins.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -99,6 +100,11 @@ Value split(const std::string& s, const Value* sep_v, const Value* max_v) {
 
 std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
   if (from.empty()) {  // Python inserts `to` around every code point
+    // Count before building: the code points of a long string alone are many allocations.
+    int64_t points = 0;
+    for (unsigned char c : s) points += (c & 0xC0) != 0x80;
+    if (count >= 0) points = std::min(points, count);
+    RenderBudget::bytes(static_cast<int64_t>(s.size()) + (points + 1) * static_cast<int64_t>(32 + to.size()));
     std::string out;
     int64_t done = 0;
     for (const auto& cp : code_points(s)) {
@@ -117,6 +123,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   while (count < 0 || done < count) {
     const size_t at = s.find(from, start);
     if (at == std::string::npos) break;
+    RenderBudget::bytes(static_cast<int64_t>(to.size()));
     out += s.substr(start, at - start) + to;
     start = at + from.size();
     ++done;
@@ -278,6 +285,7 @@ CallArgs shift_args(const CallArgs& a, size_t from) {
 }  // namespace
 
 Array iterate(const Value& v) {
+  RenderBudget::steps(1);
   switch (v.kind()) {
     case Value::Kind::Undefined:
       return {};
@@ -290,6 +298,7 @@ Array iterate(const Value& v) {
       return keys;
     }
     case Value::Kind::String: {
+      RenderBudget::steps(static_cast<int64_t>(v.as_string().size()));
       Array out;
       for (auto& cp : code_points(v.as_string())) out.emplace_back(std::move(cp));
       return out;
@@ -511,6 +520,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   }
   if (name == "sort") {
     Array items = iterate(v);
+    RenderBudget::steps(static_cast<int64_t>(items.size()) * static_cast<int64_t>(std::bit_width(items.size())));
     const Value* reverse = a.get(0, "reverse");
     const Value* attr = a.get(2, "attribute");
     std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
@@ -522,7 +532,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "unique") {
     Array out;
     for (const auto& x : iterate(v))
-      if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+      if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);  // == counts each comparison
     return Value(std::move(out));
   }
   if (name == "min" || name == "max") {
@@ -586,7 +596,10 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     std::string out = first ? pad : "";
     for (size_t i = 0; i < s.size(); ++i) {
       out += s[i];
-      if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out += pad;
+      if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') {
+        RenderBudget::bytes(static_cast<int64_t>(pad.size()));
+        out += pad;
+      }
     }
     return Value(out);
   }
@@ -613,6 +626,7 @@ Object global_functions() {
               fail("range() larger than " + std::to_string(kMaxRange) + " items");
             out.emplace_back(i);
           }
+          RenderBudget::bytes(static_cast<int64_t>(out.size() * sizeof(Value)));
           return Value(std::move(out));
         }));
   g.set("namespace", Value::function([](const CallArgs& a) {

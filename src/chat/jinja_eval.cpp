@@ -63,6 +63,7 @@ class Interpreter {
 
   Flow exec(const Node& n) {
     try {
+      RenderBudget::steps(1);
       return exec_node(n);
     } catch (const LocatedError&) {
       throw;
@@ -154,6 +155,7 @@ class Interpreter {
     }
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      RenderBudget::steps(4);  // the loop variable and its frame
       Object loop;
       loop.set("index0", Value(i));
       loop.set("index", Value(i + 1));
@@ -266,6 +268,7 @@ class Interpreter {
   }
 
   Value eval(const Expr& e) {
+    RenderBudget::steps(1);
     switch (e.kind) {
       case Expr::Kind::Literal:
         return e.value;
@@ -337,6 +340,7 @@ class Interpreter {
     if (container.is_string()) {
       if (!item.is_string())
         throw TemplateError(std::string("'in <string>' requires string as left operand, not ") + item.type_name());
+      RenderBudget::steps(static_cast<int64_t>(container.as_string().size() / 64));
       return container.as_string().find(item.as_string()) != std::string::npos;
     }
     if (container.is_mapping()) return item.is_string() && container.object().find(item.as_string()) != nullptr;
@@ -464,8 +468,9 @@ Expected<Template> Template::parse(const std::string& source) {
   return t;
 }
 
-Expected<std::string> Template::render(const Object& variables) const {
+Expected<std::string> Template::render(const Object& variables, const RenderLimits& limits) const {
   try {
+    RenderBudget budget(limits.steps, limits.bytes);
     Interpreter in(*source_, variables);
     return in.run(*body_);
   } catch (const TemplateError& e) {

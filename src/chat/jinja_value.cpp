@@ -4,17 +4,40 @@
 #include <cmath>
 #include <cstdio>
 
+#include "chat/jinja.h"
+
 namespace coda::jinja {
 
 static_assert(sizeof(Value) <= 72, "a long conversation holds one Value per field; keep it small");
 
+RenderBudget::RenderBudget(int64_t steps, int64_t bytes)
+    : previous_(current_), steps_(steps), bytes_(bytes), steps_left_(steps), bytes_left_(bytes) {
+  current_ = this;
+}
+
+RenderBudget::~RenderBudget() {
+  current_ = previous_;
+}
+
+void RenderBudget::spent(const char* what) {
+  // Leave the budget exhausted-but-quiet so that values destroyed and copied while the error
+  // unwinds do not throw again.
+  current_ = nullptr;
+  const bool steps = what[0] == 's';
+  throw TemplateError(std::string("the template ") + kOverBudget + " (over " +
+                      std::to_string(steps ? steps_ : bytes_ >> 20) + (steps ? " steps" : " MiB of values") +
+                      "); it loops without end or is built to exhaust the server");
+}
+
 const Value* Object::find(const std::string& key) const {
+  RenderBudget::steps(static_cast<int64_t>(items.size() / 8));  // a search of a large object is work
   for (const auto& [k, v] : items)
     if (k == key) return &v;
   return nullptr;
 }
 
 void Object::set(const std::string& key, Value v) {
+  RenderBudget::steps(static_cast<int64_t>(items.size() / 8));
   for (auto& [k, old] : items) {
     if (k == key) {
       old = std::move(v);
@@ -61,6 +84,7 @@ Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
 }
 
 bool Value::reaches(const Object* o) const {
+  RenderBudget::steps(1);
   if ((kind_ == Kind::Object || kind_ == Kind::Namespace) && ref_.get() == o) return true;
   if (kind_ == Kind::Array)
     for (const auto& v : arr())
@@ -190,8 +214,10 @@ void json_string(std::string& out, const std::string& s) {
 }  // namespace
 
 std::string Value::repr() const {
+  RenderBudget::steps(1);
   switch (kind_) {
     case Kind::String:
+      RenderBudget::bytes(static_cast<int64_t>(str_.size()));
       return python_repr_string(str_);
     case Kind::Array: {
       std::string out = tuple_ ? "(" : "[";
@@ -237,8 +263,10 @@ std::string Value::str() const {
 }
 
 void Value::to_json_at(std::string& out, int indent, int depth) const {
+  RenderBudget::steps(1);
   auto newline = [&](int d) {
     if (indent < 0) return;
+    RenderBudget::bytes(static_cast<int64_t>(indent) * d + 1);
     out += '\n';
     out.append(static_cast<size_t>(indent * d), ' ');
   };
@@ -263,6 +291,7 @@ void Value::to_json_at(std::string& out, int indent, int depth) const {
       out += python_float(float_);
       return;
     case Kind::String:
+      RenderBudget::bytes(static_cast<int64_t>(str_.size()));
       json_string(out, str_);
       return;
     case Kind::Array: {
@@ -339,6 +368,7 @@ const char* Value::type_name() const {
 
 bool operator==(const Value& a, const Value& b) {
   using K = Value::Kind;
+  RenderBudget::steps(1);
   if (a.is_number() && b.is_number()) {
     if (a.kind_ == K::Int && b.kind_ == K::Int) return a.int_ == b.int_;
     return a.as_double() == b.as_double();

@@ -23,6 +23,35 @@ struct RaisedError : TemplateError {
   using TemplateError::TemplateError;
 };
 
+// What one render may still spend. A chat template comes from a GGUF file or a flag, and a hostile
+// or broken one must end its render with an error instead of holding a server thread or its
+// memory: a loop nested in a loop of a million, a string or a list doubled in a loop, a list that
+// holds itself twice at each of 40 levels (2^40 elements to print). Template::render installs a
+// budget on its thread; every statement and expression, every container element that printing,
+// comparing or searching visits, and every byte of string and value made, spend from it.
+// Outside a render (converting a request to values) nothing is counted.
+class RenderBudget {
+ public:
+  RenderBudget(int64_t steps, int64_t bytes);
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+  // Spend from the current render's budget; throw TemplateError once it is spent.
+  static void steps(int64_t n) {
+    if (current_ && (current_->steps_left_ -= n) < 0) current_->spent("steps");
+  }
+  static void bytes(int64_t n) {
+    if (current_ && (current_->bytes_left_ -= n) < 0) current_->spent("bytes");
+  }
+
+ private:
+  [[noreturn]] void spent(const char* what);
+
+  static inline thread_local RenderBudget* current_ = nullptr;
+  RenderBudget* previous_;
+  int64_t steps_, bytes_, steps_left_, bytes_left_;
+};
+
 class Value;
 using Array = std::vector<Value>;
 // Dicts keep insertion order, as Python's do (tojson and iteration depend on it).
@@ -44,6 +73,17 @@ class Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, Array, Object, Namespace, Function };
 
   Value() = default;  // undefined
+  // Copies are counted against the render's budget (RenderBudget): a template that copies a
+  // large string or list in a loop is what exhausts memory.
+  Value(const Value& o) : kind_(o.kind_), tuple_(o.tuple_), int_(o.int_), float_(o.float_), str_(o.str_), ref_(o.ref_) {
+    RenderBudget::bytes(static_cast<int64_t>(sizeof(Value) + str_.size()));
+  }
+  Value& operator=(const Value& o) {
+    if (this != &o) *this = Value(o);
+    return *this;
+  }
+  Value(Value&&) noexcept = default;
+  Value& operator=(Value&&) noexcept = default;
   static Value undefined(std::string name = "") {
     Value v;
     v.str_ = std::move(name);
@@ -54,7 +94,9 @@ class Value {
   Value(int64_t i) : kind_(Kind::Int), int_(i) {}                    // NOLINT
   Value(int i) : kind_(Kind::Int), int_(i) {}                        // NOLINT
   Value(double d) : kind_(Kind::Float), float_(d) {}                 // NOLINT
-  Value(std::string s) : kind_(Kind::String), str_(std::move(s)) {}  // NOLINT
+  Value(std::string s) : kind_(Kind::String), str_(std::move(s)) {   // NOLINT
+    RenderBudget::bytes(static_cast<int64_t>(sizeof(Value) + str_.size()));
+  }
   Value(const char* s) : kind_(Kind::String), str_(s) {}             // NOLINT
   Value(Array a) : kind_(Kind::Array), ref_(std::make_shared<Array>(std::move(a))) {}     // NOLINT
   Value(Object o) : kind_(Kind::Object), ref_(std::make_shared<Object>(std::move(o))) {}  // NOLINT

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/text_match.h"
+#include "core/json_parse.h"
 
 namespace coda {
 namespace {
@@ -53,7 +54,7 @@ std::optional<ParsedToolCall> call_from(const nlohmann::ordered_json& j) {
   if (args == j.end()) args = j.find("parameters");
   nlohmann::ordered_json obj = nlohmann::ordered_json::object();
   if (args != j.end()) {
-    obj = args->is_string() ? nlohmann::ordered_json::parse(args->get<std::string>(), nullptr, false) : *args;
+    obj = args->is_string() ? parse_ordered_json(args->get<std::string>()) : *args;
     if (!obj.is_object()) return std::nullopt;
   }
   return ParsedToolCall{name->get<std::string>(), obj.dump()};
@@ -61,7 +62,7 @@ std::optional<ParsedToolCall> call_from(const nlohmann::ordered_json& j) {
 
 // One JSON value text (object: one call; array: calls) appended to `calls`; false if it is not.
 bool append_calls(std::string_view json, std::vector<ParsedToolCall>& calls) {
-  const auto j = nlohmann::ordered_json::parse(json, nullptr, false);
+  const auto j = parse_ordered_json(json);
   if (j.is_discarded()) return false;
   if (j.is_array()) {
     if (j.empty()) return false;

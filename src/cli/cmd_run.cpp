@@ -6,6 +6,7 @@
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "cli/sampling_flags.h"
+#include "core/json_parse.h"
 #include "engine/generator.h"
 #include "guard/guard.h"
 #include "sampling/output_grammar.h"
@@ -42,7 +43,7 @@ Status set_output_format(RunFlags& f) {
     from = "--json-schema-file";
   }
   if (text.empty()) return Status::Ok();
-  const auto schema = nlohmann::ordered_json::parse(text, nullptr, false);
+  const auto schema = parse_ordered_json(text);
   if (schema.is_discarded()) return Error(from + ": not valid JSON");
   auto g = OutputGrammar::json_schema(schema);
   if (!g) return Error(from + ": " + g.message());

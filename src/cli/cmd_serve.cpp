@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "chat/jinja.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "cli/cache_flags.h"
@@ -76,11 +77,17 @@ int serve(ServeFlags& f) {
       named_parser ? *named_parser : (tmpl ? tool_call_format_of_template(tmpl->source()) : ToolCallFormat::None);
   f.server.defaults.reasoning =
       f.reasoning_parser == "auto" ? (tmpl != nullptr && template_thinks(tmpl->source())) : f.reasoning_parser != "none";
-  if (f.server.defaults.reasoning && tmpl != nullptr) {
-    // Does the generation prompt open the block itself (DeepSeek-R1's ends with "<think>\n")?
+  if (tmpl != nullptr) {
+    // A template that cannot render one short turn within its limits loops or is hostile (it came
+    // with the GGUF file): every chat request would fail, so say so now. A probe that the
+    // template refuses for other reasons (it wants a system turn first) is no verdict.
     ChatOptions probe;
     auto p = tmpl->apply(nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}}), probe);
-    if (p) {
+    if (!p && p.message().find(jinja::kOverBudget) != std::string::npos)
+      return fail("the chat template fails on a one-message conversation: " + p.message() +
+                  ". Start with --chat-template FILE, or a built-in name (llama3, chatml, mistral).");
+    // Does the generation prompt open the block itself (DeepSeek-R1's ends with "<think>\n")?
+    if (p && f.server.defaults.reasoning) {
       std::string_view t = *p;
       while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
       f.server.defaults.reasoning_opened = t.size() >= 7 && t.substr(t.size() - 7) == "<think>";

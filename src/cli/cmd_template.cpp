@@ -5,6 +5,7 @@
 
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "core/json_parse.h"
 #include "gguf/gguf.h"
 #include "tokenizer/vocab.h"
 
@@ -35,7 +36,7 @@ Expected<std::string> read_text(const std::string& path) {
 Expected<nlohmann::ordered_json> read_json(const std::string& path) {
   auto text = read_text(path);
   if (!text) return text.error();
-  auto j = nlohmann::ordered_json::parse(*text, nullptr, false);
+  auto j = parse_ordered_json(*text);
   if (j.is_discarded()) return Error(path + ": not valid JSON");
   return j;
 }
@@ -86,7 +87,7 @@ int run_template(const TemplateFlags& f) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       return fail("--var " + kv + ": expected NAME=JSON, e.g. enable_thinking=false");
-    auto value = nlohmann::ordered_json::parse(kv.substr(eq + 1), nullptr, false);
+    auto value = parse_ordered_json(kv.substr(eq + 1));
     if (value.is_discarded()) value = kv.substr(eq + 1);  // a bare word is a string
     opts.extra[kv.substr(0, eq)] = value;
   }

@@ -1,12 +1,13 @@
 #include "lab/analyze.h"
 
-#include "lab/svg.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "core/json_parse.h"
+#include "lab/svg.h"
 
 namespace coda {
 
@@ -42,7 +43,7 @@ Expected<std::vector<TraceStep>> read_trace(const std::string& path) {
   while (std::getline(in, line)) {
     ++n;
     if (line.empty()) continue;
-    auto j = nlohmann::ordered_json::parse(line, nullptr, false);
+    auto j = parse_ordered_json(line);
     if (j.is_discarded() || !j.is_object()) return Error(path + ":" + std::to_string(n) + ": not a JSON object");
     lines.push_back(std::move(j));
   }

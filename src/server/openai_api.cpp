@@ -4,6 +4,7 @@
 #include <random>
 
 #include "chat/reasoning.h"
+#include "core/json_parse.h"
 #include "sampling/output_grammar.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -109,7 +110,7 @@ std::optional<ApiError> read_structured_output(Reader& rd, SamplingParams& s) {
   };
   auto schema_of = [&](const std::string& field, const nlohmann::ordered_json& v) -> std::optional<ApiError> {
     if (v.is_string()) {  // vLLM accepts the schema as JSON text too
-      auto parsed = nlohmann::ordered_json::parse(v.get<std::string>(), nullptr, false);
+      auto parsed = parse_ordered_json(v.get<std::string>());
       if (parsed.is_discarded()) return bad(field, field + ": the string is not valid JSON");
       return set(field, OutputGrammar::json_schema(parsed));
     }
@@ -271,7 +272,7 @@ std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
 }  // namespace
 
 std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d) {
-  auto j = nlohmann::ordered_json::parse(body, nullptr, false);
+  auto j = parse_ordered_json(body);
   if (j.is_discarded()) return bad("", "The request body is not valid JSON.");
   if (!j.is_object()) return bad("", "The request body must be a JSON object.");
   ApiRequest r;
@@ -744,7 +745,7 @@ ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g, const std
   if (r.tool_choice.empty() || g.finish_reason != "stop") return p;
   // A forced call: "tool_calls" for a required one, "stop" for a named one (OpenAI's values).
   if (!r.tool_named) p.finish_reason = "tool_calls";
-  const auto doc = nlohmann::ordered_json::parse(g.text, nullptr, false);
+  const auto doc = parse_ordered_json(g.text);
   if (doc.is_discarded()) return p;
   if (r.tool_named) {
     call(r.tool_choice, doc.dump());

@@ -5,6 +5,7 @@
 
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
+#include "core/json_parse.h"
 #include "core/malloc_tuning.h"
 #include "core/version.h"
 #include "server/http_api.h"
@@ -267,7 +268,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
 // not refused: knowing by how much is the point.
 void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
   if (auto e = check_request_limits(req.body, opts_.limits)) return send_error(res, *e);
-  auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  auto body = parse_ordered_json(req.body);
   auto bad = [&](const std::string& param, const std::string& message) {
     ApiError e;
     e.param = param;
@@ -317,7 +318,7 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
 // Token ids back to text ({"tokens": [...]}), answered as vLLM's "prompt" and llama.cpp's "content".
 void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
   if (auto e = check_request_limits(req.body, opts_.limits)) return send_error(res, *e);
-  const auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  const auto body = parse_ordered_json(req.body);
   ApiError e;
   e.param = "tokens";
   if (body.is_discarded() || !body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {

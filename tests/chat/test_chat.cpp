@@ -2,6 +2,9 @@
 // Renderings of real templates are compared with Jinja2 in test_templates.py.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "chat/chat_template.h"
 #include "chat/jinja.h"
 
@@ -10,10 +13,10 @@ namespace {
 
 using nlohmann::ordered_json;
 
-std::string render(const std::string& src, const jinja::Object& vars = {}) {
+std::string render(const std::string& src, const jinja::Object& vars = {}, const jinja::RenderLimits& limits = {}) {
   auto t = jinja::Template::parse(src);
   if (!t) return "PARSE: " + t.message();
-  auto r = t->render(vars);
+  auto r = t->render(vars, limits);
   return r ? *r : "RENDER: " + r.message();
 }
 
@@ -55,6 +58,95 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
       std::string::npos);
   EXPECT_NE(render("{{ [1][::0] }}").find("step cannot be zero"), std::string::npos);
   EXPECT_NE(render(std::string(1, '\0') + "{{ }}").find("expected an expression"), std::string::npos);
+}
+
+bool over_budget(const std::string& result) {
+  return result.find("did more work than any chat template needs") != std::string::npos;
+}
+
+// Templates that would hold a server thread for hours or take all its memory (one comes with any
+// GGUF file) end with an error once the render's budget is spent. Small limits keep the test
+// fast; each case reaches a different place that spends (statements, container elements visited
+// by printing, comparing and searching, values copied and made).
+TEST(Jinja, TemplatesThatNeverEndStopAtTheirBudget) {
+  const jinja::RenderLimits small{1 << 20, 32 << 20};
+  const char* cases[] = {
+      // 10^12 iterations of a nested loop
+      "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+      // a string doubled 40 times, and a list
+      "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+      "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+      // a list that holds itself twice at 60 levels: 2^60 elements to print, compare or search
+      "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set x = [ns.l, ns.l] %}{% set ns.l = x %}"
+      "{% endfor %}{{ ns.l }}",
+      "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set x = [ns.l, ns.l] %}{% set ns.l = x %}"
+      "{% endfor %}{{ ns.l | tojson }}",
+      "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set x = [ns.l, ns.l] %}{% set ns.l = x %}"
+      "{% endfor %}{{ ns.l == ns.l }}",
+      "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}",
+      // many copies of one large value, and large values made by filters
+      "{% set s = 'x' * 20000000 %}{{ ([s] * 1000) | length }}",
+      "{{ ('ab' * 10000000) | replace('', 'xxxxxxxxxxxxxxxx') | length }}",
+      "{{ ('\n\n' * 10000000) | replace('\n\n', '\na') | indent(1024) | length }}",
+      "{{ ('x ' * 10000000).split() | length }}",
+      "{% set ns = namespace(l=[]) %}{% for i in range(100) %}{% set ns.l = ns.l + [range(1000000)] %}{% endfor %}",
+      // quadratic searches
+      "{% set l = range(1000000) | list %}{{ (l + l) | unique | length }}",
+      "{% set l = range(1000000) | list %}{% for i in l %}{% if i in l %}{% endif %}{% endfor %}",
+      "{% set l = range(1000000) | list %}{{ l | sort | length }}{{ l | sort | length }}",
+      // 2^40 macro calls within the recursion limit
+      "{% macro f(n) %}{% if n < 40 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}",
+  };
+  for (const char* src : cases)
+    EXPECT_TRUE(over_budget(render(src, {}, small))) << src << "\n" << render(src, {}, small);
+  // The defaults stop them too; the error names the line.
+  const std::string doubled = render(cases[1]);
+  EXPECT_TRUE(over_budget(doubled)) << doubled;
+  EXPECT_EQ(doubled.rfind("RENDER: template error at line 1: ", 0), 0u) << doubled;
+  EXPECT_TRUE(over_budget(render(cases[3])));
+  // The budget is per render: a template that spent it renders again, and others are untouched.
+  EXPECT_EQ(render("{{ 'ok' }}", {}, small), "ok");
+}
+
+// The defaults leave real templates far from the limits: each renders a 4,096-message
+// conversation with 128 tools.
+TEST(Jinja, RealTemplatesRenderLongConversationsWithinTheBudget) {
+  ordered_json messages = ordered_json::array();
+  for (int i = 0; i < 4096; ++i) {
+    std::string content;
+    for (int w = 0; w < 60; ++w) content += "word" + std::to_string(i) + " ";
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", content}});
+  }
+  ordered_json tools = ordered_json::array();
+  for (int i = 0; i < 128; ++i) {
+    ordered_json props = ordered_json::object();
+    for (int p = 0; p < 30; ++p) props["p" + std::to_string(p)] = {{"type", "string"}, {"description", "a field"}};
+    tools.push_back({{"type", "function"},
+                     {"function",
+                      {{"name", "f" + std::to_string(i)},
+                       {"description", "a tool"},
+                       {"parameters", {{"type", "object"}, {"properties", props}}}}}});
+  }
+  jinja::Object vars;
+  vars.set("messages", jinja::Value::from_json(messages));
+  vars.set("tools", jinja::Value::from_json(tools));
+  vars.set("add_generation_prompt", jinja::Value(true));
+  vars.set("bos_token", jinja::Value("<s>"));
+  vars.set("eos_token", jinja::Value("</s>"));
+  // A tenth of the default limits.
+  const jinja::RenderLimits tenth{jinja::RenderLimits{}.steps / 10, jinja::RenderLimits{}.bytes / 10};
+  for (const char* name :
+       {"HuggingFaceTB-SmolLM3-3B", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "Qwen-Qwen2.5-7B-Instruct",
+        "Qwen-Qwen3-0.6B", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "google-gemma-2-2b-it",
+        "ibm-granite-granite-3.3-2B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
+        "mistralai-Mistral-Nemo-Instruct-2407", "microsoft-Phi-3.5-mini-instruct"}) {
+    std::ifstream in(std::string(CODA_TEST_DATA) + "/templates/" + name + ".jinja");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string out = render(ss.str(), vars, tenth);
+    EXPECT_EQ(out.rfind("RENDER", 0), std::string::npos) << name << ": " << out.substr(0, 300);
+    EXPECT_NE(out.find("word4095"), std::string::npos) << name;
+  }
 }
 
 TEST(Jinja, FuzzedSourcesNeverCrash) {
