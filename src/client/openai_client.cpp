@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "client/sse.h"
+#include "core/json_parse.h"
 
 namespace coda::client {
 
@@ -18,20 +19,20 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-const nlohmann::json* member(const nlohmann::json& j, const char* key) {
+const nlohmann::ordered_json* member(const nlohmann::ordered_json& j, const char* key) {
   if (!j.is_object()) return nullptr;
   auto it = j.find(key);
   return it == j.end() || it->is_null() ? nullptr : &*it;
 }
 
-std::string string_at(const nlohmann::json& j, const char* key) {
+std::string string_at(const nlohmann::ordered_json& j, const char* key) {
   const auto* v = member(j, key);
   return v && v->is_string() ? v->get<std::string>() : std::string();
 }
 
 // The error message inside an OpenAI error body ({"error": {"message"}}), vLLM's
 // ({"object": "error", "message"}) or a bare string; empty when the body is none of those.
-std::string error_message(const nlohmann::json& body) {
+std::string error_message(const nlohmann::ordered_json& body) {
   if (const auto* e = member(body, "error")) {
     if (e->is_string()) return e->get<std::string>();
     if (auto m = string_at(*e, "message"); !m.empty()) return m;
@@ -42,7 +43,7 @@ std::string error_message(const nlohmann::json& body) {
 }
 
 // Reads usage, finish_reason, text, logprobs and coda's report from one response or chunk.
-void absorb(const nlohmann::json& j, bool chat, bool streaming, Completion& c, Delta& d) {
+void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, Completion& c, Delta& d) {
   if (const auto* u = member(j, "usage"); u && u->is_object()) {
     if (const auto* p = member(*u, "prompt_tokens"); p && p->is_number_integer()) c.prompt_tokens = p->get<int64_t>();
     if (const auto* p = member(*u, "completion_tokens"); p && p->is_number_integer())
@@ -51,7 +52,7 @@ void absorb(const nlohmann::json& j, bool chat, bool streaming, Completion& c, D
   if (const auto* r = member(j, "coda")) c.coda = *r;
   const auto* choices = member(j, "choices");
   if (!choices || !choices->is_array() || choices->empty()) return;
-  const nlohmann::json& ch = (*choices)[0];
+  const nlohmann::ordered_json& ch = (*choices)[0];
   if (chat) {
     const auto* m = member(ch, streaming ? "delta" : "message");
     if (m) {
@@ -84,9 +85,9 @@ void set_error(Completion& c, ErrorKind kind, std::string message) {
 
 // One JSON object from the server (an event's data or a whole body), or null after recording
 // why not: not JSON (a protocol error) or an error object (the server's own error).
-std::optional<nlohmann::json> read_object(const std::string& text, const std::string& not_json,
-                                          const std::string& reported, Completion& c) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+std::optional<nlohmann::ordered_json> read_object(const std::string& text, const std::string& not_json,
+                                                  const std::string& reported, Completion& c) {
+  nlohmann::ordered_json j = parse_ordered_json(text);
   if (j.is_discarded() || !j.is_object()) {
     set_error(c, ErrorKind::Protocol, not_json + text.substr(0, 200));
     return std::nullopt;
@@ -121,9 +122,9 @@ const char* to_string(ErrorKind k) {
   return "unknown";
 }
 
-std::vector<TokenLogprob> parse_logprobs(const nlohmann::json& lp) {
+std::vector<TokenLogprob> parse_logprobs(const nlohmann::ordered_json& lp) {
   std::vector<TokenLogprob> out;
-  auto number = [](const nlohmann::json* v) { return v && v->is_number() ? v->get<double>() : 0.0; };
+  auto number = [](const nlohmann::ordered_json* v) { return v && v->is_number() ? v->get<double>() : 0.0; };
   if (const auto* content = member(lp, "content"); content && content->is_array()) {  // chat shape
     for (const auto& t : *content) {
       TokenLogprob tl{string_at(t, "token"), number(member(t, "logprob")), {}};
@@ -214,7 +215,7 @@ void configure(httplib::Client& cli, const Endpoint& ep) {
 
 }  // namespace
 
-Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const OnDelta& on_delta,
+Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta,
                                   const std::atomic<bool>* cancel) const {
   Completion c;
   const bool streaming =
@@ -225,7 +226,7 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
   httplib::Request req;
   req.method = "POST";
   req.path = route(chat ? "/v1/chat/completions" : "/v1/completions");
-  req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  req.body = body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   req.set_header("Content-Type", "application/json");
   req.set_header("Accept", streaming ? "text/event-stream" : "application/json");
 
@@ -259,7 +260,7 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
     }
     events.clear();
     if (!sse.feed(std::string_view(data, n), events)) {
-      set_error(c, ErrorKind::Protocol, "an event-stream line is longer than 16 MiB");
+      set_error(c, ErrorKind::Protocol, "an event-stream line or event is longer than 16 MiB");
       return false;
     }
     for (const SseEvent& ev : events) {
@@ -271,7 +272,7 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
       auto obj =
           read_object(ev.data, "malformed event in the stream: ", "the server reported an error mid-stream: ", c);
       if (!obj) return false;
-      const nlohmann::json& j = *obj;
+      const nlohmann::ordered_json& j = *obj;
       Delta d;
       d.chunk = &j;
       d.at_ms = ms_since(t0);
@@ -330,7 +331,7 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
     return c;
   }
   if (c.status < 200 || c.status >= 300) {
-    nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
+    nlohmann::ordered_json j = parse_ordered_json(raw);
     if (!j.is_discarded()) c.error_body = j;
     std::string m = j.is_discarded() ? raw.substr(0, 300) : error_message(j);
     if (m.empty()) m = raw.substr(0, 300);
@@ -347,7 +348,7 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
   }
   auto obj = read_object(raw, "the response is not a JSON object: ", "the server reported an error: ", c);
   if (!obj) return c;
-  const nlohmann::json& j = *obj;
+  const nlohmann::ordered_json& j = *obj;
   Delta d;
   d.chunk = &j;
   absorb(j, chat, false, c, d);
@@ -361,14 +362,14 @@ Completion OpenAIClient::complete(const nlohmann::json& body, bool chat, const O
   return c;
 }
 
-Expected<nlohmann::json> OpenAIClient::get_json(const std::string& path, int* status) const {
+Expected<nlohmann::ordered_json> OpenAIClient::get_json(const std::string& path, int* status) const {
   httplib::Client cli(origin());
   configure(cli, ep_);
   const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
   auto res = cli.Get(p);
   if (!res) return Error("GET " + describe() + p + " failed: " + httplib::to_string(res.error()));
   if (status) *status = res->status;
-  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+  nlohmann::ordered_json j = parse_ordered_json(res->body);
   if (j.is_discarded())
     return Error("GET " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
   if (res->status < 200 || res->status >= 300) {
@@ -378,15 +379,15 @@ Expected<nlohmann::json> OpenAIClient::get_json(const std::string& path, int* st
   return j;
 }
 
-Expected<nlohmann::json> OpenAIClient::post_json(const std::string& path, const std::string& body,
-                                                 int* status) const {
+Expected<nlohmann::ordered_json> OpenAIClient::post_json(const std::string& path, const std::string& body,
+                                                         int* status) const {
   httplib::Client cli(origin());
   configure(cli, ep_);
   const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
   auto res = cli.Post(p, body, "application/json");
   if (!res) return Error("POST " + describe() + p + " failed: " + httplib::to_string(res.error()));
   if (status) *status = res->status;
-  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+  nlohmann::ordered_json j = parse_ordered_json(res->body);
   if (j.is_discarded())
     return Error("POST " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
   return j;
@@ -407,7 +408,7 @@ Expected<std::string> OpenAIClient::get_text(const std::string& path, double tim
   return res->body;
 }
 
-void ask_logprobs(nlohmann::json& body, bool chat, int top) {
+void ask_logprobs(nlohmann::ordered_json& body, bool chat, int top) {
   if (chat) {
     body["logprobs"] = true;
     body["top_logprobs"] = top;

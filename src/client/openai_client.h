@@ -59,14 +59,14 @@ struct Completion {
   int status = 0;              // HTTP status; 0 when no response came
   bool connected = true;       // false: no connection was made (refused, unreachable, or the connect
                                // timed out), so the request never reached the server
-  nlohmann::json error_body;   // the server's error JSON, when it sent one
+  nlohmann::ordered_json error_body;  // the server's error JSON, when it sent one
   std::string text;            // the generated text (concatenated deltas when streaming)
   std::string reasoning;       // chat: the reasoning beside it (reasoning_content), concatenated
   std::string finish_reason;   // empty when none was reported
   int64_t prompt_tokens = -1;  // from usage; -1 when the server did not say
   int64_t completion_tokens = -1;
   std::vector<TokenLogprob> logprobs;
-  nlohmann::json coda;  // coda's report ("coda" field), null when absent
+  nlohmann::ordered_json coda;  // coda's report ("coda" field), null when absent
   double ttft_ms = -1;  // first content chunk (streaming) or the whole answer
   double e2e_ms = 0;
   std::vector<double> chunk_ms;  // arrival of every chunk that carried text
@@ -74,7 +74,7 @@ struct Completion {
 
 // Asks for each token's logprob with `top` alternatives, in the request's own shape: chat
 // `logprobs: true, top_logprobs: N`; completions `logprobs: N`.
-void ask_logprobs(nlohmann::json& body, bool chat, int top);
+void ask_logprobs(nlohmann::ordered_json& body, bool chat, int top);
 
 // What a streaming callback sees for each data event: the parsed delta and the raw chunk.
 struct Delta {
@@ -83,10 +83,10 @@ struct Delta {
   // `reasoning_content` (or `reasoning`, in newer vLLM), with the name the server used.
   std::string reasoning;
   const char* reasoning_key = nullptr;
-  nlohmann::json tool_calls;  // chat: the delta's (or message's) `tool_calls` as sent; null if none
+  nlohmann::ordered_json tool_calls;  // chat: the delta's (or message's) `tool_calls` as sent; null if none
   std::string finish_reason;
   std::vector<TokenLogprob> logprobs;
-  const nlohmann::json* chunk = nullptr;  // the event's JSON as sent
+  const nlohmann::ordered_json* chunk = nullptr;  // the event's JSON as sent
   double at_ms = 0;
 };
 // Returns false to stop: the connection is closed, which cancels the generation upstream.
@@ -100,15 +100,15 @@ class OpenAIClient {
   // POSTs `body` to /v1/chat/completions (chat) or /v1/completions; streams when body["stream"] is
   // true. `on_delta` sees each streamed chunk; `cancel`, when given, is polled as bytes arrive.
   // Thread-safe: each call opens its own connection.
-  Completion complete(const nlohmann::json& body, bool chat, const OnDelta& on_delta = {},
+  Completion complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta = {},
                       const std::atomic<bool>* cancel = nullptr) const;
 
   // GET a JSON document, e.g. "/v1/models" or "/health" (paths under /v1 follow the URL's prefix).
-  Expected<nlohmann::json> get_json(const std::string& path, int* status = nullptr) const;
+  Expected<nlohmann::ordered_json> get_json(const std::string& path, int* status = nullptr) const;
   // POSTs a JSON body (text, sent as it is) to a path of the server, e.g. "/tokenize" (paths under
   // /v1 follow the URL's prefix), and returns the JSON answer whatever its status (an error body
   // included), with the status; an error only when no JSON came back.
-  Expected<nlohmann::json> post_json(const std::string& path, const std::string& body, int* status) const;
+  Expected<nlohmann::ordered_json> post_json(const std::string& path, const std::string& body, int* status) const;
   // The body of a GET as text (e.g. /metrics, from the origin); an error for a non-2xx status.
   // `timeout_s` > 0 caps the wait below the endpoint's read timeout (a side request that must not
   // hold up the caller when the server hangs).
@@ -131,6 +131,6 @@ class OpenAIClient {
 
 // Logprobs of one choice in either shape (chat `content[]`, or legacy `tokens`/`token_logprobs`/
 // `top_logprobs`); empty when absent or malformed.
-std::vector<TokenLogprob> parse_logprobs(const nlohmann::json& choice_logprobs);
+std::vector<TokenLogprob> parse_logprobs(const nlohmann::ordered_json& choice_logprobs);
 
 }  // namespace coda::client

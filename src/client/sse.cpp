@@ -10,7 +10,7 @@ bool SseParser::feed(std::string_view bytes, std::vector<SseEvent>& out) {
     }
     if (c == '\r' || c == '\n') {
       pending_cr_ = c == '\r';
-      line(line_, out);
+      if (!line(line_, out)) return false;
       line_.clear();
       continue;
     }
@@ -20,15 +20,15 @@ bool SseParser::feed(std::string_view bytes, std::vector<SseEvent>& out) {
   return true;
 }
 
-void SseParser::line(std::string_view l, std::vector<SseEvent>& out) {
+bool SseParser::line(std::string_view l, std::vector<SseEvent>& out) {
   if (l.empty()) {  // dispatch
     if (has_data_) out.push_back(SseEvent{event_, data_, id_});
     has_data_ = false;
     data_.clear();
     event_.clear();
-    return;
+    return true;
   }
-  if (l.front() == ':') return;  // a comment
+  if (l.front() == ':') return true;  // a comment
   std::string_view field = l, value;
   if (const size_t colon = l.find(':'); colon != std::string_view::npos) {
     field = l.substr(0, colon);
@@ -36,6 +36,9 @@ void SseParser::line(std::string_view l, std::vector<SseEvent>& out) {
     if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   }
   if (field == "data") {
+    // Data lines join until a blank line: an upstream that never sends one would grow the event
+    // without bound, so the event's data has the line's bound.
+    if (data_.size() + value.size() + 1 > max_line_) return false;
     if (has_data_) data_.push_back('\n');
     data_.append(value);
     has_data_ = true;
@@ -45,6 +48,7 @@ void SseParser::line(std::string_view l, std::vector<SseEvent>& out) {
     if (value.find('\0') == std::string_view::npos) id_.assign(value);
   }
   // `retry` and unknown fields are ignored, as the specification says.
+  return true;
 }
 
 }  // namespace coda::client

@@ -22,16 +22,16 @@ struct SseEvent {
 
 class SseParser {
  public:
-  // `max_line` bounds what one line may hold, so an upstream that never ends a line cannot grow
-  // memory without bound; beyond it feed() reports an error.
+  // `max_line` bounds what one line, and one event's data, may hold, so an upstream that never
+  // ends a line or an event cannot grow memory without bound; beyond it feed() reports an error.
   explicit SseParser(size_t max_line = size_t{16} << 20) : max_line_(max_line) {}
-  // Appends the events completed by `bytes` to `out`; false once a line exceeded max_line.
+  // Appends the events completed by `bytes` to `out`; false once a line or an event exceeded max_line.
   bool feed(std::string_view bytes, std::vector<SseEvent>& out);
   // Bytes held back: a partial line, or an event not yet ended by a blank line.
   bool idle() const { return line_.empty() && data_.empty() && !pending_cr_; }
 
  private:
-  void line(std::string_view l, std::vector<SseEvent>& out);
+  bool line(std::string_view l, std::vector<SseEvent>& out);
 
   size_t max_line_;
   std::string line_;

@@ -38,12 +38,12 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
   lo.model = o.model;
   lo.sampling = o.sampling;
   lo.stream = true;
-  nlohmann::json body = request_body(p, lo, seed);
+  nlohmann::ordered_json body = request_body(p, lo, seed);
   // The tokens themselves (0 alternatives) from coda's engine, whose report has the episodes;
   // the top-k for the guard here from any other server.
   const int top = engine ? 0 : o.top_logprobs;
   const bool asked = engine || top > 0;
-  nlohmann::json with_lp = body;
+  nlohmann::ordered_json with_lp = body;
   if (asked) client::ask_logprobs(with_lp, p.chat(), top);
   client::Completion c = target.send(with_lp, p.chat(), stop);
   if (!c.ok && asked && c.status == 400) c = target.send(body, p.chat(), stop);  // a server that refuses logprobs
@@ -63,7 +63,7 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
       if (e.is_object() && e.value("type", "") != "" && is_coherence_episode(e.value("type", "")))
         r.episodes.emplace_back(e.value("type", ""), e.value("onset", int64_t{0}));
     r.length = c.completion_tokens >= 0 ? c.completion_tokens : static_cast<int64_t>(c.logprobs.size());
-    const auto& sig = c.coda.contains("signals") ? c.coda["signals"] : nlohmann::json();
+    const auto& sig = c.coda.contains("signals") ? c.coda["signals"] : nlohmann::ordered_json();
     if (sig.is_object() && sig.contains("mean_entropy") && sig["mean_entropy"].is_number())
       r.mean_entropy = sig["mean_entropy"].get<double>();
   } else {

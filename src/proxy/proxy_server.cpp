@@ -9,6 +9,7 @@
 #include <string_view>
 #include <thread>
 
+#include "core/json_parse.h"
 #include "core/malloc_tuning.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
@@ -19,7 +20,7 @@ namespace coda::proxy {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -498,7 +499,7 @@ void ProxyServer::routes() {
     }
     // Answers pass through whole, as JSON: a stream there would come back as one late lump.
     if (post) {
-      const json b = json::parse(q.body, nullptr, false);
+      const json b = parse_ordered_json(q.body);
       if (b.is_object() && b.contains("stream") && b["stream"].is_boolean() && b["stream"].get<bool>()) {
         metrics_.add("coda:request_rejected_total", 1, {{"status", "400"}});
         return send_api_error(s, 400,
@@ -525,7 +526,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     send_api_error(res, status, message, status == 429 ? "rate_limit_exceeded" : "invalid_request_error", code, param);
   };
   if (auto e = check_request_limits(req.body, opts_.limits)) return reject(e->status, e->message, e->param);
-  json body = json::parse(req.body, nullptr, false);
+  json body = parse_ordered_json(req.body);
   if (body.is_discarded()) return reject(400, "The request body is not valid JSON.", "");
   if (!body.is_object()) return reject(400, "The request body must be a JSON object.", "");
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())

@@ -88,9 +88,9 @@ class ProxyServer {
   void mark_down(Upstream& u);
   // One session, moved to another upstream while the chosen one refuses the connection and the
   // client has seen nothing. `used`: the upstream that gave the result.
-  SessionResult run_balanced(const nlohmann::json& body, const ClientView& view, const SessionOptions& so,
+  SessionResult run_balanced(const nlohmann::ordered_json& body, const ClientView& view, const SessionOptions& so,
                              const Emit& emit, Upstream*& used);
-  uint64_t affinity_key(const nlohmann::json& body, bool chat) const;
+  uint64_t affinity_key(const nlohmann::ordered_json& body, bool chat) const;
 
   ProxyOptions opts_;
   std::vector<std::unique_ptr<Upstream>> upstreams_;

@@ -9,17 +9,17 @@ namespace coda::proxy {
 
 namespace {
 
-int64_t max_tokens_of(const nlohmann::json& body) {
+int64_t max_tokens_of(const nlohmann::ordered_json& body) {
   for (const char* k : {"max_tokens", "max_completion_tokens"})
     if (body.contains(k) && body[k].is_number_integer()) return body[k].get<int64_t>();
   return 1 << 30;
 }
 
-double number_or(const nlohmann::json& body, const char* key, double fallback) {
+double number_or(const nlohmann::ordered_json& body, const char* key, double fallback) {
   return body.contains(key) && body[key].is_number() ? body[key].get<double>() : fallback;
 }
 
-std::string content_text(const nlohmann::json& content) {
+std::string content_text(const nlohmann::ordered_json& content) {
   if (content.is_string()) return content.get<std::string>();
   std::string out;
   if (content.is_array())
@@ -32,7 +32,7 @@ std::string content_text(const nlohmann::json& content) {
 }
 
 // The completion prompt as one string, when it is one (a token-id prompt cannot be continued as text).
-const nlohmann::json* prompt_string(const nlohmann::json& body) {
+const nlohmann::ordered_json* prompt_string(const nlohmann::ordered_json& body) {
   if (!body.contains("prompt")) return nullptr;
   const auto& p = body["prompt"];
   if (p.is_string()) return &p;
@@ -43,7 +43,7 @@ const nlohmann::json* prompt_string(const nlohmann::json& body) {
 // Whether the request holds its output to a format (structured output in any engine's spelling).
 // A continuation would start the format over after text already inside it, so such a request is
 // stopped rather than repaired.
-bool has_output_format(const nlohmann::json& body) {
+bool has_output_format(const nlohmann::ordered_json& body) {
   for (const char* k : {"guided_json", "guided_choice", "guided_regex", "guided_grammar", "json_schema", "grammar",
                         "structured_outputs"})
     if (body.contains(k) && !body[k].is_null()) return true;
@@ -55,27 +55,27 @@ bool has_output_format(const nlohmann::json& body) {
   return !(rf.contains("type") && rf["type"] == "text");
 }
 
-bool can_continue(const nlohmann::json& body, bool chat) {
+bool can_continue(const nlohmann::ordered_json& body, bool chat) {
   if (has_output_format(body)) return false;
   if (!chat) return prompt_string(body) != nullptr;
   return body.contains("messages") && body["messages"].is_array() && !body["messages"].empty();
 }
 
-void drop_logprobs(nlohmann::json& b) {
+void drop_logprobs(nlohmann::ordered_json& b) {
   b.erase("logprobs");
   b.erase("top_logprobs");
 }
 
 // The request that continues `accepted` (everything the generation has kept so far).
-nlohmann::json continuation(const nlohmann::json& base, const nlohmann::json& original, bool chat,
-                            const std::string& accepted, int64_t max_tokens) {
-  nlohmann::json b = base;
+nlohmann::ordered_json continuation(const nlohmann::ordered_json& base, const nlohmann::ordered_json& original,
+                                    bool chat, const std::string& accepted, int64_t max_tokens) {
+  nlohmann::ordered_json b = base;
   if (chat) {
-    nlohmann::json messages = original["messages"];
+    nlohmann::ordered_json messages = original["messages"];
     const bool continuing = original.value("continue_final_message", false) && messages.back().is_object() &&
                             messages.back().value("role", "") == "assistant";
     if (continuing)
-      messages.back()["content"] = content_text(messages.back().value("content", nlohmann::json())) + accepted;
+      messages.back()["content"] = content_text(messages.back().value("content", nlohmann::ordered_json())) + accepted;
     else
       messages.push_back({{"role", "assistant"}, {"content", accepted}});
     b["messages"] = std::move(messages);
@@ -91,7 +91,7 @@ nlohmann::json continuation(const nlohmann::json& base, const nlohmann::json& or
 
 }  // namespace
 
-std::string prompt_text_of(const nlohmann::json& body, bool chat) {
+std::string prompt_text_of(const nlohmann::ordered_json& body, bool chat) {
   if (!chat) {
     const auto* p = prompt_string(body);
     return p ? p->get<std::string>() : std::string();
@@ -103,8 +103,8 @@ std::string prompt_text_of(const nlohmann::json& body, bool chat) {
   return out;
 }
 
-SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::json& body, const ClientView& view,
-                          const SessionOptions& opt, const Emit& emit) {
+SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::ordered_json& body,
+                          const ClientView& view, const SessionOptions& opt, const Emit& emit) {
   SessionResult r;
   const bool chat = view.chat;
   const int64_t max_tokens = max_tokens_of(body);
@@ -115,14 +115,14 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   StreamGuard sg(gc, prompt_text_of(body, chat));
 
   // The upstream always streams (to be cancellable) and reports usage; coda's own options stay here.
-  nlohmann::json base = body;
+  nlohmann::ordered_json base = body;
   base.erase("coda");
   base["stream"] = true;
   if (!base.contains("stream_options") || !base["stream_options"].is_object())
-    base["stream_options"] = nlohmann::json::object();
+    base["stream_options"] = nlohmann::ordered_json::object();
   base["stream_options"]["include_usage"] = true;
   const int top = std::max(opt.top_logprobs, view.top_logprobs);
-  nlohmann::json with_lp = base;
+  nlohmann::ordered_json with_lp = base;
   if (opt.top_logprobs > 0) client::ask_logprobs(with_lp, chat, top);
 
   // The guard sees the generation's text in order: reasoning, content and tool-call arguments
@@ -134,7 +134,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     size_t call;
   };
   struct Call {
-    nlohmann::json index;  // as the upstream numbered it
+    nlohmann::ordered_json index;  // as the upstream numbered it
     std::string id, type = "function", name, arguments;
     bool announced = false;  // its id and name went to the client
   };
@@ -147,8 +147,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   // The tool-call delta entry for call `c` carrying `args` (its id, type and name the first time).
   auto call_delta = [&](size_t c, const std::string& args) {
     Call& k = calls[c];
-    nlohmann::json fn{{"arguments", args}};
-    nlohmann::json e{{"index", k.index}};
+    nlohmann::ordered_json fn{{"arguments", args}};
+    nlohmann::ordered_json e{{"index", k.index}};
     if (!k.announced) {
       if (!k.id.empty()) e["id"] = k.id;
       e["type"] = k.type;
@@ -176,13 +176,13 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       } else if (sp.channel == Channel::Reasoning) {
         out.reasoning += part;
       } else {
-        if (out.tool_calls.is_null()) out.tool_calls = nlohmann::json::array();
+        if (out.tool_calls.is_null()) out.tool_calls = nlohmann::ordered_json::array();
         out.tool_calls.push_back(call_delta(sp.call, part));
       }
     }
   };
   // Hands the client what is final: everything (observe, stop, the end) or all but the held units.
-  auto release = [&](bool all, const nlohmann::json& chunk) {
+  auto release = [&](bool all, const nlohmann::ordered_json& chunk) {
     size_t units_to = sg.units(), bytes_to = sg.text_size();
     if (!all && repair) {
       units_to = std::max(released_units, sg.units() > hold ? sg.units() - hold : 0);
@@ -202,7 +202,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     if (all)  // calls with no arguments at all still reach the client
       for (size_t c = 0; c < calls.size(); ++c)
         if (!calls[c].announced) {
-          if (out.tool_calls.is_null()) out.tool_calls = nlohmann::json::array();
+          if (out.tool_calls.is_null()) out.tool_calls = nlohmann::ordered_json::array();
           out.tool_calls.push_back(call_delta(c, ""));
         }
     released_units = std::max(released_units, units_to);
@@ -218,7 +218,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     return true;
   };
 
-  nlohmann::json request = opt.top_logprobs > 0 ? with_lp : base;
+  nlohmann::ordered_json request = opt.top_logprobs > 0 ? with_lp : base;
   bool hot = false;
   int64_t first_prompt_tokens = -1, derived_prompt_tokens = -1;
   size_t units_at_segment_start = 0;
@@ -241,7 +241,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       if (d.tool_calls.is_array())
         for (const auto& tc : d.tool_calls) {
           if (!tc.is_object()) continue;
-          const nlohmann::json index = tc.contains("index") ? tc["index"] : nlohmann::json(calls.size());
+          const nlohmann::ordered_json index =
+              tc.contains("index") ? tc["index"] : nlohmann::ordered_json(calls.size());
           // Found by index in a map: an upstream that streams thousands of calls costs log n each.
           const auto [at, added] = call_at.try_emplace(index.dump(), calls.size());
           const size_t c = at->second;
@@ -345,8 +346,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     // coda's repair starts at `factor` and decays to 1 over the hot stretch; one request has one
     // temperature, so it gets the stretch's mean.
     const double factor = 1.0 + (a.factor - 1.0) / 2.0;
-    nlohmann::json next = continuation(r.logprobs_refused ? base : with_lp, body, chat, sg.text(),
-                                       std::min<int64_t>(remaining, opt.hot_tokens));
+    nlohmann::ordered_json next = continuation(r.logprobs_refused ? base : with_lp, body, chat, sg.text(),
+                                               std::min<int64_t>(remaining, opt.hot_tokens));
     next["temperature"] = std::min(2.0, std::max(t0, static_cast<double>(a.min_temperature)) * factor);
     next["repetition_penalty"] = std::max(number_or(body, "repetition_penalty", 1.0), static_cast<double>(a.penalty));
     hot = true;
@@ -356,7 +357,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   r.ok = true;
   for (const Call& k : calls)
     if (k.announced) {
-      if (r.tool_calls.is_null()) r.tool_calls = nlohmann::json::array();
+      if (r.tool_calls.is_null()) r.tool_calls = nlohmann::ordered_json::array();
       r.tool_calls.push_back(
           {{"id", k.id}, {"type", k.type}, {"function", {{"name", k.name}, {"arguments", k.arguments}}}});
     }

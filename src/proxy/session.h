@@ -46,14 +46,14 @@ struct Released {
   std::string content;
   std::string reasoning;                            // chat: vLLM's reasoning parsers' field
   std::string reasoning_key = "reasoning_content";  // or "reasoning", as the upstream named it
-  nlohmann::json tool_calls;  // chat: delta form [{index, id, type, function: {name, arguments}}]; null if none
+  nlohmann::ordered_json tool_calls;  // chat: delta form [{index, id, type, function: {name, arguments}}]; null if none
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.is_null(); }
 };
 
 // A release for the client and the logprobs of the tokens it completes (when the client asked).
 // Returns false when the client is gone.
 using Emit = std::function<bool(const Released& out, const std::vector<client::TokenLogprob>& logprobs,
-                                const nlohmann::json& upstream_chunk)>;
+                                const nlohmann::ordered_json& upstream_chunk)>;
 
 struct SessionResult {
   bool ok = false;
@@ -63,7 +63,7 @@ struct SessionResult {
   std::string text;       // what the client received as content
   std::string reasoning;  // ... as reasoning (chat), in the field named reasoning_key
   std::string reasoning_key = "reasoning_content";
-  nlohmann::json
+  nlohmann::ordered_json
       tool_calls;  // ... as tool calls (chat), whole: [{id, type, function: {name, arguments}}]; null if none
   std::string finish_reason;
   int64_t prompt_tokens = -1, completion_tokens = -1;
@@ -74,15 +74,15 @@ struct SessionResult {
   bool text_only = false;         // guarded on text pieces, without token signals
   bool logprobs_refused = false;  // the upstream refused logprobs; retried without
   int64_t tokens_saved = 0;       // max_tokens minus what was generated, when the guard stopped
-  nlohmann::json last_chunk;      // the upstream's last chunk (id, model, created, ...)
+  nlohmann::ordered_json last_chunk;  // the upstream's last chunk (id, model, created, ...)
 };
 
 // Runs `body` (the client's request, max_tokens already set) against `upstream`.
-SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::json& body, const ClientView& view,
-                          const SessionOptions& options, const Emit& emit);
+SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::ordered_json& body,
+                          const ClientView& view, const SessionOptions& options, const Emit& emit);
 
 // The prompt text the guard compares languages against: the completion prompt, or the chat's
 // message contents.
-std::string prompt_text_of(const nlohmann::json& body, bool chat);
+std::string prompt_text_of(const nlohmann::ordered_json& body, bool chat);
 
 }  // namespace coda::proxy

@@ -47,6 +47,10 @@ TEST(Sse, SpecificationRules) {
   SseParser small(8);
   std::vector<SseEvent> ev;
   EXPECT_FALSE(small.feed("data: 0123456789\n\n", ev));  // a line beyond the bound is an error
+  // So is an event whose data lines never end in a blank line; events within the bound pass.
+  SseParser events(16);
+  EXPECT_TRUE(events.feed("data: 0123\ndata: 4567\n\ndata: 0123\ndata: 4567\n\n", ev));
+  EXPECT_FALSE(events.feed("data: 0123\ndata: 4567\ndata: 89ab\ndata: cdef\n", ev));
 }
 
 TEST(Logprobs, BothShapes) {

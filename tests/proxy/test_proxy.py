@@ -248,6 +248,19 @@ def scripted_tests(coda, work):
         check(sent.get("stream") is True and sent["stream_options"]["include_usage"] is True and
               sent.get("logprobs") == 20 and sent.get("max_tokens") == 8192 and "coda" not in sent and
               sent.get("repetition_detection", {}).get("max_pattern_size") == 4, f"upstream body: {sent}")
+        # The body goes upstream in the client's key order: vLLM's structured output writes a schema's
+        # properties in the order given, and a chat template renders tools in it.
+        schema = {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"},
+                                                   "mid": {"type": "boolean"}}, "required": ["zeta"]}
+        px.json("POST", "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "[text] hi|"}],
+                                                 "response_format": {"type": "json_schema",
+                                                                     "json_schema": {"name": "p", "schema": schema}},
+                                                 "tools": [{"type": "function", "function": {
+                                                     "name": "f", "parameters": schema}}]})
+        sent = up.json("GET", "/last-bodies")[2][-1]
+        check(list(sent["response_format"]["json_schema"]["schema"]["properties"]) == ["zeta", "alpha", "mid"] and
+              list(sent["tools"][0]["function"]["parameters"]) == ["type", "properties", "required"] and
+              list(sent)[:4] == ["model", "messages", "response_format", "tools"], f"upstream key order: {sent}")
         # Repair, completions and chat: rolled back, continued hot, then normally; no loop reaches the client.
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
                                                           "coda": {"guard": "repair"}})
