@@ -481,11 +481,10 @@ std::shared_ptr<const OutputGrammar> OutputGrammar::json_object() {
 }
 
 Expected<std::shared_ptr<const OutputGrammar>> OutputGrammar::choice(const std::vector<std::string>& texts) {
-  if (texts.empty()) return Error("guided_choice: expected a non-empty array of strings");
-  if (texts.size() > kMaxLiterals)
-    return Error("guided_choice: more than " + std::to_string(kMaxLiterals) + " choices");
+  if (texts.empty()) return Error("expected a non-empty array of strings");
+  if (texts.size() > kMaxLiterals) return Error("more than " + std::to_string(kMaxLiterals) + " choices");
   for (const auto& t : texts)
-    if (t.empty()) return Error("guided_choice: an empty choice cannot be generated");
+    if (t.empty()) return Error("an empty choice cannot be generated");
   static const Json empty = Json::object();
   SchemaCompiler c(empty);
   const uint32_t root = c.literals(texts);
