@@ -152,11 +152,9 @@ json usage_of(const SessionResult& r) {
 
 json report_of(const SessionResult& r) {
   json j = json::parse(dump_json(r.report.to_json()));
-  j["proxy"] = {{"upstream_requests", r.upstream_requests},
-                {"upstream_cancellations", r.upstream_cancellations},
-                {"guarded_on", r.text_only ? "text" : "tokens"},
-                {"logprobs_refused", r.logprobs_refused},
-                {"usage_estimated", r.usage_estimated}};
+  j["proxy"] = {{"upstream_requests", r.upstream_requests}, {"upstream_cancellations", r.upstream_cancellations},
+                {"upstream_overrun", r.upstream_overrun},   {"guarded_on", r.text_only ? "text" : "tokens"},
+                {"logprobs_refused", r.logprobs_refused},   {"usage_estimated", r.usage_estimated}};
   return j;
 }
 
@@ -220,6 +218,8 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstr
   metrics_.set_help("coda:upstream_requests_total", "Requests sent upstream (a repair sends more than one).");
   metrics_.set_help("coda:upstream_cancellations_total",
                     "Upstream generations the proxy cancelled by closing the stream (guard or client).");
+  metrics_.set_help("coda:upstream_overruns_total",
+                    "Generations cut at max_tokens because the upstream wrote past the max_tokens it was sent.");
   metrics_.set_help("coda:upstream_errors_total", "Upstream failures by HTTP status or kind (connection, timeout).");
   metrics_.set_help("coda:guard_text_only_total",
                     "Requests guarded on text alone (the upstream sent no logprobs): no entropy signals.");
@@ -399,6 +399,7 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
   };
   metrics_.add("coda:upstream_requests_total", r.upstream_requests, l);
   if (r.upstream_cancellations) metrics_.add("coda:upstream_cancellations_total", r.upstream_cancellations, l);
+  if (r.upstream_overrun) metrics_.add("coda:upstream_overruns_total", 1, l);
   if (!r.ok) {
     record_failure(r.failure, model, upstream);
     return;

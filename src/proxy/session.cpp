@@ -113,6 +113,9 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   const bool repair = gc.policy == GuardPolicy::Repair;
   const size_t hold = repair ? static_cast<size_t>(std::max(0, gc.stream_delay_tokens)) : 0;
   StreamGuard sg(gc, prompt_text_of(body, chat));
+  // Units past which the upstream has overrun max_tokens: with logprobs a unit is a token; on text
+  // alone it is a word piece, which only approximates one, so the cap is generous there.
+  const auto overrun_limit = [&] { return sg.text_only() ? 4 * max_tokens + 64 : max_tokens; };
 
   // The upstream always streams (to be cancellable) and reports usage; coda's own options stay here.
   nlohmann::ordered_json base = body;
@@ -271,6 +274,14 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         acted = true;
         return false;  // closes the upstream connection: the upstream aborts the generation
       }
+      if (static_cast<int64_t>(sg.units()) > overrun_limit()) {
+        // An upstream that writes past the max_tokens it was sent (a broken server): ended here
+        // as "length", as a server that kept to it would have ended.
+        verdict = StepVerdict{true, "length", std::nullopt};
+        acted = true;
+        r.upstream_overrun = true;
+        return false;
+      }
       return release(false, r.last_chunk);
     };
     ++r.upstream_requests;
@@ -324,6 +335,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       }
     }
     if (verdict.stop || !verdict.repair) {
+      if (r.upstream_overrun) sg.rollback(static_cast<size_t>(overrun_limit()), released_units);
       r.finish_reason = verdict.finish_reason.empty() ? "stop" : verdict.finish_reason;
       r.tokens_saved = std::max<int64_t>(0, max_tokens - static_cast<int64_t>(sg.units()));
       if (!release(true, r.last_chunk)) r.finish_reason = "abort";

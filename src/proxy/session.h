@@ -71,6 +71,7 @@ struct SessionResult {
   GuardReport report;
   int upstream_requests = 0;
   int upstream_cancellations = 0;
+  bool upstream_overrun = false;  // the upstream wrote past max_tokens and was cut there
   bool text_only = false;         // guarded on text pieces, without token signals
   bool logprobs_refused = false;  // the upstream refused logprobs; retried without
   int64_t tokens_saved = 0;       // max_tokens minus what was generated, when the guard stopped

@@ -18,6 +18,7 @@ message on chat):
   [reasoning]  with [think]: the newer field name `reasoning` instead
   [tools]      chat: a short text, then two tool calls streamed as vLLM streams them (id, type and
                name first, the arguments in pieces), finish_reason "tool_calls"
+  [overrun]    a broken server: fresh words to three times max_tokens, as if it were not sent
 
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do.
 GET /stats reports requests, streams open now and streams the client closed (cancellations).
@@ -140,6 +141,8 @@ class Handler(BaseHTTPRequestHandler):
                 while len(toks) < max_tokens:
                     toks += words(LOOP)
                 finish = "length"
+        elif "[overrun]" in user:
+            toks, finish = [f" v{i}" for i in range(3 * max_tokens)], "stop"
         else:
             toks, finish = words(TEXT), "stop"
         # Chat only: each token is (channel, text); a tool call's argument pieces carry the call.
@@ -160,7 +163,7 @@ class Handler(BaseHTTPRequestHandler):
         tag = re.search(r"\[tag:(\w+)\]", user)
         if tag:  # the load test tells streams apart by a word only their own text has
             toks = [" " + tag.group(1)] + toks
-        if len(toks) >= max_tokens:
+        if len(toks) >= max_tokens and "[overrun]" not in user:
             toks, finish = toks[:max_tokens], "length"
         llamacpp = "[llamacpp]" in user
         pace = re.search(r"\[pace:(\d+)\]", user)

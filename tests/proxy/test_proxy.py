@@ -261,6 +261,18 @@ def scripted_tests(coda, work):
         check(list(sent["response_format"]["json_schema"]["schema"]["properties"]) == ["zeta", "alpha", "mid"] and
               list(sent["tools"][0]["function"]["parameters"]) == ["type", "properties", "required"] and
               list(sent)[:4] == ["model", "messages", "response_format", "tools"], f"upstream key order: {sent}")
+        # An upstream that writes past max_tokens is cut there, streamed and whole, and counted.
+        st, events, done = px.stream("/v1/completions", {"prompt": "[overrun] go|", "max_tokens": 30, "stream": True})
+        text = "".join(c.get("text", "") for e in events for c in e.get("choices", []))
+        check(done and finish_of(events) == "length" and text.split() == [f"v{i}" for i in range(30)],
+              f"overrun streamed: {finish_of(events)} {text!r}")
+        st, _, body = px.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "[overrun] go"}],
+                                                               "max_tokens": 12})
+        check(st == 200 and body["choices"][0]["finish_reason"] == "length" and
+              body["choices"][0]["message"]["content"].split() == [f"v{i}" for i in range(12)] and
+              body["coda"]["proxy"]["upstream_overrun"] is True, f"overrun whole: {body}")
+        check(px.metric_sum("coda:upstream_overruns_total") == 2,
+              "coda:upstream_overruns_total counts both")
         # Repair, completions and chat: rolled back, continued hot, then normally; no loop reaches the client.
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
                                                           "coda": {"guard": "repair"}})
