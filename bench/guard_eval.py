@@ -49,13 +49,14 @@ def prompts(n):
     return [("en", p) for p in en[:half]] + [("it", p) for p in it[: n - half]]
 
 
-def reference_loop(tokens):
-    """Earliest onset of a stretch >= max(4p, 64) tokens repeating at period p with >= 90% matches."""
+def reference_loop(tokens, floor=64):
+    """Earliest onset of a stretch >= max(4p, floor) tokens repeating at period p with >= 90% matches
+    (floor 64 is the definition; bench/guard_reference_sensitivity.py varies it)."""
     t = np.asarray(tokens, dtype=np.int64)
     n = len(t)
     best = None
     for p in range(1, 201):
-        w = max(4 * p, 64)
+        w = max(4 * p, floor)
         if w > n:
             break
         m = (t[p:] == t[:-p]).astype(np.int32)  # m[k]: position k + p repeats
