@@ -163,7 +163,8 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--served-model-name", f->server.defaults.model_id, "The model id clients use")
       ->capture_default_str();
   sub->add_option("--max-queue", f->server.max_queue, "Waiting requests before 429")->capture_default_str();
-  sub->add_option("--max-num-seqs", f->server.max_batch, "Sequences generated together (continuous batching)")
+  sub->add_option("--max-num-seqs,--parallel", f->server.max_batch,
+                  "Sequences generated together (continuous batching; --parallel is llama-server's name)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_option("--max-body", f->server.max_body_bytes, "Largest request body in bytes (413 beyond)")
@@ -177,14 +178,19 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::Range(2, 4096));
   add_request_limit_flags(sub, f->server.limits);
   sub->add_option("-t,--threads", f->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
+  sub->add_option("-c,--ctx-size,--max-model-len", f->ctx,
+                  "Context size (default: the model's trained context; --max-model-len is vLLM's name)")
       ->check(CLI::Range(1, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
   sub->add_option("--default-max-tokens", f->default_max_tokens, "max_tokens for requests that omit it")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
-  sub->add_flag("--no-prefix-cache", f->no_prefix_cache,
+  sub->add_flag("--no-prefix-cache,--no-enable-prefix-caching", f->no_prefix_cache,
                 "Do not reuse the KV cache of earlier requests that share a prompt prefix");
+  sub->add_flag("--enable-prefix-caching")
+      ->description("Accepted for vLLM command lines; the prefix cache is on by default");
+  sub->add_flag("--jinja")->description(
+      "Accepted for llama-server command lines; coda always renders the chat template as Jinja");
   sub->add_option("--prefix-cache-tokens", f->prefix_cache_tokens,
                   "Positions the prefix cache may hold, within the KV budget (default: a quarter of it)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));

@@ -364,6 +364,24 @@ def no_prefix_cache_tests(coda):
         check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
 
 
+def other_engines_flag_tests(coda):
+    """vLLM's and llama-server's spellings of serve's flags, so that their command lines run."""
+    s = Server(coda, "--max-model-len", "1024", "--parallel", "2", "--no-enable-prefix-caching", "--jinja")
+    try:
+        st, _, models = s.json("GET", "/v1/models")
+        check(st == 200 and models["data"][0]["max_model_len"] == 1024, f"--max-model-len 1024: {models}")
+        body = {"prompt": "The library opens at nine. " * 8, "max_tokens": 2, "temperature": 0}
+        for _ in range(2):
+            st, _, r = s.json("POST", "/v1/completions", body)
+        check(st == 200 and r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+              f"--no-enable-prefix-caching: nothing is reused: {r.get('usage')}")
+    finally:
+        err = s.stop()
+        check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
+    s = Server(coda, "--enable-prefix-caching")
+    s.stop()
+
+
 def auth_tests(coda):
     s = Server(coda, "--api-key", "sekret")
     try:
@@ -539,6 +557,7 @@ def main():
     check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
     auth_tests(coda)
     no_prefix_cache_tests(coda)
+    other_engines_flag_tests(coda)
     # A random-weight model emits arbitrary tokens (byte pieces, special tokens): still valid JSON/SSE.
     synth = os.path.join(work, f"random-{os.getpid()}.gguf")
     subprocess.run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "-o", synth],
