@@ -28,7 +28,20 @@ struct RunFlags {
   GuardConfig guard_config;
   std::string json_schema, json_schema_file;  // structured output (llama.cpp's -j / -jf)
   bool json_object = false;
+  std::string prompt_file;  // llama.cpp's -f
+  bool prompt_given = false;
 };
+
+// -f FILE: the prompt is the file's bytes, as llama.cpp reads it (a trailing newline included).
+Status read_prompt_file(RunFlags& f) {
+  if (f.prompt_file.empty()) return Status::Ok();
+  if (f.prompt_given) return Error("give the prompt with -p or -f, not both");
+  std::ifstream in(f.prompt_file, std::ios::binary);
+  if (!in) return Error("-f: cannot read '" + f.prompt_file + "'");
+  f.request.prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (f.request.prompt.empty()) return Error("-f: '" + f.prompt_file + "' is empty");
+  return Status::Ok();
+}
 
 // The structured-output flags into the request: at most one of them.
 Status set_output_format(RunFlags& f) {
@@ -79,6 +92,7 @@ nlohmann::ordered_json result_json(const GenerationResult& r, const Vocab& vocab
 
 int run(RunFlags& f) {
   if (Status st = set_output_format(f); !st.ok()) return fail(st.message());  // before loading a model
+  if (Status st = read_prompt_file(f); !st.ok()) return fail(st.message());
   GeneratorOptions opts;
   opts.threads = f.threads;
   opts.n_ctx = f.ctx;
@@ -169,7 +183,10 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   f->request.sampling.temperature = 0.0f;  // greedy unless asked
   CLI::App* sub = app.add_subcommand("run", "Continue a prompt with a model (greedy unless --temp is given)");
   sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
-  sub->add_option("-p,--prompt", f->request.prompt, "Prompt text")->capture_default_str();
+  sub->add_option("-p,--prompt", f->request.prompt, "Prompt text")
+      ->capture_default_str()
+      ->each([f](const std::string&) { f->prompt_given = true; });
+  sub->add_option("-f,--file", f->prompt_file, "Read the prompt from a file");
   sub->add_option("-n,--n-predict", f->n_predict,
                   "Tokens to generate (-1: the default cap of 4096, within the context)")
       ->capture_default_str()

@@ -45,6 +45,14 @@ expect_fail "repetition_penalty" run --repeat-penalty 0
 expect_fail "-n" run -n -3
 expect_fail "The following argument was not expected" run --no-such-flag
 expect_fail "maximum context length is" run -n 100000
+# -f reads the prompt from a file, as llama.cpp's does: the same continuation as -p.
+printf 'In the beginning God' >"$work/prompt.txt"
+f_out=$("$coda" run -f "$work/prompt.txt" -n 16 --temp 0 --ignore-eos 2>/dev/null)
+[[ "$f_out" == "$out" ]] || { echo "FAIL: run -f differs from -p: $f_out"; failures=$((failures + 1)); }
+expect_fail "not both" run -f "$work/prompt.txt" -p "x"
+expect_fail "cannot read" run -f "$work/no-such-prompt.txt"
+: >"$work/empty.txt"
+expect_fail "is empty" run -f "$work/empty.txt"
 expect_fail "unknown shape 'gpt5'" synth --shape gpt5 -o "$work/x.gguf"
 expect_fail "unknown weight type 'Q3_XX'" synth --type Q3_XX -o "$work/x.gguf"
 head -c 3000 "$("$coda" info 2>/dev/null | head -1 | cut -d: -f1)" >"$work/truncated.gguf" 2>/dev/null
