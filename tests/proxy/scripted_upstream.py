@@ -18,7 +18,7 @@ message on chat):
   [reasoning]  with [think]: the newer field name `reasoning` instead
   [tools]      chat: a short text, then two tool calls streamed as vLLM streams them (id, type and
                name first, the arguments in pieces), finish_reason "tool_calls"
-  [overrun]    a broken server: fresh words to three times max_tokens, as if it were not sent
+  [overrun]    a broken server: fresh words to ten times max_tokens plus 100, as if it were not sent
 
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do.
 GET /stats reports requests, streams open now and streams the client closed (cancellations).
@@ -142,7 +142,7 @@ class Handler(BaseHTTPRequestHandler):
                     toks += words(LOOP)
                 finish = "length"
         elif "[overrun]" in user:
-            toks, finish = [f" v{i}" for i in range(3 * max_tokens)], "stop"
+            toks, finish = [f" v{i}" for i in range(10 * max_tokens + 100)], "stop"
         else:
             toks, finish = words(TEXT), "stop"
         # Chat only: each token is (channel, text); a tool call's argument pieces carry the call.

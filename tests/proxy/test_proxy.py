@@ -273,6 +273,13 @@ def scripted_tests(coda, work):
               body["coda"]["proxy"]["upstream_overrun"] is True, f"overrun whole: {body}")
         check(px.metric_sum("coda:upstream_overruns_total") == 2,
               "coda:upstream_overruns_total counts both")
+        # On text alone (this upstream refuses logprobs) word pieces only approximate tokens: cut at
+        # 4 x 10 + 64 pieces, well before the 200 words the upstream would send.
+        st, _, body = px_refuse.json("POST", "/v1/completions", {"prompt": "[overrun] go|", "max_tokens": 10})
+        words_out = body["choices"][0]["text"].split() if st == 200 else []
+        check(st == 200 and body["choices"][0]["finish_reason"] == "length" and 10 < len(words_out) < 200 and
+              body["coda"]["proxy"]["upstream_overrun"] is True and body["coda"]["proxy"]["guarded_on"] == "text",
+              f"overrun on text alone: {st} {len(words_out)} words {body.get('coda', {}).get('proxy')}")
         # Repair, completions and chat: rolled back, continued hot, then normally; no loop reaches the client.
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
                                                           "coda": {"guard": "repair"}})
