@@ -81,6 +81,10 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
                   "Seconds an upstream that refused a connection is passed over (while another is up)")
       ->capture_default_str();
   sub->add_option("--upstream-api-key", f->opts.upstream.api_key, "Sent upstream as 'Authorization: Bearer KEY'");
+  sub->add_option("--upstream-ca-cert", f->opts.upstream.ca_cert,
+                  "https upstreams: PEM file of the certificate authorities to trust (a private CA or a self-signed "
+                  "server)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--host", f->opts.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->opts.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
   sub->add_option("--api-key", f->opts.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");

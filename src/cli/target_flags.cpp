@@ -14,6 +14,10 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
                   "An OpenAI-compatible server (vLLM, llama.cpp, SGLang, coda serve): http://HOST:PORT[/v1]");
   sub->add_option("--model", f.model_name, "The model name sent in requests (--url targets)");
   sub->add_option("--api-key", f.api_key, "Sent as 'Authorization: Bearer KEY' (--url targets)");
+  sub->add_option("--ca-cert", f.ca_cert,
+                  "https --url targets: PEM file of the certificate authorities to trust (a private CA or a "
+                  "self-signed server)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--timeout", f.timeout_s, "Seconds of silence before a request counts as timed out")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -65,6 +69,7 @@ Expected<BuiltTarget> make_target(const TargetFlags& f) {
     client::Endpoint ep;
     ep.url = f.url;
     ep.api_key = f.api_key;
+    ep.ca_cert = f.ca_cert;
     ep.read_timeout_s = f.timeout_s;
     auto c = client::OpenAIClient::create(ep);
     if (!c) return c.error();

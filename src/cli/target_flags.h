@@ -13,7 +13,7 @@
 namespace coda::cli {
 
 struct TargetFlags {
-  std::string url, model_name, api_key, model_file;
+  std::string url, model_name, api_key, model_file, ca_cert;
   double timeout_s = 600;  // longest silence from the server (a hung upstream)
   int threads = 0;
   int64_t ctx = 0;

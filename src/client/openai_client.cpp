@@ -211,6 +211,22 @@ void configure(httplib::Client& cli, const Endpoint& ep) {
   cli.set_write_timeout(static_cast<time_t>(ep.read_timeout_s), usec(ep.read_timeout_s));
   cli.set_keep_alive(false);
   if (!ep.api_key.empty()) cli.set_bearer_token_auth(ep.api_key.c_str());
+  if (!ep.ca_cert.empty()) cli.set_ca_cert_path(ep.ca_cert);
+}
+
+// httplib's name for a failure, with what to do about the TLS ones.
+std::string failure_text(httplib::Error err) {
+  switch (err) {
+    case httplib::Error::SSLServerVerification:
+      return "its TLS certificate did not verify against the trusted certificate authorities (a private CA or a "
+             "self-signed certificate: give the CA's PEM file with --ca-cert, --upstream-ca-cert for coda proxy)";
+    case httplib::Error::SSLLoadingCerts:
+      return "the CA certificates could not be loaded (is the --ca-cert file a PEM certificate?)";
+    case httplib::Error::SSLConnection:
+      return "the TLS handshake failed (does the server speak https on that port?)";
+    default:
+      return httplib::to_string(err);
+  }
 }
 
 }  // namespace
@@ -319,8 +335,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
           set_error(c, ErrorKind::Connection, "the response from " + describe() + " broke off");
         break;
       default:
-        set_error(c, ErrorKind::Connection,
-                  std::string("request to ") + describe() + " failed: " + httplib::to_string(err));
+        set_error(c, ErrorKind::Connection, std::string("request to ") + describe() + " failed: " + failure_text(err));
     }
     // A stream that went silent past the read timeout is a timeout, whatever httplib called it.
     if (stream_body && c.error_kind == ErrorKind::Connection && !c.chunk_ms.empty() &&
@@ -367,7 +382,7 @@ Expected<nlohmann::ordered_json> OpenAIClient::get_json(const std::string& path,
   configure(cli, ep_);
   const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
   auto res = cli.Get(p);
-  if (!res) return Error("GET " + describe() + p + " failed: " + httplib::to_string(res.error()));
+  if (!res) return Error("GET " + describe() + p + " failed: " + failure_text(res.error()));
   if (status) *status = res->status;
   nlohmann::ordered_json j = parse_ordered_json(res->body);
   if (j.is_discarded())
@@ -385,7 +400,7 @@ Expected<nlohmann::ordered_json> OpenAIClient::post_json(const std::string& path
   configure(cli, ep_);
   const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
   auto res = cli.Post(p, body, "application/json");
-  if (!res) return Error("POST " + describe() + p + " failed: " + httplib::to_string(res.error()));
+  if (!res) return Error("POST " + describe() + p + " failed: " + failure_text(res.error()));
   if (status) *status = res->status;
   nlohmann::ordered_json j = parse_ordered_json(res->body);
   if (j.is_discarded())
@@ -403,7 +418,7 @@ Expected<std::string> OpenAIClient::get_text(const std::string& path, double tim
   configure(cli, ep);
   const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
   auto res = cli.Get(p);
-  if (!res) return Error("GET " + describe() + p + " failed: " + httplib::to_string(res.error()));
+  if (!res) return Error("GET " + describe() + p + " failed: " + failure_text(res.error()));
   if (res->status < 200 || res->status >= 300) return Error("GET " + p + ": HTTP " + std::to_string(res->status));
   return res->body;
 }

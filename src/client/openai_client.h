@@ -27,6 +27,9 @@ struct Endpoint {
   std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
   double connect_timeout_s = 10;
   double read_timeout_s = 120;  // the longest silence between two reads (a hung upstream)
+  // https: a PEM file of the certificate authorities to trust instead of the system's, for a
+  // server with a private CA or a self-signed certificate (curl's --cacert).
+  std::string ca_cert;
 };
 
 struct TopLogprob {

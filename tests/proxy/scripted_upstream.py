@@ -20,7 +20,8 @@ message on chat):
                name first, the arguments in pieces), finish_reason "tool_calls"
   [overrun]    a broken server: fresh words to ten times max_tokens plus 100, as if it were not sent
 
-Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do.
+Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do;
+--tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls).
 GET /stats reports requests, streams open now and streams the client closed (cancellations).
 Prints "listening on PORT" when ready.
 """
@@ -268,9 +269,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--refuse-logprobs", action="store_true")
+    ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     a = ap.parse_args()
     Handler.refuse_logprobs = a.refuse_logprobs
     srv = Server(("127.0.0.1", a.port), Handler)
+    if a.tls:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*a.tls)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     print(f"listening on {srv.server_address[1]}", flush=True)
     try:
         srv.serve_forever()

@@ -537,6 +537,41 @@ def replica_tests(coda):
             p.stop()
 
 
+def tls_tests(coda, work):
+    """An https upstream with a self-signed certificate, through the shared client: coda proxy and
+    coda bench refuse it with a message that names the flag, and trust it with that flag."""
+    tls = os.path.join(HERE, "..", "data", "tls")
+    cert, key = os.path.join(tls, "cert.pem"), os.path.join(tls, "key.pem")
+    up = scripted("--tls", cert, key)
+    url = f"https://127.0.0.1:{up.port}"  # self-signed: in no trust store, so only the flag trusts it
+    plain = Proc([coda, "proxy", "--upstream", url, "--port", "0"])
+    trusting = Proc([coda, "proxy", "--upstream", url, "--port", "0", "--upstream-ca-cert", cert])
+    try:
+        req = {"prompt": "[text] hi|", "max_tokens": 20}
+        st, _, body = plain.json("POST", "/v1/completions", req)
+        check(st == 502 and "--upstream-ca-cert" in body.get("error", {}).get("message", ""),
+              f"https upstream with an untrusted certificate: {st} {body}")
+        st, _, body = trusting.json("POST", "/v1/completions", req)
+        check(st == 200 and body["choices"][0]["text"] == " It is a fine day, and the work is done.",
+              f"https upstream with --upstream-ca-cert: {st} {body}")
+        st, events, done = trusting.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "[text] hi"}],
+                                                                    "max_tokens": 20, "stream": True})
+        check(st == 200 and done and stream_text(events, True).startswith(" It is a fine day"),
+              f"https upstream streamed: {st} {done}")
+        out = os.path.join(work, "tls-bench")
+        r = subprocess.run([coda, "bench", "--url", url, "--requests", "3", "-n", "16", "-o", out],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode != 0 and "--ca-cert" in r.stderr, f"bench, untrusted https: {r.returncode} {r.stderr[-300:]}")
+        r = subprocess.run([coda, "bench", "--url", url, "--ca-cert", cert, "--requests", "3", "-n", "16", "-o", out],
+                           capture_output=True, text=True, timeout=120)
+        summary = json.load(open(os.path.join(out, "summary.json"))) if r.returncode == 0 else {}
+        check(r.returncode == 0 and summary.get("requests") == 3 and summary.get("errors", 0) == 0,
+              f"bench --ca-cert: {r.returncode} {r.stderr[-300:]} {summary.get('requests')}")
+    finally:
+        for p in (plain, trusting, up):
+            p.stop()
+
+
 def main():
     coda, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -561,6 +596,7 @@ def main():
             p.stop()
     scripted_tests(coda, work)
     replica_tests(coda)
+    tls_tests(coda, work)
     if ts.failures:
         print(f"{len(ts.failures)} failure(s)")
         sys.exit(1)
