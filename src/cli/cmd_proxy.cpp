@@ -47,7 +47,8 @@ int run_proxy(ProxyFlags& f) {
                "logprobs asked upstream\n",
                listed.c_str(), f.guard.c_str(), static_cast<long long>(f.opts.default_max_tokens),
                f.opts.max_connections, f.opts.top_logprobs);
-  std::printf("coda proxy: listening on http://%s:%d\n", f.opts.host.c_str(), *port);
+  std::printf("coda proxy: listening on %s://%s:%d\n", f.opts.tls.enabled() ? "https" : "http", f.opts.host.c_str(),
+              *port);
   std::fflush(stdout);
   g_proxy = server->get();
   std::signal(SIGINT, [](int) {
@@ -88,6 +89,11 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--host", f->opts.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->opts.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
   sub->add_option("--api-key", f->opts.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  sub->add_option("--ssl-certfile,--ssl-cert-file", f->opts.tls.cert,
+                  "Serve https with this PEM certificate (chain); with --ssl-keyfile")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--ssl-keyfile,--ssl-key-file", f->opts.tls.key, "The PEM private key of --ssl-certfile")
+      ->check(CLI::ExistingFile);
   sub->add_option(
          "--guard", f->guard,
          "Guard policy: observe, stop or repair, optionally for some detectors (stop:loop,flooding; docs/guard.md)")

@@ -137,7 +137,8 @@ int serve(ServeFlags& f) {
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
-  std::printf("coda serve: listening on http://%s:%d\n", f.server.host.c_str(), *port);
+  std::printf("coda serve: listening on %s://%s:%d\n", f.server.tls.enabled() ? "https" : "http", f.server.host.c_str(),
+              *port);
   std::fflush(stdout);
   g_server = &server;
   std::signal(SIGINT, [](int) {
@@ -160,6 +161,11 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--host", f->server.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->server.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
   sub->add_option("--api-key", f->server.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  sub->add_option("--ssl-certfile,--ssl-cert-file", f->server.tls.cert,
+                  "Serve https with this PEM certificate (chain); with --ssl-keyfile")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--ssl-keyfile,--ssl-key-file", f->server.tls.key, "The PEM private key of --ssl-certfile")
+      ->check(CLI::ExistingFile);
   sub->add_option("--served-model-name", f->server.defaults.model_id, "The model id clients use")
       ->capture_default_str();
   sub->add_option("--max-queue", f->server.max_queue, "Waiting requests before 429")->capture_default_str();

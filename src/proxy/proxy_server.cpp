@@ -195,9 +195,15 @@ Expected<std::unique_ptr<ProxyServer>> ProxyServer::create(ProxyOptions options)
 ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstream>> upstreams)
     : opts_(std::move(options)), upstreams_(std::move(upstreams)) {
   const int threads = opts_.max_connections + 8;
-  http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_.set_payload_max_length(opts_.max_body_bytes);
-  http_.set_read_timeout(opts_.read_timeout_s, 0);
+  if (auto made = make_http_server(opts_.tls)) {
+    http_ = std::move(*made);
+  } else {  // bind() reports it: a constructor has no error to return
+    tls_error_ = made.message();
+    http_ = std::make_unique<httplib::Server>();
+  }
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(opts_.max_body_bytes);
+  http_->set_read_timeout(opts_.read_timeout_s, 0);
   const std::vector<double> tokens = {16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768};
   const std::vector<double> latency = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   metrics_.define_histogram("coda:request_generation_tokens", tokens, "Tokens the client received per request.");
@@ -364,19 +370,20 @@ ProxyServer::~ProxyServer() {
 }
 
 Expected<int> ProxyServer::bind() {
-  return bind_http(http_, opts_.host, opts_.port);
+  if (!tls_error_.empty()) return Error(tls_error_);
+  return bind_http(*http_, opts_.host, opts_.port);
 }
 
 void ProxyServer::serve() {
-  http_.listen_after_bind();
+  http_->listen_after_bind();
 }
 
 void ProxyServer::shutdown() {
-  http_.stop();
+  http_->stop();
 }
 
 void ProxyServer::stop() {
-  http_.stop();
+  http_->stop();
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [this] { return streams_ == 0; });
 }
@@ -422,14 +429,13 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 }
 
 void ProxyServer::routes() {
-  install_api_handlers(http_,
-                       {opts_.api_key, {"/v1/", "/tokenize", "/detokenize"}, opts_.max_body_bytes,
-                        opts_.read_timeout_s},
-                       [this](int status) {
-                         metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
-                       });
+  install_api_handlers(
+      *http_, {opts_.api_key, {"/v1/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
+      [this](int status) {
+        metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
+      });
   // /health: ok while any upstream answers /v1/models; each upstream's state beside.
-  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     json each = json::array();
     std::string first_error;
     bool any = false;
@@ -450,7 +456,7 @@ void ProxyServer::routes() {
     res.status = any ? 200 : 503;
     res.set_content(dump(body), "application/json");
   });
-  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
   });
   // The routes that are not generations (models, tokenizer, version) go to the least busy upstream,
@@ -479,13 +485,13 @@ void ProxyServer::routes() {
     res.status = status ? status : 200;
     res.set_content(dump(*answer), "application/json");
   };
-  http_.Get("/v1/models", [pass](const httplib::Request&, httplib::Response& s) { pass("/v1/models", nullptr, s); });
+  http_->Get("/v1/models", [pass](const httplib::Request&, httplib::Response& s) { pass("/v1/models", nullptr, s); });
   for (const char* path : {"/tokenize", "/detokenize"})
-    http_.Post(path, [pass, path](const httplib::Request& q, httplib::Response& s) { pass(path, &q.body, s); });
-  http_.Get("/version", [pass](const httplib::Request&, httplib::Response& s) { pass("/version", nullptr, s); });
-  http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });
-  http_.Post("/v1/chat/completions",
-             [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true); });
+    http_->Post(path, [pass, path](const httplib::Request& q, httplib::Response& s) { pass(path, &q.body, s); });
+  http_->Get("/version", [pass](const httplib::Request&, httplib::Response& s) { pass("/version", nullptr, s); });
+  http_->Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });
+  http_->Post("/v1/chat/completions",
+              [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true); });
   // The engine's other /v1 routes (embeddings, rerank, score, ...): clients that share one base URL
   // keep working behind the proxy. They are not watched (the guard watches completions and chat),
   // and pass through as JSON, counted by route.
@@ -516,8 +522,8 @@ void ProxyServer::routes() {
     metrics_.add("coda:passthrough_requests_total", 1, {{"route", known.count(q.path) ? q.path : "other"}});
     pass(q.path, post ? &q.body : nullptr, s);
   };
-  http_.Post(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, true); });
-  http_.Get(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, false); });
+  http_->Post(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, true); });
+  http_->Get(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, false); });
 }
 
 void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {

@@ -24,6 +24,7 @@
 #include "core/status.h"
 #include "guard/guard.h"
 #include "proxy/session.h"
+#include "server/http_listen.h"
 #include "server/metrics.h"
 #include "server/request_limits.h"
 
@@ -36,6 +37,7 @@ struct ProxyOptions {
   bool prefix_affinity = true;          // requests that begin alike go to the same replica (its prefix cache)
   std::string host = "127.0.0.1";
   int port = 8081;  // 0: any free port
+  TlsFiles tls;     // serve https (--ssl-certfile, --ssl-keyfile)
   std::string api_key;
   GuardConfig guard;                  // the operator's policy and thresholds
   bool finish_reason_compat = false;  // repetition/degenerate reported as "stop"
@@ -96,7 +98,8 @@ class ProxyServer {
   std::vector<std::unique_ptr<Upstream>> upstreams_;
   std::atomic<uint64_t> rotation_{0};
   Metrics metrics_{false};
-  httplib::Server http_;
+  std::unique_ptr<httplib::Server> http_;  // https when the options give a certificate
+  std::string tls_error_;                  // a certificate that did not load (bind() reports it)
   std::atomic<int> in_flight_{0};
   std::mutex mu_;
   std::condition_variable idle_;

@@ -8,11 +8,23 @@
 
 #include <httplib.h>
 
+#include <memory>
 #include <string>
 
 #include "core/status.h"
 
 namespace coda {
+
+// Serving https (vLLM's --ssl-certfile / --ssl-keyfile): a PEM certificate chain and its key.
+struct TlsFiles {
+  std::string cert, key;
+  bool enabled() const { return !cert.empty() || !key.empty(); }
+};
+
+// A plain HTTP server, or an https one with `tls`. A certificate or key that does not load is an
+// error that names the files, so that the server refuses to start instead of failing every
+// handshake.
+Expected<std::unique_ptr<httplib::Server>> make_http_server(const TlsFiles& tls);
 
 // Binds `server` to host:port (port 0: any free port) and returns the port.
 Expected<int> bind_http(httplib::Server& server, const std::string& host, int port, int backlog = 1024);

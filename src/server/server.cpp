@@ -45,10 +45,16 @@ Server::Server(Generator& gen, ServerOptions opts)
   started_ = static_cast<int64_t>(std::time(nullptr));
   const int threads =
       opts_.http_threads > 0 ? opts_.http_threads : static_cast<int>(opts_.max_queue + opts_.max_batch) + 8;
-  http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_.set_payload_max_length(opts_.max_body_bytes);
-  http_.set_read_timeout(opts_.read_timeout_s, 0);
-  http_.set_write_timeout(opts_.write_timeout_s, 0);
+  if (auto made = make_http_server(opts_.tls)) {
+    http_ = std::move(*made);
+  } else {  // bind() reports it: a constructor has no error to return
+    tls_error_ = made.message();
+    http_ = std::make_unique<httplib::Server>();
+  }
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(opts_.max_body_bytes);
+  http_->set_read_timeout(opts_.read_timeout_s, 0);
+  http_->set_write_timeout(opts_.write_timeout_s, 0);
   routes();
 }
 
@@ -57,31 +63,32 @@ Server::~Server() {
 }
 
 Expected<int> Server::bind() {
-  return bind_http(http_, opts_.host, opts_.port);
+  if (!tls_error_.empty()) return Error(tls_error_);
+  return bind_http(*http_, opts_.host, opts_.port);
 }
 
 void Server::serve() {
-  http_.listen_after_bind();
+  http_->listen_after_bind();
 }
 
 void Server::stop() {
-  http_.stop();
+  http_->stop();
   scheduler_.reset();
 }
 
 void Server::routes() {
   // API key on /v1/*, /admin/* and the tokenizer routes; /health, /metrics and /version stay open.
   install_api_handlers(
-      http_,
+      *http_,
       {opts_.api_key, {"/v1/", "/admin/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
-  http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
-  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
   });
-  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     nlohmann::ordered_json m{{"id", opts_.defaults.model_id},
                              {"object", "model"},
                              {"created", started_},
@@ -96,24 +103,24 @@ void Server::routes() {
                                  {"waiting", scheduler_->waiting()}}),
                       "application/json");
     };
-    http_.Post("/admin/pause", [this, state](const httplib::Request&, httplib::Response& res) {
+    http_->Post("/admin/pause", [this, state](const httplib::Request&, httplib::Response& res) {
       scheduler_->pause();
       state(res);
     });
-    http_.Post("/admin/resume", [this, state](const httplib::Request&, httplib::Response& res) {
+    http_->Post("/admin/resume", [this, state](const httplib::Request&, httplib::Response& res) {
       scheduler_->resume();
       state(res);
     });
   }
-  http_.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/version", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump_json({{"version", kVersion}}), "application/json");
   });
-  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
-  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
-  http_.Post("/v1/completions",
-             [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
-  http_.Post("/v1/chat/completions",
-             [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, true); });
+  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
+  http_->Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
+  http_->Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, true); });
 }
 
 void Server::completions(const httplib::Request& req, httplib::Response& res, bool chat) {

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "engine/generator.h"
+#include "server/http_listen.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/request_limits.h"
@@ -36,6 +37,7 @@ struct ServerOptions {
   RequestLimits limits;
   bool admin_api = false;  // POST /admin/pause and /admin/resume (behind the API key)
   ServerDefaults defaults;
+  TlsFiles tls;  // serve https (--ssl-certfile, --ssl-keyfile)
 };
 
 class Server {
@@ -61,7 +63,8 @@ class Server {
   ServerOptions opts_;
   Metrics metrics_;
   std::unique_ptr<Scheduler> scheduler_;
-  httplib::Server http_;
+  std::unique_ptr<httplib::Server> http_;  // https when the options give a certificate
+  std::string tls_error_;                  // a certificate that did not load (bind() reports it)
   int64_t started_ = 0;
   std::atomic<uint64_t> next_id_{1};
 };

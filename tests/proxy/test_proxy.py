@@ -567,6 +567,24 @@ def tls_tests(coda, work):
         summary = json.load(open(os.path.join(out, "summary.json"))) if r.returncode == 0 else {}
         check(r.returncode == 0 and summary.get("requests") == 3 and summary.get("errors", 0) == 0,
               f"bench --ca-cert: {r.returncode} {r.stderr[-300:]} {summary.get('requests')}")
+        # The proxy itself on https (vLLM's --ssl-certfile/--ssl-keyfile), in front of the https upstream.
+        secure = Proc([coda, "proxy", "--upstream", url, "--port", "0", "--upstream-ca-cert", cert,
+                       "--ssl-certfile", cert, "--ssl-keyfile", key])
+        try:
+            import ssl
+            ctx = ssl.create_default_context(cafile=cert)
+            c = http.client.HTTPSConnection("127.0.0.1", secure.port, timeout=60, context=ctx)
+            c.request("POST", "/v1/completions", body=json.dumps(req), headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            body = json.loads(r.read())
+            check(r.status == 200 and body["choices"][0]["text"] == " It is a fine day, and the work is done.",
+                  f"https proxy in front of an https upstream: {r.status} {body}")
+        finally:
+            secure.stop()
+        r = subprocess.run([coda, "proxy", "--upstream", url, "--port", "0", "--ssl-certfile", cert, "--ssl-keyfile",
+                            cert], capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and "the key must match the certificate" in r.stderr,
+              f"a key that is not a key stops the proxy at start: {r.returncode} {r.stderr[-200:]}")
     finally:
         for p in (plain, trusting, up):
             p.stop()

@@ -382,6 +382,26 @@ def other_engines_flag_tests(coda):
     s.stop()
 
 
+def tls_serve_tests(coda):
+    """coda serve on https with vLLM's --ssl-certfile/--ssl-keyfile (a self-signed test certificate)."""
+    import ssl
+    tls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tls")
+    cert, key = os.path.join(tls, "cert.pem"), os.path.join(tls, "key.pem")
+    s = Server(coda, "--ssl-certfile", cert, "--ssl-keyfile", key)
+    try:
+        c = http.client.HTTPSConnection("127.0.0.1", s.port, timeout=120,
+                                        context=ssl.create_default_context(cafile=cert))
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "In the beginning God", "max_tokens": 4,
+                                                             "temperature": 0}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        check(r.status == 200 and body["choices"][0]["text"].startswith(" of Israel"), f"https serve: {body}")
+    finally:
+        err = s.stop()
+        check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
+
+
 def auth_tests(coda):
     s = Server(coda, "--api-key", "sekret")
     try:
@@ -558,6 +578,7 @@ def main():
     auth_tests(coda)
     no_prefix_cache_tests(coda)
     other_engines_flag_tests(coda)
+    tls_serve_tests(coda)
     # A random-weight model emits arbitrary tokens (byte pieces, special tokens): still valid JSON/SSE.
     synth = os.path.join(work, f"random-{os.getpid()}.gguf")
     subprocess.run([coda, "synth", "--shape", "tiny-llama3", "--type", "Q8_0", "--layers", "1", "-o", synth],
