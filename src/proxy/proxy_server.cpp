@@ -195,12 +195,7 @@ Expected<std::unique_ptr<ProxyServer>> ProxyServer::create(ProxyOptions options)
 ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstream>> upstreams)
     : opts_(std::move(options)), upstreams_(std::move(upstreams)) {
   const int threads = opts_.max_connections + 8;
-  if (auto made = make_http_server(opts_.tls)) {
-    http_ = std::move(*made);
-  } else {  // bind() reports it: a constructor has no error to return
-    tls_error_ = made.message();
-    http_ = std::make_unique<httplib::Server>();
-  }
+  http_ = make_http_server(opts_.tls, tls_error_);  // bind() reports a certificate that did not load
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(opts_.max_body_bytes);
   http_->set_read_timeout(opts_.read_timeout_s, 0);

@@ -7,15 +7,19 @@
 
 namespace coda {
 
-Expected<std::unique_ptr<httplib::Server>> make_http_server(const TlsFiles& tls) {
+std::unique_ptr<httplib::Server> make_http_server(const TlsFiles& tls, std::string& error) {
   if (!tls.enabled()) return std::make_unique<httplib::Server>();
-  if (tls.cert.empty() || tls.key.empty())
-    return Error("https needs both a certificate (--ssl-certfile) and its key (--ssl-keyfile)");
+  if (tls.cert.empty() || tls.key.empty()) {
+    error = "https needs both a certificate (--ssl-certfile) and its key (--ssl-keyfile)";
+    return std::make_unique<httplib::Server>();
+  }
   auto server = std::make_unique<httplib::SSLServer>(tls.cert.c_str(), tls.key.c_str());
-  if (!server->is_valid())
-    return Error("cannot serve https with certificate '" + tls.cert + "' and key '" + tls.key +
-                 "': each must be a readable PEM file, and the key must match the certificate");
-  return std::unique_ptr<httplib::Server>(std::move(server));
+  if (!server->is_valid()) {
+    error = "cannot serve https with certificate '" + tls.cert + "' and key '" + tls.key +
+            "': each must be a readable PEM file, and the key must match the certificate";
+    return std::make_unique<httplib::Server>();
+  }
+  return server;
 }
 
 Expected<int> bind_http(httplib::Server& server, const std::string& host, int port, int backlog) {

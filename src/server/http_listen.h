@@ -21,10 +21,10 @@ struct TlsFiles {
   bool enabled() const { return !cert.empty() || !key.empty(); }
 };
 
-// A plain HTTP server, or an https one with `tls`. A certificate or key that does not load is an
-// error that names the files, so that the server refuses to start instead of failing every
-// handshake.
-Expected<std::unique_ptr<httplib::Server>> make_http_server(const TlsFiles& tls);
+// A plain HTTP server, or an https one with `tls`. A certificate or key that does not load sets
+// `error` (naming the files) and gives a plain server, so that a constructor can make its server
+// and bind() refuse to start instead of every handshake failing.
+std::unique_ptr<httplib::Server> make_http_server(const TlsFiles& tls, std::string& error);
 
 // Binds `server` to host:port (port 0: any free port) and returns the port.
 Expected<int> bind_http(httplib::Server& server, const std::string& host, int port, int backlog = 1024);

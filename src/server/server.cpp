@@ -45,12 +45,7 @@ Server::Server(Generator& gen, ServerOptions opts)
   started_ = static_cast<int64_t>(std::time(nullptr));
   const int threads =
       opts_.http_threads > 0 ? opts_.http_threads : static_cast<int>(opts_.max_queue + opts_.max_batch) + 8;
-  if (auto made = make_http_server(opts_.tls)) {
-    http_ = std::move(*made);
-  } else {  // bind() reports it: a constructor has no error to return
-    tls_error_ = made.message();
-    http_ = std::make_unique<httplib::Server>();
-  }
+  http_ = make_http_server(opts_.tls, tls_error_);  // bind() reports a certificate that did not load
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(opts_.max_body_bytes);
   http_->set_read_timeout(opts_.read_timeout_s, 0);

@@ -70,14 +70,14 @@ TEST(Logprobs, BothShapes) {
 }
 
 TEST(Client, UrlsAreCheckedUpFront) {
-  EXPECT_FALSE(OpenAIClient::create({"ftp://x", "", 1, 1}).ok());
-  EXPECT_FALSE(OpenAIClient::create({"http://:80", "", 1, 1}).ok());
-  EXPECT_FALSE(OpenAIClient::create({"http://h:99999", "", 1, 1}).ok());
-  EXPECT_FALSE(OpenAIClient::create({"http://h:abc/v1", "", 1, 1}).ok());
-  auto c = OpenAIClient::create({"http://localhost:8000/v1/", "", 1, 1});
+  EXPECT_FALSE(OpenAIClient::create({"ftp://x", "", 1, 1, ""}).ok());
+  EXPECT_FALSE(OpenAIClient::create({"http://:80", "", 1, 1, ""}).ok());
+  EXPECT_FALSE(OpenAIClient::create({"http://h:99999", "", 1, 1, ""}).ok());
+  EXPECT_FALSE(OpenAIClient::create({"http://h:abc/v1", "", 1, 1, ""}).ok());
+  auto c = OpenAIClient::create({"http://localhost:8000/v1/", "", 1, 1, ""});
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->describe(), "http://localhost:8000");
-  EXPECT_EQ(OpenAIClient::create({"http://gw/team/v1", "", 1, 1})->describe(), "http://gw:80/team");
+  EXPECT_EQ(OpenAIClient::create({"http://gw/team/v1", "", 1, 1, ""})->describe(), "http://gw:80/team");
 }
 
 // A scripted OpenAI-compatible server: each path prefix misbehaves in one way.
@@ -180,7 +180,7 @@ class ScriptedServer {
 };
 
 OpenAIClient client_for(const std::string& url, double read_timeout = 30, const std::string& key = "") {
-  return *OpenAIClient::create({url, key, 5, read_timeout});
+  return *OpenAIClient::create({url, key, 5, read_timeout, ""});
 }
 
 const nlohmann::json kStream = {{"prompt", "x"}, {"stream", true}};
