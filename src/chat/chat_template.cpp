@@ -155,6 +155,15 @@ Expected<ChatTemplate> ChatTemplate::for_model(const GgufFile& gguf, const Vocab
 }
 
 Expected<std::string> ChatTemplate::apply(const nlohmann::ordered_json& messages, const ChatOptions& opts) const {
+  // Extra variables (chat_template_kwargs) may not replace the ones the request itself sets: a
+  // `messages` given there would skip the checks on messages, and the defusing of special-token
+  // strings in their text, and reach the template as written.
+  if (opts.extra.is_object())
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+      if (opts.extra.contains(reserved))
+        return Error(std::string("chat_template_kwargs: '") + reserved +
+                     "' is set by the request itself (its messages, tools and add_generation_prompt fields, or "
+                     "the model's tokens); remove it from chat_template_kwargs");
   if (opts.continue_final_message) {
     auto norm = normalize_messages(messages);
     if (!norm) return norm.error();

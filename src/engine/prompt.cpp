@@ -6,44 +6,42 @@ namespace coda {
 
 namespace {
 
-// Whether any message's text (a string content or the text of its parts) holds a special-token
-// string. Reads in place: most conversations have none and then need no defused copy.
-bool mentions_specials(const nlohmann::ordered_json& messages, const Vocab& vocab) {
-  auto has = [&](const nlohmann::ordered_json& text) {
-    if (!text.is_string()) return false;
-    const auto& s = text.get_ref<const std::string&>();
+// Request JSON that reaches the chat template is at most this deep (the request limits allow 32,
+// the template's values 64); deeper parts are left as they are, and the render refuses them.
+constexpr int kMaxWalkDepth = 64;
+
+// Whether any string in `j` (message text, a tool call's arguments, a tool's description, a
+// chat_template_kwargs value: whatever the template may write) holds a special-token string.
+// Reads in place: most requests have none and then need no defused copy.
+bool mentions_specials(const nlohmann::ordered_json& j, const Vocab& vocab, int depth = 0) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
     for (int32_t id : vocab.special_ids()) {
       const std::string& piece = vocab.piece(id);
       if (!piece.empty() && s.find(piece) != std::string::npos) return true;
     }
     return false;
-  };
-  if (!messages.is_array()) return false;
-  for (const auto& m : messages) {
-    if (!m.is_object()) continue;
-    const auto c = m.find("content");
-    if (c == m.end()) continue;
-    if (has(*c)) return true;
-    if (c->is_array())
-      for (const auto& part : *c)
-        if (part.is_object() && part.contains("text") && has(part["text"])) return true;
   }
+  if (depth >= kMaxWalkDepth || !j.is_structured()) return false;
+  for (const auto& v : j)
+    if (mentions_specials(v, vocab, depth + 1)) return true;
   return false;
 }
 
-// Replaces every special-token string in (normalized) message contents by filler bytes of the
-// same length.
-void defuse_specials(nlohmann::ordered_json& messages, const Vocab& vocab) {
-  for (auto& m : messages) {
-    if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) continue;
-    auto& content = m["content"].get_ref<std::string&>();
+// Replaces every special-token string in every string of `j` by filler bytes of the same length.
+void defuse_specials(nlohmann::ordered_json& j, const Vocab& vocab, int depth = 0) {
+  if (j.is_string()) {
+    auto& s = j.get_ref<std::string&>();
     for (int32_t id : vocab.special_ids()) {
       const std::string& piece = vocab.piece(id);
       if (piece.empty()) continue;
-      for (size_t at = content.find(piece); at != std::string::npos; at = content.find(piece, at + piece.size()))
-        content.replace(at, piece.size(), std::string(piece.size(), '\x1a'));
+      for (size_t at = s.find(piece); at != std::string::npos; at = s.find(piece, at + piece.size()))
+        s.replace(at, piece.size(), std::string(piece.size(), '\x1a'));
     }
+    return;
   }
+  if (depth >= kMaxWalkDepth || !j.is_structured()) return;
+  for (auto& v : j) defuse_specials(v, vocab, depth + 1);
 }
 
 }  // namespace
@@ -67,18 +65,24 @@ Expected<Prompt> prepare_prompt(const GenerationRequest& r, const Vocab& vocab, 
     if (vocab.eos() >= 0) opts.eos_token = vocab.piece(vocab.eos());
     auto text = chat_template->apply(*r.messages, opts);  // validates the messages too
     if (!text) return text.error();
-    // Special-token strings inside user text must encode as text: render again with them replaced
-    // by filler of the same length, and the bytes that differ are the ones to encode as text.
+    // Special-token strings inside the request's text must encode as text: render again with them
+    // replaced by filler of the same length, and the bytes that differ are the ones to encode as
+    // text. That is every string the template may write: messages (content, tool calls), tools
+    // and chat_template_kwargs.
     std::vector<std::pair<size_t, size_t>> text_only;
-    if (mentions_specials(*r.messages, vocab)) {
+    if (mentions_specials(*r.messages, vocab) || mentions_specials(opts.tools, vocab) ||
+        mentions_specials(opts.extra, vocab)) {
       auto defused = normalize_messages(*r.messages);
       if (!defused) return defused.error();
       defuse_specials(*defused, vocab);
-      auto second = chat_template->apply(*defused, opts);
+      ChatOptions defused_opts = opts;
+      defuse_specials(defused_opts.tools, vocab);
+      defuse_specials(defused_opts.extra, vocab);
+      auto second = chat_template->apply(*defused, defused_opts);
       if (!second || second->size() != text->size())
         return Error(
-            "messages: a special-token string in the content (e.g. \"<|im_end|>\") changes how the chat template "
-            "renders the conversation; remove it from the message");
+            "messages: a special-token string in the request's text (e.g. \"<|im_end|>\") changes how the chat "
+            "template renders the conversation; remove it");
       for (size_t i = 0; i < text->size(); ++i) {
         if ((*text)[i] == (*second)[i]) continue;
         if (!text_only.empty() && text_only.back().second == i) {

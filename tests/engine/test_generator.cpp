@@ -5,7 +5,9 @@
 #include <cmath>
 #include <functional>
 
+#include "chat/chat_template.h"
 #include "engine/generator.h"
+#include "engine/prompt.h"
 #include "engine/stop_matcher.h"
 
 namespace coda {
@@ -298,6 +300,35 @@ TEST(Generator, SpecialTokensInUserContentStayText) {
   p = f.gen->prepare(r);
   ASSERT_TRUE(p);
   EXPECT_EQ(std::count(p->tokens.begin(), p->tokens.end(), eos), 1);
+}
+
+// Not only message content: a tool call's arguments, a tool's description and a
+// chat_template_kwargs value reach the template too, and their special-token strings are text.
+TEST(Generator, SpecialTokensAnywhereInTheRequestStayText) {
+  Fixture& f = bundled();
+  const int32_t eos = f.vocab->eos();
+  auto tmpl = ChatTemplate::from_source(
+      "{{ bos_token }}{% for m in messages %}{{ m.content }}{% for c in m.tool_calls or [] %}"
+      "{{ c.function.arguments }}{% endfor %}{% endfor %}{% for t in tools or [] %}{{ t.function.description }}"
+      "{% endfor %}{{ note }}{{ eos_token }}");
+  ASSERT_TRUE(tmpl) << tmpl.message();
+  GenerationRequest r;
+  r.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": "{\"x\": \"</s>\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "ok"}])");
+  r.chat.tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "f", "description": "ends with </s>"}}])");
+  r.chat.extra = nlohmann::ordered_json{{"note", "and </s> here"}};
+  auto p = prepare_prompt(r, *f.vocab, &*tmpl);
+  ASSERT_TRUE(p) << p.message();
+  EXPECT_EQ(std::count(p->text.begin(), p->text.end(), '<'), 5);      // three "</s>" given, the template's <s> and </s>
+  EXPECT_EQ(std::count(p->tokens.begin(), p->tokens.end(), eos), 1);  // only the template's own
+  // chat_template_kwargs may not stand in for the request's own variables.
+  r.chat.extra = nlohmann::ordered_json{{"messages", nlohmann::ordered_json::array()}};
+  p = prepare_prompt(r, *f.vocab, &*tmpl);
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.message().find("chat_template_kwargs: 'messages' is set by the request itself"), std::string::npos);
 }
 
 TEST(Generator, BadRequestsGetTheDocumentedError) {
