@@ -302,15 +302,15 @@ TEST(Generator, SpecialTokensInUserContentStayText) {
   EXPECT_EQ(std::count(p->tokens.begin(), p->tokens.end(), eos), 1);
 }
 
-// Not only message content: a tool call's arguments, a tool's description and a
-// chat_template_kwargs value reach the template too, and their special-token strings are text.
+// Not only message content: a tool call's arguments, a tool's description and property names and
+// a chat_template_kwargs value reach the template too, and their special-token strings are text.
 TEST(Generator, SpecialTokensAnywhereInTheRequestStayText) {
   Fixture& f = bundled();
   const int32_t eos = f.vocab->eos();
   auto tmpl = ChatTemplate::from_source(
       "{{ bos_token }}{% for m in messages %}{{ m.content }}{% for c in m.tool_calls or [] %}"
       "{{ c.function.arguments }}{% endfor %}{% endfor %}{% for t in tools or [] %}{{ t.function.description }}"
-      "{% endfor %}{{ note }}{{ eos_token }}");
+      "{{ t.function.parameters | tojson }}{% endfor %}{{ note }}{{ eos_token }}");
   ASSERT_TRUE(tmpl) << tmpl.message();
   GenerationRequest r;
   r.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"},
@@ -318,11 +318,13 @@ TEST(Generator, SpecialTokensAnywhereInTheRequestStayText) {
         "function": {"name": "f", "arguments": "{\"x\": \"</s>\"}"}}]},
       {"role": "tool", "tool_call_id": "c1", "content": "ok"}])");
   r.chat.tools = nlohmann::ordered_json::parse(
-      R"([{"type": "function", "function": {"name": "f", "description": "ends with </s>"}}])");
+      R"([{"type": "function", "function": {"name": "f", "description": "ends with </s>", "parameters":
+          {"type": "object", "properties": {"a</s>": {"type": "string"}, "b": {"type": "string"}}}}}])");
   r.chat.extra = nlohmann::ordered_json{{"note", "and </s> here"}};
   auto p = prepare_prompt(r, *f.vocab, &*tmpl);
   ASSERT_TRUE(p) << p.message();
-  EXPECT_EQ(std::count(p->text.begin(), p->text.end(), '<'), 5);      // three "</s>" given, the template's <s> and </s>
+  EXPECT_EQ(std::count(p->text.begin(), p->text.end(), '<'), 6);  // four "</s>" given, the template's <s> and </s>
+  EXPECT_NE(p->text.find(R"("a</s>": {"type": "string"}, "b")"), std::string::npos);  // a key, in its place
   EXPECT_EQ(std::count(p->tokens.begin(), p->tokens.end(), eos), 1);  // only the template's own
   // chat_template_kwargs may not stand in for the request's own variables.
   r.chat.extra = nlohmann::ordered_json{{"messages", nlohmann::ordered_json::array()}};
