@@ -10,24 +10,37 @@ namespace {
 // the template's values 64); deeper parts are left as they are, and the render refuses them.
 constexpr int kMaxWalkDepth = 64;
 
+// Whether `s` holds a special-token string of the vocabulary.
+bool has_special(const std::string& s, const Vocab& vocab) {
+  for (int32_t id : vocab.special_ids()) {
+    const std::string& piece = vocab.piece(id);
+    if (!piece.empty() && s.find(piece) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The filler is '~': printable, so that tojson writes it as one byte (a control byte became
+// "\u001a" there, and the second rendering no longer lined up with the first), and in no special
+// token.
+void defuse_string(std::string& s, const Vocab& vocab) {
+  for (int32_t id : vocab.special_ids()) {
+    const std::string& piece = vocab.piece(id);
+    if (piece.empty()) continue;
+    for (size_t at = s.find(piece); at != std::string::npos; at = s.find(piece, at + piece.size()))
+      s.replace(at, piece.size(), std::string(piece.size(), '~'));
+  }
+}
+
 // Whether any string or object key in `j` (message text, a tool call's arguments, a tool's
 // description or property names, a chat_template_kwargs value: whatever the template may write)
-// holds a special-token string.
-// Reads in place: most requests have none and then need no defused copy.
+// holds a special-token string. Reads in place: most requests have none and then need no defused
+// copy.
 bool mentions_specials(const nlohmann::ordered_json& j, const Vocab& vocab, int depth = 0) {
-  if (j.is_string()) {
-    const auto& s = j.get_ref<const std::string&>();
-    for (int32_t id : vocab.special_ids()) {
-      const std::string& piece = vocab.piece(id);
-      if (!piece.empty() && s.find(piece) != std::string::npos) return true;
-    }
-    return false;
-  }
+  if (j.is_string()) return has_special(j.get_ref<const std::string&>(), vocab);
   if (depth >= kMaxWalkDepth || !j.is_structured()) return false;
   if (j.is_object()) {  // keys too: a schema's property names reach the prompt through tojson
     for (const auto& [k, v] : j.items())
-      if (mentions_specials(nlohmann::ordered_json(k), vocab, depth + 1) || mentions_specials(v, vocab, depth + 1))
-        return true;
+      if (has_special(k, vocab) || mentions_specials(v, vocab, depth + 1)) return true;
     return false;
   }
   for (const auto& v : j)
@@ -36,28 +49,17 @@ bool mentions_specials(const nlohmann::ordered_json& j, const Vocab& vocab, int 
 }
 
 // Replaces every special-token string in every string and key of `j` by filler bytes of the same
-// length. The filler is '~': printable, so that tojson writes it as one byte (a control byte
-// became "\u001a" there, and the second rendering no longer lined up with the first), and in no
-// special token.
+// length.
 void defuse_specials(nlohmann::ordered_json& j, const Vocab& vocab, int depth = 0) {
-  if (j.is_string()) {
-    auto& s = j.get_ref<std::string&>();
-    for (int32_t id : vocab.special_ids()) {
-      const std::string& piece = vocab.piece(id);
-      if (piece.empty()) continue;
-      for (size_t at = s.find(piece); at != std::string::npos; at = s.find(piece, at + piece.size()))
-        s.replace(at, piece.size(), std::string(piece.size(), '~'));
-    }
-    return;
-  }
+  if (j.is_string()) return defuse_string(j.get_ref<std::string&>(), vocab);
   if (depth >= kMaxWalkDepth || !j.is_structured()) return;
   if (j.is_object()) {  // rebuilt in order, with the keys defused as well
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
     for (auto& [k, v] : j.items()) {
-      nlohmann::ordered_json key(k);
-      defuse_specials(key, vocab, depth + 1);
+      std::string key = k;
+      defuse_string(key, vocab);
       defuse_specials(v, vocab, depth + 1);
-      out[key.get<std::string>()] = std::move(v);
+      out[key] = std::move(v);
     }
     j = std::move(out);
     return;
