@@ -36,8 +36,8 @@ double tpot_ms(const client::Completion& c) {
 
 }  // namespace
 
-nlohmann::json request_body(const BenchPrompt& p, const LoadOptions& opts, uint64_t request_seed) {
-  nlohmann::json b = nlohmann::json::object();
+nlohmann::ordered_json request_body(const BenchPrompt& p, const LoadOptions& opts, uint64_t request_seed) {
+  nlohmann::ordered_json b = nlohmann::ordered_json::object();
   if (!opts.model.empty()) b["model"] = opts.model;
   if (p.chat())
     b["messages"] = p.messages;
@@ -127,7 +127,7 @@ LoadRun run_load(Target& target, const std::vector<BenchPrompt>& prompts, const 
       rec.max_tokens = opts.max_tokens;
       const uint64_t request_seed = opts.seed * 1000003ULL + static_cast<uint64_t>(set) * 100000007ULL +
                                     static_cast<uint64_t>(i);
-      nlohmann::json body = request_body(p, opts, request_seed);
+      nlohmann::ordered_json body = request_body(p, opts, request_seed);
       const bool chat = p.chat();
       workers.emplace_back([&, rec = std::move(rec), body = std::move(body), chat]() mutable {
         rec.out = target.send(body, chat, &cancel_all);

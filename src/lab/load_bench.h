@@ -64,7 +64,7 @@ LoadRun run_load(Target& target, const std::vector<BenchPrompt>& prompts, const 
                  const std::function<void(const Progress&)>& on_progress, std::atomic<bool>* stop);
 
 // The request body sent for one prompt (completions or chat by the prompt's kind).
-nlohmann::json request_body(const BenchPrompt& p, const LoadOptions& opts, uint64_t request_seed);
+nlohmann::ordered_json request_body(const BenchPrompt& p, const LoadOptions& opts, uint64_t request_seed);
 
 bool is_failure(const RequestRecord& r, const LoadOptions& opts);
 // summary.json: requests, completed, errors, failures, failure_rate, failure_rate_ci95, per set,

@@ -4,7 +4,7 @@
 
 namespace coda::lab {
 
-client::Completion HttpTarget::send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) {
+client::Completion HttpTarget::send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) {
   return client_.complete(body, chat, {}, cancel);
 }
 
@@ -17,7 +17,7 @@ EngineTarget::EngineTarget(Generator& gen, EngineTargetOptions opts) : gen_(gen)
       gen, metrics_, SchedulerOptions{size_t{1} << 30, opts.max_batch, opts.kv_budget_tokens, 64});
 }
 
-client::Completion EngineTarget::send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) {
+client::Completion EngineTarget::send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto since = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };

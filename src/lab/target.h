@@ -22,14 +22,14 @@ class Target {
  public:
   virtual ~Target() = default;
   // Sends one OpenAI request body; never throws. `cancel` (when given) abandons it.
-  virtual client::Completion send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) = 0;
+  virtual client::Completion send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) = 0;
   virtual std::string describe() const = 0;
 };
 
 class HttpTarget : public Target {
  public:
   explicit HttpTarget(client::OpenAIClient client) : client_(std::move(client)) {}
-  client::Completion send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) override;
+  client::Completion send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) override;
   std::string describe() const override { return client_.describe(); }
   const client::OpenAIClient& client() const { return client_; }
 
@@ -47,7 +47,7 @@ struct EngineTargetOptions {
 class EngineTarget : public Target {
  public:
   EngineTarget(Generator& gen, EngineTargetOptions opts);
-  client::Completion send(const nlohmann::json& body, bool chat, const std::atomic<bool>* cancel) override;
+  client::Completion send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) override;
   std::string describe() const override { return "in-process engine"; }
   Metrics& metrics() { return metrics_; }
 
