@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 
 #include "client/sse.h"
@@ -17,6 +18,13 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// "2", "0.5", "1.25": a timeout as a user gave it.
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
 }
 
 const nlohmann::ordered_json* member(const nlohmann::ordered_json& j, const char* key) {
@@ -247,6 +255,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   req.set_header("Accept", streaming ? "text/event-stream" : "application/json");
 
   const auto t0 = Clock::now();
+  auto last_token = t0;      // the last event that carried a generated token
   std::string raw;           // non-streaming body, or an error body
   bool stream_body = false;  // the response is a 200 event stream
   bool done = false;         // `data: [DONE]` seen
@@ -279,6 +288,15 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
       set_error(c, ErrorKind::Protocol, "an event-stream line or event is longer than 16 MiB");
       return false;
     }
+    // Bytes that carry no token do not count as an answer: an upstream that keeps a stream alive
+    // with comments (": ping") or empty chunks and never generates would otherwise hold the request
+    // (and a proxy's connection) forever, since the read timeout only sees silence.
+    if (!done && c.finish_reason.empty() && ms_since(last_token) > ep_.read_timeout_s * 1000) {
+      set_error(c, ErrorKind::Timeout,
+                "the stream from " + describe() + " sent no token for " + seconds_text(ep_.read_timeout_s) +
+                    " s (only keep-alive comments or empty chunks)");
+      return false;
+    }
     for (const SseEvent& ev : events) {
       if (done) break;
       if (ev.data == "[DONE]") {
@@ -296,6 +314,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
       if (!d.text.empty() || !d.reasoning.empty() || !d.tool_calls.is_null()) {  // any generated token
         if (c.ttft_ms < 0) c.ttft_ms = d.at_ms;
         c.chunk_ms.push_back(d.at_ms);
+        last_token = Clock::now();
       }
       if (on_delta && !on_delta(d)) {
         stopped_by_caller = true;
@@ -377,38 +396,8 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   return c;
 }
 
-Expected<nlohmann::ordered_json> OpenAIClient::get_json(const std::string& path, int* status) const {
-  httplib::Client cli(origin());
-  configure(cli, ep_);
-  const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
-  auto res = cli.Get(p);
-  if (!res) return Error("GET " + describe() + p + " failed: " + failure_text(res.error()));
-  if (status) *status = res->status;
-  nlohmann::ordered_json j = parse_ordered_json(res->body);
-  if (j.is_discarded())
-    return Error("GET " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
-  if (res->status < 200 || res->status >= 300) {
-    std::string m = error_message(j);
-    return Error("GET " + p + ": HTTP " + std::to_string(res->status) + (m.empty() ? "" : ": " + m));
-  }
-  return j;
-}
-
-Expected<nlohmann::ordered_json> OpenAIClient::post_json(const std::string& path, const std::string& body,
-                                                         int* status) const {
-  httplib::Client cli(origin());
-  configure(cli, ep_);
-  const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
-  auto res = cli.Post(p, body, "application/json");
-  if (!res) return Error("POST " + describe() + p + " failed: " + failure_text(res.error()));
-  if (status) *status = res->status;
-  nlohmann::ordered_json j = parse_ordered_json(res->body);
-  if (j.is_discarded())
-    return Error("POST " + p + ": HTTP " + std::to_string(res->status) + ", not JSON: " + res->body.substr(0, 200));
-  return j;
-}
-
-Expected<std::string> OpenAIClient::get_text(const std::string& path, double timeout_s) const {
+Expected<OpenAIClient::Answer> OpenAIClient::side_request(const std::string& path, const std::string* body,
+                                                          double timeout_s, int* status) const {
   httplib::Client cli(origin());
   Endpoint ep = ep_;
   if (timeout_s > 0) {
@@ -417,10 +406,79 @@ Expected<std::string> OpenAIClient::get_text(const std::string& path, double tim
   }
   configure(cli, ep);
   const std::string p = path.rfind("/v1/", 0) == 0 ? route(path) : path;
-  auto res = cli.Get(p);
-  if (!res) return Error("GET " + describe() + p + " failed: " + failure_text(res.error()));
-  if (res->status < 200 || res->status >= 300) return Error("GET " + p + ": HTTP " + std::to_string(res->status));
-  return res->body;
+  const std::string what = std::string(body ? "POST " : "GET ") + describe() + p;
+  httplib::Request req;
+  req.method = body ? "POST" : "GET";
+  req.path = p;
+  if (body) {
+    req.body = *body;
+    req.set_header("Content-Type", "application/json");
+  }
+  // The read timeout sees only silence: a server that trickles a byte at a time, or sends without
+  // end, is cut by the whole answer's deadline and size instead of holding the caller (a proxy's
+  // /health, a passed-through route) and growing its memory.
+  const auto t0 = Clock::now();
+  Answer a;
+  std::string cut;  // why the answer was cut short, when it was
+  req.response_handler = [&](const httplib::Response& r) {
+    a.status = r.status;
+    if (status) *status = r.status;  // an answer came, even if it is cut short below
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (a.body.size() + n > kMaxSideAnswerBytes) {
+      cut = "the answer is larger than " + std::to_string(kMaxSideAnswerBytes >> 20) + " MiB";
+      return false;
+    }
+    if (ms_since(t0) > ep.read_timeout_s * 1000) {
+      cut = "the answer took longer than " + seconds_text(ep.read_timeout_s) + " s";
+      return false;
+    }
+    a.body.append(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  if (!cli.send(req, res, err)) {
+    if (!cut.empty()) return Error(what + " failed: " + cut);
+    // httplib reports a read timeout and a dropped connection alike; the clock tells them apart.
+    if (err == httplib::Error::Read && a.status == 0 && ms_since(t0) + 50 >= ep.read_timeout_s * 1000)
+      return Error(what + " failed: no answer within " + seconds_text(ep.read_timeout_s) + " s");
+    return Error(what + " failed: " + failure_text(err));
+  }
+  if (a.status == 0) a.status = res.status;
+  if (status) *status = a.status;
+  return a;
+}
+
+Expected<nlohmann::ordered_json> OpenAIClient::get_json(const std::string& path, int* status, double timeout_s) const {
+  auto a = side_request(path, nullptr, timeout_s, status);
+  if (!a) return a.error();
+  nlohmann::ordered_json j = parse_ordered_json(a->body);
+  if (j.is_discarded())
+    return Error("GET " + path + ": HTTP " + std::to_string(a->status) + ", not JSON: " + a->body.substr(0, 200));
+  if (a->status < 200 || a->status >= 300) {
+    std::string m = error_message(j);
+    return Error("GET " + path + ": HTTP " + std::to_string(a->status) + (m.empty() ? "" : ": " + m));
+  }
+  return j;
+}
+
+Expected<nlohmann::ordered_json> OpenAIClient::post_json(const std::string& path, const std::string& body,
+                                                         int* status) const {
+  auto a = side_request(path, &body, 0, status);
+  if (!a) return a.error();
+  nlohmann::ordered_json j = parse_ordered_json(a->body);
+  if (j.is_discarded())
+    return Error("POST " + path + ": HTTP " + std::to_string(a->status) + ", not JSON: " + a->body.substr(0, 200));
+  return j;
+}
+
+Expected<std::string> OpenAIClient::get_text(const std::string& path, double timeout_s) const {
+  auto a = side_request(path, nullptr, timeout_s, nullptr);
+  if (!a) return a.error();
+  if (a->status < 200 || a->status >= 300) return Error("GET " + path + ": HTTP " + std::to_string(a->status));
+  return std::move(a->body);
 }
 
 void ask_logprobs(nlohmann::ordered_json& body, bool chat, int top) {

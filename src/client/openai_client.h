@@ -106,8 +106,13 @@ class OpenAIClient {
   Completion complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta = {},
                       const std::atomic<bool>* cancel = nullptr) const;
 
+  // The requests below (side requests: models, tokenizer, metrics, passed-through routes) read at
+  // most this much, and their whole answer must arrive within the read timeout (or `timeout_s`).
+  static constexpr size_t kMaxSideAnswerBytes = size_t{256} << 20;
+
   // GET a JSON document, e.g. "/v1/models" or "/health" (paths under /v1 follow the URL's prefix).
-  Expected<nlohmann::ordered_json> get_json(const std::string& path, int* status = nullptr) const;
+  // `timeout_s` > 0 caps the wait below the endpoint's read timeout.
+  Expected<nlohmann::ordered_json> get_json(const std::string& path, int* status = nullptr, double timeout_s = 0) const;
   // POSTs a JSON body (text, sent as it is) to a path of the server, e.g. "/tokenize" (paths under
   // /v1 follow the URL's prefix), and returns the JSON answer whatever its status (an error body
   // included), with the status; an error only when no JSON came back.
@@ -124,6 +129,14 @@ class OpenAIClient {
   OpenAIClient() = default;
   std::string route(const std::string& v1_path) const;  // "/v1/completions" under the prefix
   std::string origin() const;                           // scheme://host:port
+  struct Answer {
+    int status = 0;
+    std::string body;
+  };
+  // One GET (body null) or POST of a side request, bounded in size and in time. `status` (when
+  // given) gets the HTTP status as soon as one arrives, so a caller can tell an upstream that
+  // answered badly from one that could not be reached.
+  Expected<Answer> side_request(const std::string& path, const std::string* body, double timeout_s, int* status) const;
 
   Endpoint ep_;
   bool https_ = false;  // TLS through httplib's OpenSSL build (Debian's libcpp-httplib has it)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <deque>
+#include <future>
 #include <memory>
 #include <set>
 #include <string_view>
@@ -21,6 +22,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
+
+// Seconds /health gives each upstream to answer /v1/models.
+constexpr double kHealthProbeTimeoutS = 5;
 
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -429,14 +433,21 @@ void ProxyServer::routes() {
       [this](int status) {
         metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
       });
-  // /health: ok while any upstream answers /v1/models; each upstream's state beside.
+  // /health: ok while any upstream answers /v1/models; each upstream's state beside. The upstreams
+  // are asked at once and given a few seconds: a load balancer's probe must not wait out the
+  // upstream read timeout (minutes) behind one hung replica.
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     json each = json::array();
     std::string first_error;
     bool any = false;
-    for (const auto& u : upstreams_) {
-      int status = 0;
-      auto models = u->client.get_json("/v1/models", &status);
+    std::vector<std::future<Expected<json>>> probes;
+    for (const auto& u : upstreams_)
+      probes.push_back(std::async(std::launch::async, [&client = u->client] {
+        return client.get_json("/v1/models", nullptr, kHealthProbeTimeoutS);
+      }));
+    for (size_t i = 0; i < upstreams_.size(); ++i) {
+      const auto& u = upstreams_[i];
+      auto models = probes[i].get();
       json e{{"upstream", u->label}, {"status", models ? "ok" : "unavailable"}, {"in_flight", u->in_flight.load()}};
       if (!models) {
         e["error"] = models.message();

@@ -139,6 +139,27 @@ class ScriptedServer {
         return false;
       });
     });
+    // One token, then only keep-alive comments: bytes, but never an answer.
+    srv_.Post("/pinging/v1/completions", [this](const httplib::Request&, httplib::Response& res) {
+      // (At most 1,000 pings, so that a client that never gives up fails the test instead of hanging it.)
+      res.set_chunked_content_provider("text/event-stream", [this, sent = 0](size_t, httplib::DataSink& sink) mutable {
+        if (sent > 1000) return false;
+        const std::string e = sent++ ? std::string(": ping\n\n")
+                                     : std::string(R"(data: {"choices":[{"text":"a","finish_reason":null}]})"
+                                                   "\n\n");
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::milliseconds(10), [this] { return released_; })) return false;
+        return sink.write(e.data(), e.size());
+      });
+    });
+    // A side route that sends a byte every 10 ms without end.
+    srv_.Get("/trickle", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("application/json", [this](size_t, httplib::DataSink& sink) {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::milliseconds(10), [this] { return released_; })) return false;
+        return sink.write(" ", 1);
+      });
+    });
     // Request k gets behaviour k % 4: a good stream, a 500, a cut stream, a hang.
     srv_.Post("/mixed/v1/completions", [this, ok = sse({c1 + "\n\n", c2 + "\n\n", "data: [DONE]\n\n"}),
                                         cut = sse({c1 + "\n\n"}, true)](const httplib::Request& req,
@@ -246,8 +267,20 @@ TEST(Client, EveryFailureIsARecordWithItsKind) {
   auto hang = client_for(s.url("/hang"), 0.5).complete(kStream, false);
   EXPECT_EQ(hang.error_kind, ErrorKind::Timeout) << hang.error;
   EXPECT_EQ(hang.text, "a");
+  // Comments keep the bytes coming but are not tokens: the read timeout counts from the last token.
+  auto pinging = client_for(s.url("/pinging"), 0.5).complete(kStream, false);
+  EXPECT_EQ(pinging.error_kind, ErrorKind::Timeout) << pinging.error;
+  EXPECT_NE(pinging.error.find("keep-alive"), std::string::npos) << pinging.error;
+  EXPECT_EQ(pinging.text, "a");
   // These all reached the server (the proxy retries only requests that did not).
-  for (const auto* c : {&html, &bad, &mid, &cut, &noend, &hang}) EXPECT_TRUE(c->connected) << c->error;
+  for (const auto* c : {&html, &bad, &mid, &cut, &noend, &hang, &pinging}) EXPECT_TRUE(c->connected) << c->error;
+
+  // A side request that trickles is cut at its deadline, whatever the bytes.
+  int status = 0;
+  auto trickle = client_for(s.url(""), 0.5).get_json("/trickle", &status);
+  ASSERT_FALSE(trickle);
+  EXPECT_NE(trickle.message().find("took longer than 0.5 s"), std::string::npos) << trickle.message();
+  EXPECT_EQ(status, 200);  // it did answer: the caller can tell it from a server that is down
 
   auto stopped = client_for(s.url("/ok")).complete(kStream, false, [](const Delta&) { return false; });
   EXPECT_EQ(stopped.error_kind, ErrorKind::Cancelled);

@@ -19,9 +19,13 @@ message on chat):
   [tools]      chat: a short text, then two tool calls streamed as vLLM streams them (id, type and
                name first, the arguments in pieces), finish_reason "tool_calls"
   [overrun]    a broken server: fresh words to ten times max_tokens plus 100, as if it were not sent
+  [ping-mid]   five tokens, then SSE comments (": ping") every 50 ms and never another token
+  [empty-mid]  five tokens, then data events with an empty delta every 50 ms and never a token
 
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do;
---tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls).
+--tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls);
+--hang-models holds GET /v1/models without an answer (a hung replica under a health probe).
+GET /v1/endless sends a JSON body without end; GET /v1/trickle one byte every 50 ms.
 GET /stats reports requests, streams open now and streams the client closed (cancellations).
 Prints "listening on PORT" when ready.
 """
@@ -68,6 +72,7 @@ def top_alternatives(tok, k):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     refuse_logprobs = False
+    hang_models = False
 
     def log_message(self, *a):
         pass
@@ -80,7 +85,34 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(raw)
 
+    def keep_sending(self, piece, interval_s):
+        """Sends `piece` as a chunk every interval until the client leaves (or five minutes pass: longer
+        than any test waits for an answer, so a client that never leaves fails its test)."""
+        end = time.monotonic() + 300
+        try:
+            while time.monotonic() < end and not STOP.is_set():
+                self.chunk(piece)
+                if interval_s:
+                    time.sleep(interval_s)
+        except (BrokenPipeError, ConnectionResetError):
+            with LOCK:
+                STATS["cancelled"] += 1
+        self.close_connection = True
+
     def do_GET(self):
+        if self.path == "/v1/models" and self.hang_models:
+            wait_for_close(self.connection)
+            self.close_connection = True
+            return
+        if self.path in ("/v1/endless", "/v1/trickle"):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.chunk(b'{"data": [')
+            if self.path == "/v1/endless":
+                return self.keep_sending(b"1," * 32768, 0)
+            return self.keep_sending(b" ", 0.05)
         if self.path == "/v1/models":
             return self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
         if self.path == "/stats":
@@ -229,6 +261,11 @@ class Handler(BaseHTTPRequestHandler):
                     self.chunk(b"data: {not json\n\n")
                     self.chunk(b"")
                     return
+                if i == 5 and ("[ping-mid]" in user or "[empty-mid]" in user):
+                    idle = {**base, "choices": [{"index": 0, "finish_reason": None,
+                                                 **({"delta": {}} if chat else {"text": ""})}]}
+                    piece = b": ping\n\n" if "[ping-mid]" in user else b"data: " + json.dumps(idle).encode() + b"\n\n"
+                    return self.keep_sending(piece, 0.05)
                 if "[drop]" in user and i == 3:
                     self.wfile.flush()
                     self.close_connection = True
@@ -270,8 +307,10 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--refuse-logprobs", action="store_true")
     ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
+    ap.add_argument("--hang-models", action="store_true")
     a = ap.parse_args()
     Handler.refuse_logprobs = a.refuse_logprobs
+    Handler.hang_models = a.hang_models
     srv = Server(("127.0.0.1", a.port), Handler)
     if a.tls:
         import ssl

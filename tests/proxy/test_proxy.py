@@ -230,7 +230,9 @@ def scripted_tests(coda, work):
     px_dead = proxy(coda, dead_port)
     px_strict = proxy(coda, up.port, "--finish-reason-compat", "--max-repairs", "0", "--max-connections", "1",
                       "--upstream-timeout", "2")
-    procs = [up, refuse, px, px_refuse, px_dead, px_strict]
+    hang = scripted("--hang-models")
+    px_hang = proxy(coda, hang.port, "--upstream", f"http://127.0.0.1:{up.port}")
+    procs = [up, refuse, px, px_refuse, px_dead, px_strict, hang, px_hang]
     try:
         sockets_before = socket_count(px.proc.pid)
         # Loops in both logprob shapes, stopped on tokens with signals.
@@ -375,6 +377,9 @@ def scripted_tests(coda, work):
             (px_dead, {"prompt": "x"}, 502, "upstream_unreachable"),
             (px, {"prompt": "[hang-first] x"}, 504, "upstream_timeout"),
             (px, {"prompt": "[hang-mid] x"}, 504, "upstream_timeout"),
+            # Kept alive without tokens: comments or empty chunks are not an answer.
+            (px, {"prompt": "[ping-mid] x"}, 504, "upstream_timeout"),
+            (px, {"prompt": "[empty-mid] x"}, 504, "upstream_timeout"),
             (px, {"prompt": "[malformed] x"}, 502, None),
             (px, {"prompt": "[drop] x"}, 502, None),
             (px, {"prompt": "[error500] x"}, 500, None),
@@ -395,6 +400,17 @@ def scripted_tests(coda, work):
         check(px.metric_sum("coda:upstream_errors_total", status="timeout") >= 2, "timeouts counted")
         st, _, body = px_dead.json("GET", "/health")
         check(st == 503 and body["status"] == "unavailable", f"/health of a dead upstream: {st} {body}")
+        # A passed-through answer without end, or trickled a byte at a time, is cut (size, deadline).
+        for path, why in (("/v1/endless", "larger than 256 MiB"), ("/v1/trickle", "took longer than 2 s")):
+            st, _, body = px.json("GET", path)
+            check(st == 502 and why in body["error"]["message"], f"GET {path} through the proxy: {st} {body}")
+        # A replica that hangs on /v1/models: /health answers within its probe's few seconds (the
+        # upstream timeout of px_hang is the default two minutes), naming it, while the other is ok.
+        st, _, body = px_hang.json("GET", "/health")
+        states = {u["upstream"]: u for u in body.get("upstreams", [])}
+        hung = states.get(f"http://127.0.0.1:{hang.port}", {})
+        check(st == 200 and hung.get("status") == "unavailable" and "no answer within 5 s" in hung.get("error", "")
+              and states.get(f"http://127.0.0.1:{up.port}", {}).get("status") == "ok", f"/health with a hung replica: {st} {body}")
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "n": 2})
         check(st == 400 and body["error"]["param"] == "n", "n > 1 refused with a clear error")
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1})
