@@ -18,7 +18,8 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
                   "https --url targets: PEM file of the certificate authorities to trust (a private CA or a "
                   "self-signed server)")
       ->check(CLI::ExistingFile);
-  sub->add_option("--timeout", f.timeout_s, "Seconds of silence before a request counts as timed out")
+  sub->add_option("--timeout", f.timeout_s,
+                  "Seconds without a token (silence, or only keep-alive comments) before a request counts as timed out")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("-m,--model-file", f.model_file,

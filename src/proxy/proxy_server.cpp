@@ -618,12 +618,15 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     double ttft = -1;
     std::vector<client::TokenLogprob> all_lps;
     Upstream* used = nullptr;
+    // Nothing is written to a non-streaming client until the end, so its leaving is watched for:
+    // then the upstream connection closes and the upstream aborts the generation (as for a stream).
+    const ClientWatch watch(req);
     SessionResult r = run_balanced(
         body, view, so,
         [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
           if (ttft < 0) ttft = seconds();
           all_lps.insert(all_lps.end(), lps.begin(), lps.end());
-          return true;
+          return !watch.gone();
         },
         used);
     const std::string m = model_of(model, r.last_chunk);

@@ -1,8 +1,14 @@
 #include "server/http_listen.h"
 
+#include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 
 namespace coda {
@@ -38,6 +44,60 @@ Expected<int> bind_http(httplib::Server& server, const std::string& host, int po
   }
   if (fd->load() >= 0) ::listen(fd->load(), backlog);  // raise the backlog; harmless if it fails
   return bound;
+}
+
+namespace {
+
+// The numeric host and the port of a socket address, as cpp-httplib writes them into a request.
+bool host_and_port(const sockaddr_storage& a, socklen_t len, std::string& host, int& port) {
+  char h[NI_MAXHOST], p[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, h, sizeof h, p, sizeof p,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return false;
+  host = h;
+  port = std::atoi(p);
+  return true;
+}
+
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+}  // namespace
+
+ClientWatch::ClientWatch(const httplib::Request& req) {
+  if (req.remote_port <= 0 || req.local_port <= 0) return;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    struct stat st {};
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t plen = sizeof peer, llen = sizeof local;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &plen) != 0 ||
+        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &llen) != 0)
+      continue;
+    if (port_of(peer) != req.remote_port || port_of(local) != req.local_port) continue;
+    std::string peer_host;
+    int peer_port = 0;
+    if (host_and_port(peer, plen, peer_host, peer_port) && peer_host == req.remote_addr) {
+      fd_ = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+}
+
+bool ClientWatch::gone() const {
+  if (fd_ < 0) return false;
+  pollfd p{fd_, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 }  // namespace coda

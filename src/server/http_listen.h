@@ -29,4 +29,21 @@ std::unique_ptr<httplib::Server> make_http_server(const TlsFiles& tls, std::stri
 // Binds `server` to host:port (port 0: any free port) and returns the port.
 Expected<int> bind_http(httplib::Server& server, const std::string& host, int port, int backlog = 1024);
 
+// The connection of the request a handler is serving, watched for the client leaving. A handler
+// that waits (a non-streaming generation, which writes nothing until the end) would otherwise run
+// a generation nobody reads to its end: clients time out and retry, and each retry adds another
+// (vLLM and llama-server abort such requests too). cpp-httplib 0.11 gives a handler no socket, so
+// the watch finds it among the process's descriptors by the request's addresses, once.
+class ClientWatch {
+ public:
+  explicit ClientWatch(const httplib::Request& req);
+  // True once the client has closed its side or the connection broke (POLLRDHUP: the peer's FIN,
+  // seen before any unread bytes, so a pipelined request or a TLS close_notify does not hide it).
+  // False when the connection could not be found: nothing is cancelled on a guess.
+  bool gone() const;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace coda

@@ -38,6 +38,11 @@ bool Ticket::wait(std::string& text, std::vector<TokenLogprob>& logprobs, bool& 
   return !text.empty() || !logprobs.empty() || done;
 }
 
+bool Ticket::wait_result(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return result_.has_value(); });
+}
+
 const Expected<GuardedResult>& Ticket::result() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return result_.has_value(); });

@@ -42,6 +42,8 @@ class Ticket {
   bool wait(std::string& text, std::vector<TokenLogprob>& logprobs, bool& done, std::chrono::milliseconds timeout);
   // Waits for the end and returns the result.
   const Expected<GuardedResult>& result();
+  // Waits up to `timeout` for the end; true when it has come (then result() does not block).
+  bool wait_result(std::chrono::milliseconds timeout);
 
  private:
   std::mutex mu_;

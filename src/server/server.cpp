@@ -15,6 +15,21 @@ namespace coda {
 
 namespace {
 
+// Waits for every ticket's result. A non-streaming client that leaves meanwhile (it writes
+// nothing until the end, so no failed write would tell) cancels them, as a streaming client's
+// failed write does: the sequences end at the next step with finish_reason "abort".
+std::vector<const Expected<GuardedResult>*> result_unless_client_leaves(
+    const std::vector<std::shared_ptr<Ticket>>& tickets, const ClientWatch& watch) {
+  std::vector<const Expected<GuardedResult>*> out;
+  for (const auto& t : tickets) {
+    while (!t->wait_result(std::chrono::milliseconds(100)))
+      if (!t->cancelled && watch.gone())
+        for (const auto& each : tickets) each->cancelled = true;
+    out.push_back(&t->result());
+  }
+  return out;
+}
+
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(dump_json(e.body()), "application/json");
@@ -132,7 +147,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     return send_error(res, *e);
   }
   ApiRequest r = std::move(std::get<ApiRequest>(parsed));
-  if (!r.choices.empty()) return serve_choices(std::move(r), chat, res);
+  if (!r.choices.empty()) return serve_choices(std::move(r), chat, req, res);
   if (Status s = gen_.check(r.gen); !s.ok()) {
     metrics_.add("coda:request_rejected_total", 1, "status", "400");
     return send_error(res, generation_error(s.message()));
@@ -151,7 +166,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
 
   if (!r.stream) {
-    const Expected<GuardedResult>& out = ticket->result();
+    const Expected<GuardedResult>& out = *result_unless_client_leaves({ticket}, ClientWatch(req))[0];
     if (!out) return send_error(res, generation_error(out.message()));
     res.set_content(dump_json(completion_body(r, *out, id, created, gen_.vocab())), "application/json");
     return;
@@ -345,7 +360,7 @@ void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
 // n > 1 or a batch of prompts (not streamed): every choice is a request of its own to the
 // scheduler, so they run batched like concurrent requests; the body holds them in order, each with
 // its own guard report (`coda` inside the choice), and usage counts each prompt once.
-void Server::serve_choices(ApiRequest r, bool chat, httplib::Response& res) {
+void Server::serve_choices(ApiRequest r, bool chat, const httplib::Request& req, httplib::Response& res) {
   // The choices leave `r` first, so that each part copies only what they share (not every other
   // choice, nor the shared conversation that each choice already holds).
   std::vector<GenerationRequest> gens = std::move(r.choices);
@@ -382,8 +397,9 @@ void Server::serve_choices(ApiRequest r, bool chat, httplib::Response& res) {
   nlohmann::ordered_json body;
   auto choices = nlohmann::ordered_json::array();
   GenerationResult total;
+  const auto results = result_unless_client_leaves(tickets, ClientWatch(req));
   for (size_t i = 0; i < tickets.size(); ++i) {
-    const Expected<GuardedResult>& out = tickets[i]->result();
+    const Expected<GuardedResult>& out = *results[i];
     if (!out) {
       for (auto& t : tickets) t->cancelled = true;
       return send_error(res, generation_error(out.message()));

@@ -57,7 +57,7 @@ class Server {
   // vLLM's and llama.cpp's POST /tokenize and /detokenize.
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
-  void serve_choices(ApiRequest r, bool chat, httplib::Response& res);
+  void serve_choices(ApiRequest r, bool chat, const httplib::Request& req, httplib::Response& res);
 
   Generator& gen_;
   ServerOptions opts_;

@@ -382,6 +382,33 @@ def other_engines_flag_tests(coda):
     s.stop()
 
 
+def non_stream_disconnect_tests(coda):
+    """A non-streaming client that leaves is noticed though nothing is written to it: its generation
+    ends as "abort" instead of running to max_tokens, and so do the choices of an n=2 request (one
+    running, one queued behind it with --max-num-seqs 1). The generations are 16,000 tokens long,
+    so none of them can end on its own while the test closes its socket."""
+    s = Server(coda, "-c", "16384", "--max-num-seqs", "1")
+    try:
+        for n, what in ((1, "one non-streaming request"), (2, "n=2, one choice queued")):
+            aborts = s.metric('coda:request_success_total{finished_reason="abort"}')
+            body = json.dumps({"prompt": "Once upon a time", "max_tokens": 16000, "ignore_eos": True, "n": n,
+                               "coda": {"guard": "observe"}}).encode()
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.wait_for(f"{what}: running", lambda m: m("coda:num_requests_running") == 1 and
+                       m("coda:num_requests_waiting") == n - 1)
+            c.close()
+            s.wait_for(f"{what}: idle after the client left", lambda m: m("coda:num_requests_running") == 0 and
+                       m("coda:num_requests_waiting") == 0)
+            check(s.metric('coda:request_success_total{finished_reason="abort"}') == aborts + n and
+                  s.metric('coda:request_success_total{finished_reason="length"}') == 0,
+                  f"{what}: the client left, the generation was aborted")
+    finally:
+        err = s.stop()
+        check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
+
+
 def tls_serve_tests(coda):
     """coda serve on https with vLLM's --ssl-certfile/--ssl-keyfile (a self-signed test certificate)."""
     import ssl
@@ -578,6 +605,7 @@ def main():
     auth_tests(coda)
     no_prefix_cache_tests(coda)
     other_engines_flag_tests(coda)
+    non_stream_disconnect_tests(coda)
     tls_serve_tests(coda)
     # A random-weight model emits arbitrary tokens (byte pieces, special tokens): still valid JSON/SSE.
     synth = os.path.join(work, f"random-{os.getpid()}.gguf")
