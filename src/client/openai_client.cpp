@@ -51,7 +51,10 @@ std::string error_message(const nlohmann::ordered_json& body) {
 }
 
 // Reads usage, finish_reason, text, logprobs and coda's report from one response or chunk.
-void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, Completion& c, Delta& d) {
+// `gather`: add the delta's text, reasoning and logprobs to the completion (off when a callback
+// takes every delta: a proxied generation of 100k tokens with 20 alternatives each would otherwise
+// hold a copy of all of it, about 2 KB a token, until it ends).
+void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, bool gather, Completion& c, Delta& d) {
   if (const auto* u = member(j, "usage"); u && u->is_object()) {
     if (const auto* p = member(*u, "prompt_tokens"); p && p->is_number_integer()) c.prompt_tokens = p->get<int64_t>();
     if (const auto* p = member(*u, "completion_tokens"); p && p->is_number_integer())
@@ -78,9 +81,10 @@ void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, Completi
   }
   d.finish_reason = string_at(ch, "finish_reason");
   if (const auto* lp = member(ch, "logprobs")) d.logprobs = parse_logprobs(*lp);
+  if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
+  if (!gather) return;
   c.text += d.text;
   c.reasoning += d.reasoning;
-  if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
   c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
 }
 
@@ -310,7 +314,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
       Delta d;
       d.chunk = &j;
       d.at_ms = ms_since(t0);
-      absorb(j, chat, true, c, d);
+      absorb(j, chat, true, !on_delta, c, d);
       if (!d.text.empty() || !d.reasoning.empty() || !d.tool_calls.is_null()) {  // any generated token
         if (c.ttft_ms < 0) c.ttft_ms = d.at_ms;
         c.chunk_ms.push_back(d.at_ms);
@@ -385,7 +389,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   const nlohmann::ordered_json& j = *obj;
   Delta d;
   d.chunk = &j;
-  absorb(j, chat, false, c, d);
+  absorb(j, chat, false, true, c, d);
   if (!member(j, "choices")) {
     set_error(c, ErrorKind::Protocol, "the response has no choices: " + raw.substr(0, 200));
     return c;

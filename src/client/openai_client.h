@@ -63,7 +63,7 @@ struct Completion {
   bool connected = true;       // false: no connection was made (refused, unreachable, or the connect
                                // timed out), so the request never reached the server
   nlohmann::ordered_json error_body;  // the server's error JSON, when it sent one
-  std::string text;            // the generated text (concatenated deltas when streaming)
+  std::string text;                   // the generated text (concatenated deltas when streaming, without on_delta)
   std::string reasoning;       // chat: the reasoning beside it (reasoning_content), concatenated
   std::string finish_reason;   // empty when none was reported
   int64_t prompt_tokens = -1;  // from usage; -1 when the server did not say
@@ -101,7 +101,9 @@ class OpenAIClient {
   static Expected<OpenAIClient> create(Endpoint endpoint);
 
   // POSTs `body` to /v1/chat/completions (chat) or /v1/completions; streams when body["stream"] is
-  // true. `on_delta` sees each streamed chunk; `cancel`, when given, is polled as bytes arrive.
+  // true. `on_delta` sees each streamed chunk, and then the chunks' text, reasoning and logprobs are
+  // left to it (not also gathered into the result, which a long generation would make large); without
+  // it they are gathered. `cancel`, when given, is polled as bytes arrive.
   // Thread-safe: each call opens its own connection.
   Completion complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta = {},
                       const std::atomic<bool>* cancel = nullptr) const;

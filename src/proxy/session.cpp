@@ -112,7 +112,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   if (gc.policy == GuardPolicy::Repair && !can_continue(body, chat)) gc.policy = GuardPolicy::Stop;
   const bool repair = gc.policy == GuardPolicy::Repair;
   const size_t hold = repair ? static_cast<size_t>(std::max(0, gc.stream_delay_tokens)) : 0;
-  StreamGuard sg(gc, prompt_text_of(body, chat));
+  StreamGuard sg(gc, prompt_text_of(body, chat), view.logprobs ? view.top_logprobs : -1);
   // Units past which the upstream has overrun max_tokens: with logprobs a unit is a token; on text
   // alone it is a word piece, which only approximates one, so the cap is generous there.
   const auto overrun_limit = [&] { return sg.text_only() ? 4 * max_tokens + 64 : max_tokens; };
@@ -194,11 +194,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     const bool unannounced = all && std::any_of(calls.begin(), calls.end(), [](const Call& k) { return !k.announced; });
     if (bytes_to <= released_bytes && units_to <= released_units && !unannounced) return true;
     std::vector<client::TokenLogprob> lps;
-    if (view.logprobs) {
-      lps = sg.logprobs(released_units, units_to);
-      for (auto& t : lps)
-        if (t.top.size() > static_cast<size_t>(view.top_logprobs)) t.top.resize(static_cast<size_t>(view.top_logprobs));
-    }
+    if (view.logprobs) lps = sg.logprobs(released_units, units_to);  // trimmed to the client's top_logprobs
     Released out;
     out.reasoning_key = r.reasoning_key;
     if (bytes_to > released_bytes) split(released_bytes, bytes_to, out);

@@ -60,7 +60,8 @@ bool is_eos_text(const std::string& t) {
   return std::any_of(std::begin(kEos), std::end(kEos), [&](const char* e) { return t == e; });
 }
 
-StreamGuard::StreamGuard(const GuardConfig& config, const std::string& prompt_text) : guard_(config, {}) {
+StreamGuard::StreamGuard(const GuardConfig& config, const std::string& prompt_text, int client_top_logprobs)
+    : guard_(config, {}), client_top_(client_top_logprobs) {
   guard_.on_start({}, prompt_text);
 }
 
@@ -72,8 +73,16 @@ int32_t StreamGuard::id_of(const std::string& unit) {
 StepVerdict StreamGuard::step(const std::string& unit, const StepSignals* signals, const client::TokenLogprob* lp) {
   text_ += unit;
   ends_.push_back(text_.size());
-  logprobs_.push_back(lp ? *lp : client::TokenLogprob{});
-  has_logprob_.push_back(lp != nullptr);
+  if (client_top_ >= 0) {
+    client::TokenLogprob kept;
+    if (lp) {
+      kept.token = lp->token;
+      kept.logprob = lp->logprob;
+      kept.top.assign(lp->top.begin(), lp->top.begin() + std::min(lp->top.size(), static_cast<size_t>(client_top_)));
+    }
+    logprobs_.push_back(std::move(kept));
+    has_logprob_.push_back(lp != nullptr);
+  }
   return guard_.observe(id_of(unit), signals, text_);
 }
 
@@ -126,8 +135,10 @@ size_t StreamGuard::rollback(size_t keep, size_t floor) {
   pieces_.clear();
   text_.resize(text_end(k));
   ends_.resize(k);
-  logprobs_.resize(k);
-  has_logprob_.resize(k);
+  if (client_top_ >= 0) {
+    logprobs_.resize(k);
+    has_logprob_.resize(k);
+  }
   guard_.on_rollback(static_cast<int64_t>(k));
   return k;
 }

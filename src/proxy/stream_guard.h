@@ -34,7 +34,11 @@ class TextPieces {
 // asked for. Units are counted from the start of the generation across repairs.
 class StreamGuard {
  public:
-  StreamGuard(const GuardConfig& config, const std::string& prompt_text);
+  // `client_top_logprobs`: how many alternatives per token the client asked for, kept to hand back
+  // with the text; < 0 when it asked for no logprobs. The upstream is asked for more (the guard's
+  // signals), and those are used as they arrive and not kept: at 20 alternatives a token they cost
+  // about 2 KB a token, 250 MB for one 128k-token generation.
+  StreamGuard(const GuardConfig& config, const std::string& prompt_text, int client_top_logprobs = -1);
 
   // Feeds one streamed delta. `logprobs` are the delta's tokens when the upstream sent them. Stops
   // at the first step whose verdict asks for something (stop or repair) and returns it; what came
@@ -53,7 +57,8 @@ class StreamGuard {
   std::string slice(size_t from, size_t to) const;
   size_t units() const { return ends_.size(); }
   size_t text_end(size_t units) const { return units == 0 ? 0 : ends_[units - 1]; }
-  // The logprobs of the units in [from, to) that came with them (tokens, not pieces), for the client.
+  // The logprobs of the units in [from, to) that came with them (tokens, not pieces), for the client,
+  // with at most client_top_logprobs alternatives each; none when the client asked for none.
   std::vector<client::TokenLogprob> logprobs(size_t from, size_t to) const;
   bool text_only() const { return text_only_; }  // some units were pieces, not tokens
   GuardReport report() const { return guard_.report(); }
@@ -67,7 +72,8 @@ class StreamGuard {
   std::unordered_map<std::string, int32_t> ids_;
   std::string text_;
   std::vector<size_t> ends_;                    // byte offset after each unit
-  std::vector<client::TokenLogprob> logprobs_;  // per unit
+  int client_top_ = -1;
+  std::vector<client::TokenLogprob> logprobs_;  // per unit, only when client_top_ >= 0
   std::vector<bool> has_logprob_;               // false for text pieces
   TextPieces pieces_;
   bool text_only_ = false;

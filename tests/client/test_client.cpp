@@ -214,13 +214,22 @@ TEST(Client, StreamWithCommentsCrlfAndFields) {
     return true;
   });
   ASSERT_TRUE(c.ok) << c.error;
-  EXPECT_EQ(c.text, "Hello");
+  EXPECT_EQ(deltas, (std::vector<std::string>{"Hel", "lo", ""}));
+  EXPECT_EQ(c.text, "") << "the callback took the deltas; the result does not gather them too";
   EXPECT_EQ(c.finish_reason, "stop");
   EXPECT_EQ(c.prompt_tokens, 3);
   EXPECT_EQ(c.completion_tokens, 2);
   EXPECT_EQ(c.chunk_ms.size(), 2u);
   EXPECT_GE(c.ttft_ms, 0);
   EXPECT_EQ(deltas, (std::vector<std::string>{"Hel", "lo", ""}));
+}
+
+TEST(Client, StreamWithoutACallbackGathersTheText) {
+  ScriptedServer s;
+  auto c = client_for(s.url("/ok")).complete(kStream, false);
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.text, "Hello");
+  EXPECT_EQ(c.finish_reason, "stop");
 }
 
 TEST(Client, NonStreamingChatWithLogprobsAndCodaReport) {

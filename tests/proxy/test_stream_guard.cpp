@@ -112,6 +112,32 @@ TEST(StreamGuard, StopsALoopOnTokensWithSignals) {
   EXPECT_EQ(sg.units(), fed);
 }
 
+// The upstream is asked for 20 alternatives a token for the guard's signals; the client gets (and
+// the guard keeps) only as many as it asked for, or none.
+TEST(StreamGuard, KeepsOnlyTheLogprobsTheClientAskedFor) {
+  GuardConfig cfg;
+  const std::vector<std::string> words = {" The", " ferry", " left", " at", " dawn"};
+  for (int top : {-1, 0, 2}) {
+    StreamGuard sg(cfg, "Tell me a story.", top);
+    for (const auto& w : words) sg.feed(w, {token(w)});  // three alternatives each
+    const auto lps = sg.logprobs(0, sg.units());
+    if (top < 0) {
+      EXPECT_TRUE(lps.empty());
+      continue;
+    }
+    ASSERT_EQ(lps.size(), words.size()) << "top " << top;
+    for (size_t i = 0; i < words.size(); ++i) {
+      EXPECT_EQ(lps[i].token, words[i]);
+      EXPECT_DOUBLE_EQ(lps[i].logprob, -0.1);
+      ASSERT_EQ(lps[i].top.size(), static_cast<size_t>(top));
+      if (top > 0) {
+        EXPECT_EQ(lps[i].top[0].token, words[i]);
+      }
+    }
+    EXPECT_TRUE(sg.report().has_signals) << "the signals still come from all alternatives";
+  }
+}
+
 TEST(StreamGuard, StopsTheSameLoopOnTextAloneWhateverTheChunking) {
   std::string text;
   for (const auto& t : loop_tokens(20)) text += t;
