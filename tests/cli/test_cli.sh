@@ -25,6 +25,12 @@ expect_fail() {  # expect_fail "message substring" args...
   fi
 }
 
+# `coda` alone lists what it can do (exit 0), as `git` does, instead of a parse error.
+if ! "$coda" >"$work/out" 2>"$work/err" || ! grep -q "Subcommands:" "$work/out" || ! grep -q "serve" "$work/out"; then
+  echo "FAIL: coda without arguments: $(cat "$work/out" "$work/err")"
+  failures=$((failures + 1))
+fi
+
 # The main job on the bundled model: prompt then continuation on stdout, timing on stderr.
 out=$("$coda" run -p "In the beginning God" -n 16 --temp 0 --ignore-eos 2>"$work/err")
 if [[ "$out" != "In the beginning God of Israel, and the LORD God"* ]]; then
