@@ -20,6 +20,12 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// httplib reports a read timeout and a dropped connection alike (Error::Read); the clock tells them
+// apart: a wait that lasted the whole timeout (within 50 ms) was the timeout.
+bool waited_out(double elapsed_ms, double timeout_s) {
+  return elapsed_ms + 50 >= timeout_s * 1000;
+}
+
 // "2", "0.5", "1.25": a timeout as a user gave it.
 std::string seconds_text(double s) {
   char buf[32];
@@ -338,7 +344,6 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   }
   if (c.error_kind != ErrorKind::None) return c;
   if (!sent) {
-    const double silent_s = c.e2e_ms / 1000.0;
     switch (err) {
       case httplib::Error::Connection:
         set_error(c, ErrorKind::Connection, "cannot connect to " + describe() + " (is the server up?)");
@@ -349,8 +354,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
         c.connected = false;
         break;
       case httplib::Error::Read:
-        // httplib reports a read timeout and a dropped connection alike; the clock tells them apart.
-        if (silent_s + 0.05 >= ep_.read_timeout_s && c.status == 0)
+        if (waited_out(c.e2e_ms, ep_.read_timeout_s) && c.status == 0)
           set_error(c, ErrorKind::Timeout, "no response from " + describe() + " within the read timeout");
         else if (c.status == 0)
           set_error(c, ErrorKind::Connection, "the connection to " + describe() + " closed before a response");
@@ -362,7 +366,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
     }
     // A stream that went silent past the read timeout is a timeout, whatever httplib called it.
     if (stream_body && c.error_kind == ErrorKind::Connection && !c.chunk_ms.empty() &&
-        c.e2e_ms - c.chunk_ms.back() + 50 >= ep_.read_timeout_s * 1000) {
+        waited_out(c.e2e_ms - c.chunk_ms.back(), ep_.read_timeout_s)) {
       c.error_kind = ErrorKind::Timeout;
       c.error = "the stream from " + describe() + " went silent for longer than the read timeout";
     }
@@ -445,8 +449,7 @@ Expected<OpenAIClient::Answer> OpenAIClient::side_request(const std::string& pat
   httplib::Error err = httplib::Error::Success;
   if (!cli.send(req, res, err)) {
     if (!cut.empty()) return Error(what + " failed: " + cut);
-    // httplib reports a read timeout and a dropped connection alike; the clock tells them apart.
-    if (err == httplib::Error::Read && a.status == 0 && ms_since(t0) + 50 >= ep.read_timeout_s * 1000)
+    if (err == httplib::Error::Read && a.status == 0 && waited_out(ms_since(t0), ep.read_timeout_s))
       return Error(what + " failed: no answer within " + seconds_text(ep.read_timeout_s) + " s");
     return Error(what + " failed: " + failure_text(err));
   }

@@ -67,10 +67,12 @@ int port_of(const sockaddr_storage& a) {
 
 }  // namespace
 
-ClientWatch::ClientWatch(const httplib::Request& req) {
-  if (req.remote_port <= 0 || req.local_port <= 0) return;
+int ClientWatch::find_socket() const {
+  const httplib::Request& req = req_;
+  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
   DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return;
+  if (dir == nullptr) return -1;
+  int found = -1;
   while (dirent* e = readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
@@ -86,14 +88,19 @@ ClientWatch::ClientWatch(const httplib::Request& req) {
     std::string peer_host;
     int peer_port = 0;
     if (host_and_port(peer, plen, peer_host, peer_port) && peer_host == req.remote_addr) {
-      fd_ = static_cast<int>(fd);
+      found = static_cast<int>(fd);
       break;
     }
   }
   closedir(dir);
+  return found;
 }
 
 bool ClientWatch::gone() const {
+  if (!looked_) {
+    fd_ = find_socket();
+    looked_ = true;
+  }
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;

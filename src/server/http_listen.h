@@ -33,17 +33,22 @@ Expected<int> bind_http(httplib::Server& server, const std::string& host, int po
 // that waits (a non-streaming generation, which writes nothing until the end) would otherwise run
 // a generation nobody reads to its end: clients time out and retry, and each retry adds another
 // (vLLM and llama-server abort such requests too). cpp-httplib 0.11 gives a handler no socket, so
-// the watch finds it among the process's descriptors by the request's addresses, once.
+// the watch finds it among the process's descriptors by the request's addresses, once, at the first
+// look (a request answered before anyone looks pays nothing).
 class ClientWatch {
  public:
-  explicit ClientWatch(const httplib::Request& req);
+  explicit ClientWatch(const httplib::Request& req) : req_(req) {}
   // True once the client has closed its side or the connection broke (POLLRDHUP: the peer's FIN,
   // seen before any unread bytes, so a pipelined request or a TLS close_notify does not hide it).
   // False when the connection could not be found: nothing is cancelled on a guess.
   bool gone() const;
 
  private:
-  int fd_ = -1;
+  int find_socket() const;
+
+  const httplib::Request& req_;
+  mutable bool looked_ = false;
+  mutable int fd_ = -1;
 };
 
 }  // namespace coda
