@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "client/sse.h"
 #include "core/json_parse.h"
@@ -250,7 +253,7 @@ std::string failure_text(httplib::Error err) {
 }  // namespace
 
 Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta,
-                                  const std::atomic<bool>* cancel) const {
+                                  const std::atomic<bool>* cancel, const std::function<bool()>& caller_gone) const {
   Completion c;
   const bool streaming =
       body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
@@ -269,7 +272,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   std::string raw;           // non-streaming body, or an error body
   bool stream_body = false;  // the response is a 200 event stream
   bool done = false;         // `data: [DONE]` seen
-  bool stopped_by_caller = false;
+  std::atomic<bool> stopped_by_caller{false};
   SseParser sse;
   std::vector<SseEvent> events;
 
@@ -280,8 +283,9 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
                   r.get_header_value("Content-Type").find("event-stream") != std::string::npos;
     return true;
   };
+  const auto caller_stopped = [&] { return (cancel && cancel->load()) || (caller_gone && caller_gone()); };
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (cancel && cancel->load()) {
+    if (caller_stopped()) {
       stopped_by_caller = true;
       return false;
     }
@@ -336,7 +340,34 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
 
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
+  // While the server says nothing (a long prefill, an upstream that hangs) no callback runs, so a
+  // watcher checks the caller every kCancelPollMs and shuts the connection (httplib's stop() is
+  // the one call it allows from another thread): the send then fails at once.
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  bool sending = true;
+  std::thread watcher;
+  if (cancel || caller_gone)
+    watcher = std::thread([&] {
+      std::unique_lock<std::mutex> lock(watch_mu);
+      while (sending) {
+        if (watch_cv.wait_for(lock, std::chrono::milliseconds(kCancelPollMs), [&] { return !sending; })) break;
+        if (caller_stopped()) {
+          stopped_by_caller = true;
+          cli.stop();
+          break;
+        }
+      }
+    });
   const bool sent = cli.send(req, res, err);
+  if (watcher.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu);
+      sending = false;
+    }
+    watch_cv.notify_all();
+    watcher.join();
+  }
   c.e2e_ms = ms_since(t0);
   if (stopped_by_caller) {
     set_error(c, ErrorKind::Cancelled, "cancelled by the caller");

@@ -103,10 +103,13 @@ class OpenAIClient {
   // POSTs `body` to /v1/chat/completions (chat) or /v1/completions; streams when body["stream"] is
   // true. `on_delta` sees each streamed chunk, and then the chunks' text, reasoning and logprobs are
   // left to it (not also gathered into the result, which a long generation would make large); without
-  // it they are gathered. `cancel`, when given, is polled as bytes arrive.
+  // it they are gathered. `cancel` and `caller_gone`, when given, are checked as bytes arrive and
+  // every kCancelPollMs while the server is silent (a long prefill, a hung upstream): either one
+  // closes the connection and the result is ErrorKind::Cancelled.
   // Thread-safe: each call opens its own connection.
   Completion complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta = {},
-                      const std::atomic<bool>* cancel = nullptr) const;
+                      const std::atomic<bool>* cancel = nullptr, const std::function<bool()>& caller_gone = {}) const;
+  static constexpr int kCancelPollMs = 100;
 
   // The requests below (side requests: models, tokenizer, metrics, passed-through routes) read at
   // most this much, and their whole answer must arrive within the read timeout (or `timeout_s`).

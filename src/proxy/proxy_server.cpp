@@ -621,8 +621,10 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     // Nothing is written to a non-streaming client until the end, so its leaving is watched for:
     // then the upstream connection closes and the upstream aborts the generation (as for a stream).
     const ClientWatch watch(req);
+    SessionOptions watched = so;
+    watched.client_left = [&watch] { return watch.gone(); };  // also while the upstream is silent
     SessionResult r = run_balanced(
-        body, view, so,
+        body, view, watched,
         [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
           if (ttft < 0) ttft = seconds();
           all_lps.insert(all_lps.end(), lps.begin(), lps.end());
@@ -660,7 +662,10 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     std::lock_guard<std::mutex> lock(mu_);
     ++streams_;
   }
-  std::thread([this, st, body, view, so, chat, include_usage, shaper, model, seconds, done_in_flight]() mutable {
+  SessionOptions watched = so;  // the HTTP thread below watches the client until the first text
+  watched.client_left = [st] { return st->client_gone.load(); };
+  std::thread([this, st, body, view, so = std::move(watched), chat, include_usage, shaper, model, seconds,
+               done_in_flight]() mutable {
     double ttft = -1;
     auto push = [&](const json& j) {
       std::lock_guard<std::mutex> lock(st->mu);
@@ -717,7 +722,13 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
 
   {
     std::unique_lock<std::mutex> lock(st->mu);
-    st->cv.wait(lock, [&] { return st->started || st->finished; });
+    // Until the first text nothing is written, so a client that leaves during a long upstream
+    // prefill is looked for here; the session then closes the upstream stream.
+    const ClientWatch watch(req);
+    while (!st->cv.wait_for(lock, std::chrono::milliseconds(client::OpenAIClient::kCancelPollMs),
+                            [&] { return st->started || st->finished; }))
+      if (!st->client_gone && watch.gone()) st->client_gone = true;
+    if (!st->started && st->client_gone) return;  // nobody to answer
     if (!st->started && !st->result.ok) return send_upstream_failure(res, st->result.failure, st->upstream);
   }
   res.set_header("Cache-Control", "no-cache");

@@ -30,6 +30,9 @@ struct SessionOptions {
   GuardConfig guard;
   int top_logprobs = 20;  // asked of the upstream (vLLM's default --max-logprobs, OpenAI's cap)
   int hot_tokens = 50;    // tokens sampled hotter after a repair
+  // Whether the client has left, asked while the upstream is silent (a long prefill): then the
+  // upstream connection closes and the result is client_gone. Empty: only a failed emit tells.
+  std::function<bool()> client_left;
 };
 
 // What the client asked to see.

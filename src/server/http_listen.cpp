@@ -97,10 +97,7 @@ int ClientWatch::find_socket() const {
 }
 
 bool ClientWatch::gone() const {
-  if (!looked_) {
-    fd_ = find_socket();
-    looked_ = true;
-  }
+  std::call_once(looked_, [this] { fd_ = find_socket(); });
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;

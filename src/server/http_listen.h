@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/status.h"
@@ -41,13 +42,14 @@ class ClientWatch {
   // True once the client has closed its side or the connection broke (POLLRDHUP: the peer's FIN,
   // seen before any unread bytes, so a pipelined request or a TLS close_notify does not hide it).
   // False when the connection could not be found: nothing is cancelled on a guess.
+  // Safe to call from several threads (a proxy's client watches while its session reads).
   bool gone() const;
 
  private:
   int find_socket() const;
 
   const httplib::Request& req_;
-  mutable bool looked_ = false;
+  mutable std::once_flag looked_;
   mutable int fd_ = -1;
 };
 

@@ -299,6 +299,24 @@ TEST(Client, EveryFailureIsARecordWithItsKind) {
   EXPECT_EQ(flagged.error_kind, ErrorKind::Cancelled);
 }
 
+// A caller that gives up while the server is silent (a long prefill, a hung upstream) is heard
+// without waiting for a byte: the read timeout here is 60 s, so only the watcher can make these
+// Cancelled (a client that waited for bytes would end them as timeouts a minute later).
+TEST(Client, ACallerThatLeavesIsHeardWhileTheServerIsSilent) {
+  ScriptedServer s;
+  std::atomic<bool> left{false};
+  const auto after_first_token = [&](const Delta&) {
+    left = true;  // the server goes silent after its first token
+    return true;
+  };
+  auto gone =
+      client_for(s.url("/hang"), 60).complete(kStream, false, after_first_token, nullptr, [&] { return left.load(); });
+  EXPECT_EQ(gone.error_kind, ErrorKind::Cancelled) << gone.error;
+  left = false;
+  auto flagged = client_for(s.url("/hang"), 60).complete(kStream, false, after_first_token, &left);
+  EXPECT_EQ(flagged.error_kind, ErrorKind::Cancelled) << flagged.error;
+}
+
 // A loopback port nobody listens on: bound to learn a free number, then closed.
 int closed_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -7,7 +7,7 @@ message on chat):
                prompts end with "|": what follows it is text the proxy is continuing)
   [text]       a short text that ends with finish_reason "stop"
   [llamacpp]   logprobs in the chat shape on /v1/completions, as llama.cpp sends them
-  [hang-first] no response at all (the proxy's read timeout answers)
+  [hang-first] no response at all (the proxy's read timeout answers); a client closing counts as cancelled
   [hang-mid]   five tokens, then silence
   [malformed]  three tokens, then a data line that is not JSON
   [drop]       three tokens, then the connection closes without an end
@@ -156,7 +156,9 @@ class Handler(BaseHTTPRequestHandler):
         if "[error500]" in user:
             return self.send_json(500, {"error": {"message": "the engine failed", "type": "server_error"}})
         if "[hang-first]" in user:
-            wait_for_close(self.connection)
+            if wait_for_close(self.connection):
+                with LOCK:
+                    STATS["cancelled"] += 1
             self.close_connection = True
             return
         k = body.get("top_logprobs", 0) if chat else (body.get("logprobs") or 0)

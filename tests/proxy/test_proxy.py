@@ -410,6 +410,23 @@ def scripted_tests(coda, work):
                       lambda: up.json("GET", "/stats")[2]["cancelled"] == stats0["cancelled"] + 1)
         px.wait_until("the proxy counts it as an abort",
                       lambda: px.metric_sum("coda:request_success_total", finished_reason="abort") == aborts0 + 1)
+        # A client that leaves before the upstream says anything (a long prefill), streaming or not:
+        # the proxy looks for it while waiting and closes the upstream connection at once, where it
+        # used to hold it until the upstream's first byte or the read timeout.
+        for streaming in (False, True):
+            stats0 = up.json("GET", "/stats")[2]
+            aborts0 = px.metric_sum("coda:request_success_total", finished_reason="abort")
+            body = json.dumps({"prompt": "[hang-first] a long prefill", "stream": streaming}).encode()
+            c = socket.create_connection(("127.0.0.1", px.port))
+            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            up.wait_until("the upstream has the request",
+                          lambda: up.json("GET", "/stats")[2]["requests"] == stats0["requests"] + 1)
+            c.close()
+            up.wait_until(f"the upstream connection closed after the client left (stream={streaming})",
+                          lambda: up.json("GET", "/stats")[2]["cancelled"] == stats0["cancelled"] + 1)
+            px.wait_until(f"an abort, not an upstream timeout (stream={streaming})",
+                          lambda: px.metric_sum("coda:request_success_total", finished_reason="abort") == aborts0 + 1)
         # A refused logprobs request is retried without; the guard works on text alone.
         refused0 = px_refuse.metric_sum("coda:upstream_logprobs_refused_total")
         st, events, done = px_refuse.stream("/v1/completions", {"prompt": "[loop] go|", "max_tokens": 500,
