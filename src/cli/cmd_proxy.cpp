@@ -69,10 +69,10 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
   auto f = std::make_shared<ProxyFlags>();
   CLI::App* sub = app.add_subcommand(
       "proxy", "The degeneration guard in front of an OpenAI-compatible server (vLLM, llama.cpp, coda serve)");
-  sub->add_option(
-         "--upstream", f->upstreams,
-         "The upstream server, http(s)://HOST:PORT[/v1]; several (repeated or comma-separated) for replicas of "
-         "one model (--upstream-affinity picks one per request; one that cannot be reached is passed over)")
+  sub->add_option("--upstream", f->upstreams,
+                  "The upstream server, http(s)://HOST:PORT[/v1] (a bare HOST:PORT means http://); several (repeated "
+                  "or comma-separated) for replicas of "
+                  "one model (--upstream-affinity picks one per request; one that cannot be reached is passed over)")
       ->required();
   sub->add_option("--upstream-affinity", f->affinity,
                   "prefix: requests that begin alike (a conversation's turns) go to the same replica, for its prefix "
