@@ -2,6 +2,7 @@
 // scalar, and of the packed GEMM tiles (16 rows x 64 tokens, in cache). Run: ./build/bench/bench_kernels
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -213,11 +214,18 @@ void BM_AttentionQ8(benchmark::State& state, int level) {
       const uint16_t s = 0x2000;  // a half float of 2^-7
       std::memcpy(kb.data() + j / 16 * q8_key_block_bytes(hd) + q8_key_scale_offset(j, b, hd), &s, 2);
     }
+  std::vector<uint8_t> qrow(static_cast<size_t>(vr));
+  std::vector<uint16_t> vs(static_cast<size_t>(hd / 32 * len));
   for (int64_t j = 0; j < len; ++j) {
     for (auto& v : row) v = d(rng);
-    quantize_kv_row_q8(row.data(), vb.data() + j * vr, hd);
+    quantize_kv_row_q8(row.data(), qrow.data(), hd);
+    store_q8_value_row(qrow.data(), vb.data(), vs.data(), len, j, hd);
   }
   const int64_t part = state.range(2);
+  // Values alone weigh softmax-like weights in (0, 1] (the integer kernel skips a run of zeros).
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  if (part == 2)
+    for (auto& s : scores) s = std::exp(-8.0f * unit(rng));
   for (auto _ : state) {
     if (part != 2) {
       for (int64_t h = 0; h < G; ++h)
@@ -225,7 +233,7 @@ void BM_AttentionQ8(benchmark::State& state, int level) {
       k->attn_scores_q8(qa.data(), qa_stride, G, kb.data(), len, hd, 0.125f, scores.data(), len);
     }
     std::fill(out.begin(), out.end(), 0.0f);
-    if (part != 1) k->attn_values_q8(scores.data(), G, len, vb.data(), len, hd, out.data());
+    if (part != 1) k->attn_values_q8(scores.data(), G, len, vb.data(), vs.data(), len, len, hd, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * (part == 0 ? 2 : 1) * G * len * hd);

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "core/fp16.h"
 #include "kernels/attn_bf16.h"

@@ -5,13 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "core/fp16.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/kernels.h"
-#include "kernels/unroll.h"
 #include "kernels/repack.h"
+#include "kernels/unroll.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \

@@ -1,6 +1,8 @@
 // Scalar reference dot products and the scalar kernel table.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/fp16.h"
@@ -173,20 +175,46 @@ void attn_scores_q8_scalar(const uint8_t* qa, int64_t qa_stride, int64_t G, cons
   }
 }
 
-void attn_values_q8_scalar(const float* p, int64_t G, int64_t s_stride, const uint8_t* v, int64_t len, int64_t hd,
-                           float* out) {
-  const int64_t row = hd + hd / kQK * 2;
-  for (int64_t h = 0; h < G; ++h)
-    for (int64_t i = 0; i < hd; ++i) {
-      double acc = out[h * hd + i];
-      for (int64_t j = 0; j < len; ++j) {
-        const uint8_t* r = v + j * row;
-        uint16_t d;
-        std::memcpy(&d, r + hd + i / kQK * 2, 2);
-        acc += static_cast<double>(p[h * s_stride + j]) * (static_cast<int8_t>(r[i]) * fp16_to_float(d));
+void attn_values_q8_scalar(const float* p, int64_t G, int64_t s_stride, const uint8_t* v, const uint16_t* scales,
+                           int64_t scale_stride, int64_t len, int64_t hd, float* out) {
+  const auto scale_of = [&](int64_t j, int64_t b) { return fp16_to_float(scales[b * scale_stride + j]); };
+  const auto max_nan = [](float m, float x) {  // max |x|, NaN if one is
+    return std::isnan(m) || std::isnan(x) ? std::numeric_limits<float>::quiet_NaN() : std::max(m, std::fabs(x));
+  };
+  for (int64_t r0 = 0; r0 < len; r0 += kQ8ValueRun) {
+    const int64_t r1 = std::min(len, r0 + kQ8ValueRun);
+    for (int64_t h = 0; h < G; ++h) {
+      const float* ph = p + h * s_stride;
+      float a = 0;
+      int64_t last = -1;
+      for (int64_t j = r0; j < r1; ++j) {
+        a = max_nan(a, ph[j]);
+        if (ph[j] != 0) last = j;
       }
-      out[h * hd + i] = static_cast<float>(acc);
+      if (last < 0 || a < std::numeric_limits<float>::min()) continue;
+      const float ia = 1.0f / a;
+      for (int64_t b = 0; b < hd / kQK; ++b) {
+        float s = 0;
+        for (int64_t j = r0; j <= last; ++j) s = max_nan(s, scale_of(j, b));
+        const float m = a * s;
+        float* o = out + h * hd + b * kQK;
+        if (!(m < std::numeric_limits<float>::infinity())) {
+          std::fill(o, o + kQK, std::numeric_limits<float>::quiet_NaN());
+          continue;
+        }
+        if (m == 0) continue;
+        const float k = kQ8WeightMax / s;
+        int32_t sum[kQK] = {};
+        for (int64_t j = r0; j <= last; ++j) {
+          const float pj = ph[j] * ia, cj = scale_of(j, b) * k;
+          const auto u = static_cast<int32_t>(std::nearbyint(pj * cj));
+          for (int i = 0; i < kQK; ++i) sum[i] += u * static_cast<int8_t>(v[q8_value_offset(j, b * kQK + i, hd)]);
+        }
+        const float step = m / kQ8WeightMax;
+        for (int i = 0; i < kQK; ++i) o[i] = std::fma(step, static_cast<float>(sum[i]), o[i]);
+      }
     }
+  }
 }
 
 void attn_values_bf16_scalar(const float* p, int64_t G, int64_t s_stride, const uint16_t* v, int64_t len,

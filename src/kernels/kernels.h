@@ -83,8 +83,12 @@ constexpr int64_t key_block_index(int64_t j, int64_t d, int64_t hd) {
 // the int8 values plus 128 (unsigned: the first operand of vpdpbusd, which multiplies 4 unsigned
 // by 4 signed bytes), 4 dimensions of one key after another and 16 keys per run of 64 bytes, so
 // one vector load holds dimensions 4g..4g+3 of 16 keys; then the half-float scale of each
-// 32-dimension block of each key, [hd / 32][kKeyBlock]. Values are rows of hd int8 values followed
-// by their hd / 32 half-float scales. Both round as llama.cpp's Q8_0 does (scale amax / 127).
+// 32-dimension block of each key, [hd / 32][kKeyBlock]. A head's Q8_0 values hold first the int8
+// values, each pair of positions interleaved dimension by dimension (q8_value_offset; the operand
+// form of vpdpwssd once widened to int16, which multiplies pairs and adds both products to one
+// lane), then the half-float scales, block-major: scale b of position j at scales[b * stride + j]
+// (stride: the head's positions), so that a run's scales of one block are contiguous.
+// Both round as llama.cpp's Q8_0 does (scale amax / 127).
 constexpr int64_t q8_key_block_bytes(int64_t hd) {
   return kKeyBlock * (hd + hd / 32 * 2);
 }
@@ -94,6 +98,20 @@ constexpr int64_t q8_key_value_offset(int64_t j, int64_t d) {  // within key j's
 constexpr int64_t q8_key_scale_offset(int64_t j, int64_t b, int64_t hd) {  // scale of 32-block b
   return kKeyBlock * hd + (b * kKeyBlock + j % kKeyBlock) * 2;
 }
+// Values over a Q8_0 cache (KernelTable::attn_values_q8), in runs of kQ8ValueRun positions from
+// j = 0. Per head h and run: a = max |p_j| (p_j = p[h][j]) and L = the last j with p_j != 0; no such
+// j, or a below the normal floats (2^-126), adds nothing. P_j = p_j * (1 / a). Per 32-dimension
+// block b: s = max over j <= L of |scale(j, b)|, c_j = scale(j, b) * (kQ8WeightMax / s), and the
+// weight u_j = nearbyint(P_j * c_j) for j <= L, a 16-bit integer (|P_j| <= 1 and |c_j| <= 32,767)
+// whose step is at most a * s / 32,767: far finer than the 8-bit values it weighs. S_i = sum_j
+// u_j * q_j[i], exact in 32 bits (|S| <= 32,767 * 127 * 256 < 2^31), and out[h][i] = fma(a * s /
+// kQ8WeightMax, float(S_i), out[h][i]). s = 0 adds nothing; a * s NaN or infinite makes the
+// block's outputs NaN, as float arithmetic would. All of it depends only on the head's own weights
+// and the values up to its last nonzero weight, so a head's result is the same in any group and
+// whatever the cache holds past its own position: a prefix-cache hit reproduces a cold run bit
+// for bit.
+constexpr int64_t kQ8ValueRun = 256;
+constexpr float kQ8WeightMax = 32767.0f;
 // A BF16 value cache (KvType::BF16) interleaves the rows of each pair of positions element by
 // element, the operand form of vdpbf16ps (which multiplies pairs and adds both products to one
 // float lane): value d of position j is element
@@ -101,8 +119,16 @@ constexpr int64_t bf16_value_index(int64_t j, int64_t d, int64_t hd) {
   return (j / 2 * hd + d) * 2 + j % 2;
 }
 // Quantizes one position's hd values of one head as Q8_0 (hd int8 values, then hd / 32 half-float
-// scales): the row form of the V cache, and of a key before it is scattered into its block.
+// scales): the row form of a key or a value before it is scattered into its block or pair.
 void quantize_kv_row_q8(const float* x, uint8_t* row, int64_t hd);
+// Byte offset, within one head's Q8_0 values, of value d of position j.
+constexpr int64_t q8_value_offset(int64_t j, int64_t d, int64_t hd) {
+  return j / 2 * 2 * hd + d * 2 + j % 2;
+}
+// Scatters a quantize_kv_row_q8 row into position j of one head's Q8_0 values and scales (`stride`
+// positions per block of scales). The partner of an even position is cleared: it is read (with
+// weight 0) before it is written.
+void store_q8_value_row(const uint8_t* row, uint8_t* values, uint16_t* scales, int64_t stride, int64_t j, int64_t hd);
 
 struct KernelTable {
   const char* name;  // "avx2" or "scalar"
@@ -156,12 +182,16 @@ struct KernelTable {
   // The same two over a Q8_0 cache (q8_key_block_bytes). Scores take the G query vectors quantized
   // as ActRowQ8 rows (prepare_act with ActFormat::Q8_32), qa_stride bytes apart, as llama.cpp
   // quantizes queries for a Q8_0 key cache: for each 32-dimension block the integer dot product
-  // times the query's and the key's scales, summed over the blocks, times `scale`. Values are
-  // dequantized to floats exactly (an 8-bit integer times an 11-bit scale) and weighted in float.
+  // times the query's and the key's scales, summed over the blocks, times `scale`. Values (`v` at
+  // an even position of one head's values, `scales` at the same position's block-0 scale, block b
+  // scale_stride further) are weighed in 16-bit integers, as kQ8ValueRun's
+  // comment defines, so that vpdpwssd / pmaddwd do two multiply-adds where a float FMA does one.
+  // Every table computes the same bits: the integer sums are exact and the float steps are the
+  // same IEEE operations in the same order.
   void (*attn_scores_q8)(const uint8_t* qa, int64_t qa_stride, int64_t G, const uint8_t* k, int64_t len, int64_t hd,
                          float scale, float* scores, int64_t s_stride);
-  void (*attn_values_q8)(const float* p, int64_t G, int64_t s_stride, const uint8_t* v, int64_t len, int64_t hd,
-                         float* out);
+  void (*attn_values_q8)(const float* p, int64_t G, int64_t s_stride, const uint8_t* v, const uint16_t* scales,
+                         int64_t scale_stride, int64_t len, int64_t hd, float* out);
   // Values over a BF16 value cache (bf16_value_index; the pair of an odd len's last position holds
   // finite values): out[h * hd + i] += sum over j of bf16(p[h * s_stride + j]) * v(j, i), the
   // weights rounded to bfloat16 (nearest even), so every product is exact in float. With

@@ -203,6 +203,17 @@ void quantize_act(const float* x, void* out, int64_t n) {
 
 namespace coda {
 
+void store_q8_value_row(const uint8_t* row, uint8_t* values, uint16_t* scales, int64_t stride, int64_t j, int64_t hd) {
+  for (int64_t d = 0; d < hd; ++d) {
+    values[q8_value_offset(j, d, hd)] = row[d];
+    if (j % 2 == 0) values[q8_value_offset(j + 1, d, hd)] = 0;
+  }
+  for (int64_t b = 0; b < hd / 32; ++b) {
+    std::memcpy(&scales[b * stride + j], row + hd + b * 2, 2);
+    if (j % 2 == 0) scales[b * stride + j + 1] = 0;
+  }
+}
+
 void quantize_kv_row_q8(const float* x, uint8_t* row, int64_t hd) {
   auto* q = reinterpret_cast<int8_t*>(row);
   for (int64_t b = 0; b < hd / kQK; ++b) {

@@ -332,8 +332,8 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
         if (kv->v_type() == KvType::BF16)
           kt.attn_values_bf16(scores, nq, kKeyChunk, v16 + c0 * hd, n, hd, om);
         else if (kv->v_type() == KvType::Q8_0)
-          kt.attn_values_q8(scores, nq, kKeyChunk, kv->v_head(layer, kvh) + c0 * kv_row_bytes(KvType::Q8_0, hd), n, hd,
-                            om);
+          kt.attn_values_q8(scores, nq, kKeyChunk, kv->v_head(layer, kvh) + c0 * hd, kv->v_scales(layer, kvh) + c0,
+                            kv->value_scale_stride(), n, hd, om);
         else if (kv->v_type() == KvType::F16)
           kt.attn_values_f16(scores, nq, kKeyChunk, v16 + c0 * hd, hd, n, hd, om);
         else

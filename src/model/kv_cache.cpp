@@ -69,13 +69,22 @@ Status KvCache::copy_prefix(const KvCache& src, int64_t n, ThreadPool* pool) {
     return Error("KV cache copy of " + std::to_string(n) + " positions: the source holds " + std::to_string(src.size_) +
                  ", this cache has room for " + std::to_string(capacity_));
   // Whole key blocks: the lanes past n in the last one are copied too, and never read as keys.
-  // Values in whole pairs of positions (a BF16 cache interleaves them).
+  // Values in whole pairs of positions (BF16 and Q8_0 caches interleave them).
   const int64_t k_bytes = slots_for(n) * k_row_, v_bytes = (n + 1) / 2 * 2 * v_row_;
   const int64_t heads = n_kv_heads();
   const auto copy = [&](int64_t u0, int64_t u1) {  // unit u: head u % heads of layer u / heads
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t l = u / heads, h = u % heads;
       std::memcpy(k_.get() + offset(l, h) * k_row_, src.k_head(l, h), static_cast<size_t>(k_bytes));
+      if (v_type_ == KvType::Q8_0) {  // the values of n positions (whole pairs), then each block's scales
+        const int64_t pairs = (n + 1) / 2 * 2;
+        uint8_t* dst = v_.get() + offset(l, h) * v_row_;
+        std::memcpy(dst, src.v_head(l, h), static_cast<size_t>(pairs * head_dim_));
+        for (int64_t b = 0; b < head_dim_ / 32; ++b)
+          std::memcpy(reinterpret_cast<uint16_t*>(dst + slots_ * head_dim_) + b * slots_,
+                      src.v_scales(l, h) + b * src.slots_, static_cast<size_t>(pairs) * 2);
+        continue;
+      }
       std::memcpy(v_.get() + offset(l, h) * v_row_, src.v_head(l, h), static_cast<size_t>(v_bytes));
     }
   };
@@ -112,6 +121,11 @@ void KvCache::write_v(int64_t layer, int64_t head, int64_t pos, const uint8_t* x
       // not hold a NaN from whatever the allocation held before.
       if (pos % 2 == 0) base[bf16_value_index(pos + 1, d, head_dim_)] = 0;
     }
+    return;
+  }
+  if (v_type_ == KvType::Q8_0) {  // kernels.h: pairs of positions, values interleaved, then the scales
+    uint8_t* values = v_.get() + offset(layer, head) * v_row_;
+    store_q8_value_row(x, values, reinterpret_cast<uint16_t*>(values + slots_ * head_dim_), slots_, pos, head_dim_);
     return;
   }
   std::memcpy(v_.get() + (offset(layer, head) + pos) * v_row_, x, static_cast<size_t>(v_row_));

@@ -5,11 +5,13 @@
 // walks one head over thousands of positions as one stream (position-major rows, [capacity][kv_dim],
 // read 2 cache lines of every 1 KiB, which the hardware prefetchers follow poorly: decode at depth
 // 4,096 streamed the F16 cache at about a third of the machine's bandwidth).
-// - V: [layer][kv_head][slots][head_dim], one row of head_dim elements per position.
+// - V: [layer][kv_head][slots][head_dim], one row of head_dim elements per position (BF16 and Q8_0
+//   interleave pairs of positions; Q8_0 keeps its scales after a head's values, kernels.h).
 // - K: [layer][kv_head][slots / kKeyBlock][head_dim][kKeyBlock], blocks of 16 positions stored
 //   transposed (kernels.h, key_block_index), so the score kernels load dimension d of 16 keys at once.
 //   A Q8_0 block holds its int8 values in runs of 4 dimensions and then its scales
-//   (q8_key_block_bytes); a Q8_0 value row is head_dim int8 values and then head_dim / 32 scales.
+//   (q8_key_block_bytes); Q8_0 values interleave each pair of positions' int8 values and then hold
+//   both positions' head_dim / 32 scales (q8_value_offset).
 //   BF16 values interleave each pair of positions element by element (bf16_value_index).
 // Every row of one position of one head takes kv_row_bytes(type, head_dim) bytes.
 // `slots` is the capacity rounded up to whole key blocks. `truncate(n)` forgets every position >= n;
@@ -55,6 +57,12 @@ class KvCache {
   // p at p * kv_row_bytes(v_type(), head_dim) bytes).
   const uint8_t* k_head(int64_t layer, int64_t head) const { return k_.get() + offset(layer, head) * k_row_; }
   const uint8_t* v_head(int64_t layer, int64_t head) const { return v_.get() + offset(layer, head) * v_row_; }
+  // A Q8_0 value head's scales (kernels.h: after its values, block-major, value_scale_stride()
+  // positions per block).
+  const uint16_t* v_scales(int64_t layer, int64_t head) const {
+    return reinterpret_cast<const uint16_t*>(v_head(layer, head) + slots_ * head_dim_);
+  }
+  int64_t value_scale_stride() const { return slots_; }
   int64_t kv_dim() const { return kv_dim_; }
   int64_t head_dim() const { return head_dim_; }
   int64_t n_kv_heads() const { return head_dim_ > 0 ? kv_dim_ / head_dim_ : 0; }

@@ -487,10 +487,14 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
 // come from the dequantized numbers in double: every table must match them to float precision
 // (the integer dot products are exact; only the scaling rounds). Lanes past len hold 0xFF bytes,
 // whose half-float scale is a NaN: no score may see them.
+//
+// Values weigh in 16-bit integers (kernels.h, kQ8ValueRun): every table must give the scalar
+// table's bits exactly, and each output must lie within half a weight step per position of the
+// dequantized reference (plus float rounding), the step being a * s / 32,767 of its run and block.
 TEST(Kernels, Q8AttentionMatchesTheDequantizedReference) {
   for (int64_t hd : {32, 64, 128})
     for (int64_t G : {1, 4, 7, 13, 32})
-      for (int64_t len : {1, 9, 16, 17, 70, 129}) {
+      for (int64_t len : {1, 9, 16, 17, 70, 129, 300}) {
         const int64_t row = hd + hd / 32 * 2, qa_stride = act_row_bytes(ActFormat::Q8_32, hd);
         const auto q = random_vec(G * hd, 21);
         const auto kf = random_vec(len * hd, 22), vf = random_vec(len * hd, 23);
@@ -500,9 +504,15 @@ TEST(Kernels, Q8AttentionMatchesTheDequantizedReference) {
         std::vector<uint8_t> kb(static_cast<size_t>(blocks * q8_key_block_bytes(hd)), 0xFF);
         std::vector<double> kd(static_cast<size_t>(len * hd)), vd(kd.size());  // dequantized
         std::vector<uint8_t> krow(static_cast<size_t>(row));
+        // Values in pairs, scales block-major (`stride` positions apart); bytes nobody wrote hold 0xAB
+        // (the partner of an odd len's last position is cleared by the store, as the cache does).
+        const int64_t stride = len + 5;
+        std::vector<uint8_t> vpairs(static_cast<size_t>((len + 1) / 2 * 2 * hd), 0xAB);
+        std::vector<uint16_t> vscales(static_cast<size_t>(hd / 32 * stride), 0xABAB);
         for (int64_t j = 0; j < len; ++j) {
           quantize_kv_row_q8(kf.data() + j * hd, krow.data(), hd);
           quantize_kv_row_q8(vf.data() + j * hd, vrows.data() + j * row, hd);
+          store_q8_value_row(vrows.data() + j * row, vpairs.data(), vscales.data(), stride, j, hd);
           uint8_t* blk = kb.data() + j / kKeyBlock * q8_key_block_bytes(hd);
           for (int64_t d = 0; d < hd; ++d) {
             blk[q8_key_value_offset(j, d)] = static_cast<uint8_t>(static_cast<int8_t>(krow[d]) + 128);
@@ -532,10 +542,28 @@ TEST(Kernels, Q8AttentionMatchesTheDequantizedReference) {
         }
         const auto p = random_vec(G * s_stride, 24);
         const auto before = random_vec(G * hd, 25);
-        std::vector<double> want_out(before.begin(), before.end());
+        std::vector<double> want_out(before.begin(), before.end()), slack(want_out.size(), 0.0);
         for (int64_t h = 0; h < G; ++h)
           for (int64_t i = 0; i < hd; ++i)
             for (int64_t j = 0; j < len; ++j) want_out[h * hd + i] += p[h * s_stride + j] * vd[j * hd + i];
+        // Half a step per weight: a * s / 32,767 per run and block, times the 8-bit value it weighs.
+        for (int64_t h = 0; h < G; ++h)
+          for (int64_t r0 = 0; r0 < len; r0 += kQ8ValueRun) {
+            const int64_t r1 = std::min(len, r0 + kQ8ValueRun);
+            double a = 0;
+            for (int64_t j = r0; j < r1; ++j) a = std::max(a, std::fabs(static_cast<double>(p[h * s_stride + j])));
+            for (int64_t i = 0; i < hd; ++i) {
+              double s = 0, q_sum = 0;
+              for (int64_t j = r0; j < r1; ++j) {
+                uint16_t vs;
+                std::memcpy(&vs, vrows.data() + j * row + hd + i / 32 * 2, 2);
+                s = std::max(s, std::fabs(static_cast<double>(fp16_to_float(vs))));
+                q_sum += std::abs(static_cast<int8_t>(vrows[j * row + i]));
+              }
+              slack[h * hd + i] += a * s / 32767 * (0.5 * q_sum + 1);
+            }
+          }
+        std::vector<float> scalar_out;
         for (const KernelTable* k : available_kernels()) {
           std::vector<float> got(static_cast<size_t>(G * s_stride), 99.0f);
           k->attn_scores_q8(qa.data(), qa_stride, G, kb.data(), len, hd, 0.125f, got.data(), s_stride);
@@ -546,12 +574,58 @@ TEST(Kernels, Q8AttentionMatchesTheDequantizedReference) {
             for (int64_t j = len; j < s_stride; ++j) ASSERT_EQ(got[h * s_stride + j], 99.0f) << "wrote past len";
           }
           std::vector<float> out = before;
-          k->attn_values_q8(p.data(), G, s_stride, vrows.data(), len, hd, out.data());
+          k->attn_values_q8(p.data(), G, s_stride, vpairs.data(), vscales.data(), stride, len, hd, out.data());
           for (size_t i = 0; i < out.size(); ++i)
-            ASSERT_NEAR(out[i], want_out[i], 1e-5 * std::sqrt(static_cast<double>(len)))
+            ASSERT_NEAR(out[i], want_out[i], slack[i] + 1e-6 * (1 + std::fabs(want_out[i])))
                 << k->name << " hd=" << hd << " G=" << G << " len=" << len << " i=" << i;
+          if (scalar_out.empty())
+            scalar_out = out;  // available_kernels() lists the scalar table first
+          else
+            ASSERT_EQ(0, std::memcmp(out.data(), scalar_out.data(), out.size() * sizeof(float)))
+                << k->name << " differs from the scalar table's bits: hd=" << hd << " G=" << G << " len=" << len;
         }
       }
+}
+
+// A head's values over a Q8_0 cache depend only on its own weights and the positions up to its last
+// nonzero weight: the same bits in a group of 7 heads over 300 positions as alone over just its
+// own positions, with whatever (even NaN scales) the cache holds past them. This is what lets a
+// prefix-cache hit, which recomputes one row alone, reproduce a cold run's prefill bit for bit.
+TEST(Kernels, Q8ValuesOfAHeadDependOnlyOnItsOwnWeights) {
+  const int64_t hd = 64, G = 7, len = 300, row = hd + hd / 32 * 2;
+  const auto vf = random_vec(len * hd, 41), junk = random_vec(len * hd, 42);
+  std::vector<uint8_t> qrow(static_cast<size_t>(row)), vpairs(static_cast<size_t>(len * hd));
+  std::vector<uint16_t> vscales(static_cast<size_t>(hd / 32 * len));
+  for (int64_t j = 0; j < len; ++j) {
+    quantize_kv_row_q8(vf.data() + j * hd, qrow.data(), hd);
+    store_q8_value_row(qrow.data(), vpairs.data(), vscales.data(), len, j, hd);
+  }
+  std::vector<float> p(static_cast<size_t>(G * len), 0.0f);
+  std::vector<int64_t> own(G);
+  for (int64_t h = 0; h < G; ++h) {
+    own[h] = 3 + 45 * h;  // heads end in the first run, the second, and at its edge
+    const auto w = random_vec(len, 43 + h);
+    for (int64_t j = 0; j <= own[h]; ++j) p[h * len + j] = std::fabs(w[j]) + 0.01f;
+  }
+  for (const KernelTable* k : available_kernels()) {
+    std::vector<float> group(static_cast<size_t>(G * hd), 0.5f);
+    k->attn_values_q8(p.data(), G, len, vpairs.data(), vscales.data(), len, len, hd, group.data());
+    for (int64_t h = 0; h < G; ++h) {
+      std::vector<uint8_t> alone = vpairs;  // past the head's own position: other values, NaN scales
+      std::vector<uint16_t> alone_scales = vscales;
+      for (int64_t j = own[h] + 1; j < len; ++j) {
+        quantize_kv_row_q8(junk.data() + j * hd, qrow.data(), hd);
+        store_q8_value_row(qrow.data(), alone.data(), alone_scales.data(), len, j, hd);
+        for (int64_t b = 0; b < hd / 32; ++b) alone_scales[b * len + j] = 0x7E00;  // a NaN
+      }
+      std::vector<float> one(static_cast<size_t>(hd), 0.5f);
+      k->attn_values_q8(p.data() + h * len, 1, len, alone.data(), alone_scales.data(), len, own[h] + 1, hd, one.data());
+      EXPECT_EQ(0, std::memcmp(one.data(), group.data() + h * hd, hd * sizeof(float))) << k->name << " head " << h;
+      bool finite = true;
+      for (float x : one) finite = finite && std::isfinite(x);
+      EXPECT_TRUE(finite) << k->name << " head " << h;
+    }
+  }
 }
 
 // Values over a BF16 cache (KvType::BF16, pairs of positions interleaved; the partner of an odd

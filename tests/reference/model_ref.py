@@ -105,6 +105,7 @@ class RefModel:
             elif kv_f16:
                 k = k.astype(np.float16).astype(np.float64)
             if kv_f16 and vtype == "q8_0":
+                v_quants, v_scales = _q8_parts(v)
                 v = _q8(v, True)
             elif kv_f16 and vtype == "bf16":
                 v = _bf16(v)
@@ -122,6 +123,9 @@ class RefModel:
                     s = q[r0:r1, hh, :] @ k[:r1, kv, :].T / np.sqrt(self.hd) + mask
                     if kv_f16 and vtype == "bf16":
                         att[r0:r1, hh, :] = _attend_bf16(s, v[:r1, kv, :])
+                        continue
+                    if kv_f16 and vtype == "q8_0":
+                        att[r0:r1, hh, :] = _attend_q8(s, v_quants[:r1, kv, :], v_scales[:r1, kv, :])
                         continue
                     s = np.exp(s - s.max(axis=1, keepdims=True))
                     s /= s.sum(axis=1, keepdims=True)
@@ -147,6 +151,55 @@ def _q8(x, half_scale):
     if half_scale:
         d = d.astype(np.float16)
     return (qv.astype(np.float64) * d.astype(np.float64)).reshape(shape)
+
+
+def _q8_parts(x):
+    """The Q8_0 rounding of _q8 as its parts: the int8 quants [..., hd] and the half-float scales
+    [..., hd / 32], both as float64."""
+    shape = x.shape
+    b = x.astype(np.float32).reshape(-1, 32)
+    d = (np.max(np.abs(b), axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    qv = np.clip(np.rint(b * inv), -127, 127)
+    return qv.reshape(shape), d.astype(np.float16).astype(np.float64).reshape(shape[:-1] + (shape[-1] // 32,))
+
+
+def _attend_q8(s, quants, scales, chunk=256):
+    """softmax(s) @ v as coda computes it over a Q8_0 value cache (kernels.h, kQ8ValueRun): keys in
+    chunks of 256 from position 0 with the running max, as _attend_bf16; in each chunk, per row and
+    32-dimension block b, the weights p become 16-bit integers u = rint(p / a * scale_j * 32767 /
+    s_b) (a: the row's largest weight in the chunk; s_b: the largest scale of block b up to the
+    row's last nonzero weight), summed against the int8 quants, times a * s_b / 32767."""
+    T, hd = s.shape[0], quants.shape[1]
+    nb = hd // 32
+    m = np.full(T, -np.inf)
+    total = np.zeros(T)
+    out = np.zeros((T, hd))
+    for c0 in range(0, s.shape[1], chunk):
+        sc = s[:, c0:c0 + chunk]
+        C = sc.shape[1]
+        mc = np.maximum(m, sc.max(axis=1))
+        with np.errstate(invalid="ignore"):
+            f = np.where(np.isfinite(m), np.exp(m - mc), 0.0)
+            p = np.where(np.isfinite(sc), np.exp(sc - np.where(np.isfinite(mc), mc, 0.0)[:, None]), 0.0)
+        a = np.abs(p).max(axis=1)
+        nonzero = p != 0
+        last = np.where(nonzero.any(axis=1), C - 1 - np.argmax(nonzero[:, ::-1], axis=1), -1)
+        d = scales[c0:c0 + C]                                     # [C, nb]
+        prefix = np.maximum.accumulate(np.abs(d), axis=0)         # [C, nb]
+        sb = prefix[np.maximum(last, 0)]                          # [T, nb]
+        live = (last >= 0) & (a > 0)
+        a_safe = np.where(live, a, 1.0)
+        acc = np.zeros((T, hd))
+        for b in range(nb):
+            s_b = np.where(live & (sb[:, b] > 0), sb[:, b], 1.0)
+            u = np.rint(p / a_safe[:, None] * (d[None, :, b] * (32767.0 / s_b[:, None])))
+            u = np.where(live[:, None], u, 0.0)
+            acc[:, 32 * b:32 * b + 32] = (u @ quants[c0:c0 + C, 32 * b:32 * b + 32]) * (a_safe * s_b / 32767.0)[:, None]
+        out = out * f[:, None] + acc
+        total = total * f + p.sum(axis=1)
+        m = mc
+    return out / total[:, None]
 
 
 def _bf16(x):
