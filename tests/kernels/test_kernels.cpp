@@ -492,7 +492,7 @@ TEST(Kernels, AttentionScoresAndValuesMatchTheReference) {
 // table's bits exactly, and each output must lie within half a weight step per position of the
 // dequantized reference (plus float rounding), the step being a * s / 32,767 of its run and block.
 TEST(Kernels, Q8AttentionMatchesTheDequantizedReference) {
-  for (int64_t hd : {32, 64, 128})
+  for (int64_t hd : {32, 64, 128, 1056})  // 1,056: 33 blocks, past any fixed-size scratch
     for (int64_t G : {1, 4, 7, 13, 32})
       for (int64_t len : {1, 9, 16, 17, 70, 129, 300}) {
         const int64_t row = hd + hd / 32 * 2, qa_stride = act_row_bytes(ActFormat::Q8_32, hd);
