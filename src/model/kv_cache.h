@@ -10,8 +10,8 @@
 // - K: [layer][kv_head][slots / kKeyBlock][head_dim][kKeyBlock], blocks of 16 positions stored
 //   transposed (kernels.h, key_block_index), so the score kernels load dimension d of 16 keys at once.
 //   A Q8_0 block holds its int8 values in runs of 4 dimensions and then its scales
-//   (q8_key_block_bytes); Q8_0 values interleave each pair of positions' int8 values and then hold
-//   both positions' head_dim / 32 scales (q8_value_offset).
+//   (q8_key_block_bytes); Q8_0 values interleave each pair of positions' int8 values
+//   (q8_value_offset), and a head's scales follow its values, block-major (v_scales).
 //   BF16 values interleave each pair of positions element by element (bf16_value_index).
 // Every row of one position of one head takes kv_row_bytes(type, head_dim) bytes.
 // `slots` is the capacity rounded up to whole key blocks. `truncate(n)` forgets every position >= n;

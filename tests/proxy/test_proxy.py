@@ -394,39 +394,32 @@ def scripted_tests(coda, work):
         check(st == 429 and body["error"]["code"] == "rate_limit_exceeded" and hdrs.get("Retry-After") == "1",
               f"beyond --max-connections -> {st} {body}")
         held.join()
+        def client_leaves(body, arrived, what):
+            """Sends `body` on a raw connection, closes it once `arrived(stats0)` holds upstream, and
+            waits for the upstream connection to close and the proxy to count an abort."""
+            stats0 = up.json("GET", "/stats")[2]
+            aborts0 = px.metric_sum("coda:request_success_total", finished_reason="abort")
+            raw_body = json.dumps(body).encode()
+            c = socket.create_connection(("127.0.0.1", px.port))
+            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(raw_body) + raw_body)
+            up.wait_until(f"the upstream has the request ({what})", lambda: arrived(stats0, up.json("GET", "/stats")[2]))
+            c.close()
+            up.wait_until(f"the upstream connection closed after the client left ({what})",
+                          lambda: up.json("GET", "/stats")[2]["cancelled"] == stats0["cancelled"] + 1)
+            px.wait_until(f"the proxy counts an abort, not an upstream timeout ({what})",
+                          lambda: px.metric_sum("coda:request_success_total", finished_reason="abort") == aborts0 + 1)
+
         # A non-streaming client that leaves is noticed though nothing was written to it: the upstream
         # stream is closed (a cancellation there) instead of running on to max_tokens at 20 ms a token.
-        stats0 = up.json("GET", "/stats")[2]
-        aborts0 = px.metric_sum("coda:request_success_total", finished_reason="abort")
-        body = json.dumps({"prompt": "[pace:20][loop] go|", "max_tokens": 100000,
-                           "coda": {"guard": "observe"}}).encode()
-        c = socket.create_connection(("127.0.0.1", px.port))
-        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        up.wait_until("the upstream streams for the non-streaming client",
-                      lambda: up.json("GET", "/stats")[2]["open"] == stats0["open"] + 1)
-        c.close()
-        up.wait_until("the upstream stream closed after the client left",
-                      lambda: up.json("GET", "/stats")[2]["cancelled"] == stats0["cancelled"] + 1)
-        px.wait_until("the proxy counts it as an abort",
-                      lambda: px.metric_sum("coda:request_success_total", finished_reason="abort") == aborts0 + 1)
+        client_leaves({"prompt": "[pace:20][loop] go|", "max_tokens": 100000, "coda": {"guard": "observe"}},
+                      lambda s0, s: s["open"] == s0["open"] + 1, "non-streaming, paced upstream")
         # A client that leaves before the upstream says anything (a long prefill), streaming or not:
         # the proxy looks for it while waiting and closes the upstream connection at once, where it
         # used to hold it until the upstream's first byte or the read timeout.
         for streaming in (False, True):
-            stats0 = up.json("GET", "/stats")[2]
-            aborts0 = px.metric_sum("coda:request_success_total", finished_reason="abort")
-            body = json.dumps({"prompt": "[hang-first] a long prefill", "stream": streaming}).encode()
-            c = socket.create_connection(("127.0.0.1", px.port))
-            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
-            up.wait_until("the upstream has the request",
-                          lambda: up.json("GET", "/stats")[2]["requests"] == stats0["requests"] + 1)
-            c.close()
-            up.wait_until(f"the upstream connection closed after the client left (stream={streaming})",
-                          lambda: up.json("GET", "/stats")[2]["cancelled"] == stats0["cancelled"] + 1)
-            px.wait_until(f"an abort, not an upstream timeout (stream={streaming})",
-                          lambda: px.metric_sum("coda:request_success_total", finished_reason="abort") == aborts0 + 1)
+            client_leaves({"prompt": "[hang-first] a long prefill", "stream": streaming},
+                          lambda s0, s: s["requests"] == s0["requests"] + 1, f"silent upstream, stream={streaming}")
         # A refused logprobs request is retried without; the guard works on text alone.
         refused0 = px_refuse.metric_sum("coda:upstream_logprobs_refused_total")
         st, events, done = px_refuse.stream("/v1/completions", {"prompt": "[loop] go|", "max_tokens": 500,
