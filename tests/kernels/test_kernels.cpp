@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/fp16.h"
@@ -387,6 +389,31 @@ TEST(Kernels, ExpSumMatchesStdExp) {
         EXPECT_EQ(sum, 0.0f) << t->name;
       }
     }
+  }
+}
+
+// The SIMD tables share one exp (AVX-512 scales by 2^n with vscalefps where AVX2 builds 2^n's
+// bits and multiplies): the softmax weights, and so the logits, do not depend on the CPU's level.
+TEST(Kernels, ExpSumGivesTheSameBitsOnEverySimdTable) {
+  std::vector<float> x;
+  for (float v = -90.0f; v <= 0.0f; v += 0.000731f) x.push_back(v);  // softmax numerators: x - max <= 0
+  x.resize(x.size() / 16 * 16);                                      // (AVX2 takes std::exp for a tail of fewer than 8)
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<float> first;
+  const char* first_name = nullptr;
+  for (const KernelTable* t : available_kernels()) {
+    if (std::string(t->name) == "scalar") continue;  // std::exp: within 3e-7, not the same bits
+    std::vector<float> y(x.size());
+    t->exp_sum(x.data(), y.data(), n, 0.0f);
+    if (first_name == nullptr) {
+      first = y;
+      first_name = t->name;
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(i)]),
+                std::bit_cast<uint32_t>(first[static_cast<size_t>(i)]))
+          << t->name << " against " << first_name << " at x=" << x[static_cast<size_t>(i)];
   }
 }
 
