@@ -241,6 +241,29 @@ void BM_AttentionQ8(benchmark::State& state, int level) {
 BENCHMARK_CAPTURE(BM_AttentionQ8, avx512, 2)->ArgsProduct({{4, 64}, {256, 4096}, {0, 1, 2}});
 BENCHMARK_CAPTURE(BM_AttentionQ8, avx2, 1)->ArgsProduct({{4, 64}, {256, 4096}, {0, 1, 2}});
 
+// The attention softmax over one chunk's row of scores: exp_sum (base e) against exp2_sum (base 2,
+// the attention's since stop 44), 256 scores as one row of a chunk, in L1.
+void BM_ExpSum(benchmark::State& state, int level, bool two) {
+  const KernelTable* k = level == 2 ? avx512_kernels() : level == 1 ? avx2_kernels() : &scalar_kernels();
+  if (k == nullptr) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-20.0f, 0.0f);
+  std::vector<float> x(256), y(256);
+  for (auto& v : x) v = u(rng);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize((two ? k->exp2_sum : k->exp_sum)(x.data(), y.data(), 256, 0.0f));
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * 256);
+}
+BENCHMARK_CAPTURE(BM_ExpSum, e_avx512, 2, false);
+BENCHMARK_CAPTURE(BM_ExpSum, two_avx512, 2, true);
+BENCHMARK_CAPTURE(BM_ExpSum, e_avx2, 1, false);
+BENCHMARK_CAPTURE(BM_ExpSum, two_avx2, 1, true);
+
 #define CODA_BENCH_TYPE(T)                            \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx512, DType::T, 2); \
   BENCHMARK_CAPTURE(BM_Dot, T##_avx2, DType::T, 1);   \

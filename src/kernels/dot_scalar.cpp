@@ -94,6 +94,16 @@ float exp_sum_scalar(const float* x, float* y, int64_t n, float shift) {
   return static_cast<float>(sum);
 }
 
+float exp2_sum_scalar(const float* x, float* y, int64_t n, float shift) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = x[i] - shift;
+    y[i] = d < -126.0f ? 0.0f : std::exp2(d);
+    sum += y[i];
+  }
+  return static_cast<float>(sum);
+}
+
 float sum_scalar(const float* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += x[i];
@@ -268,6 +278,7 @@ KernelTable make_scalar() {
   t.axpy_f32 = axpy_scalar;
   t.stream_read = stream_read_scalar;
   t.exp_sum = exp_sum_scalar;
+  t.exp2_sum = exp2_sum_scalar;
   t.swiglu = swiglu;
   t.sum_f32 = sum_scalar;
   t.max_f32 = max_scalar;

@@ -256,7 +256,9 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
     t = e;
   }
   const int64_t qv = kRowBlock * group;  // query vectors per job at most
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // The scores carry log2(e): the softmax takes 2^(s - max), the same weights as e^(s / log2(e) - ...)
+  // without a multiply by log2(e) in the exponential and with an exact range reduction (exp2_sum).
+  const auto scale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(hd)));
   const auto threads = static_cast<int64_t>(pool.size());
   grow(buf.scores, threads * qv * kKeyChunk);
   grow(buf.att_q, threads * qv * hd);
@@ -319,13 +321,13 @@ void Model::attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) cons
               std::fill(si, si + n, 0.0f);
               continue;
             }
-            if (m > row_max[i]) {  // rescale what the earlier chunks added (exp(-inf) = 0 on the first)
-              const float f = std::exp(row_max[i] - m);
+            if (m > row_max[i]) {  // rescale what the earlier chunks added (exp2(-inf) = 0 on the first)
+              const float f = std::exp2(row_max[i] - m);
               row_sum[i] *= f;
               for (int64_t d = 0; d < hd; ++d) om[i * hd + d] *= f;
               row_max[i] = m;
             }
-            row_sum[i] += k.exp_sum(si, si, own, m);
+            row_sum[i] += k.exp2_sum(si, si, own, m);
           }
           std::fill(si + own, si + n, 0.0f);
         }

@@ -396,24 +396,67 @@ TEST(Kernels, ExpSumMatchesStdExp) {
 // bits and multiplies): the softmax weights, and so the logits, do not depend on the CPU's level.
 TEST(Kernels, ExpSumGivesTheSameBitsOnEverySimdTable) {
   std::vector<float> x;
-  for (float v = -90.0f; v <= 0.0f; v += 0.000731f) x.push_back(v);  // softmax numerators: x - max <= 0
-  x.resize(x.size() / 16 * 16);                                      // (AVX2 takes std::exp for a tail of fewer than 8)
+  for (float v = -130.0f; v <= 0.0f; v += 0.000731f) x.push_back(v);  // softmax numerators: x - max <= 0
+  x.resize(x.size() / 16 * 16);  // (AVX2 takes std::exp for a tail of fewer than 8)
   const auto n = static_cast<int64_t>(x.size());
-  std::vector<float> first;
-  const char* first_name = nullptr;
-  for (const KernelTable* t : available_kernels()) {
-    if (std::string(t->name) == "scalar") continue;  // std::exp: within 3e-7, not the same bits
-    std::vector<float> y(x.size());
-    t->exp_sum(x.data(), y.data(), n, 0.0f);
-    if (first_name == nullptr) {
-      first = y;
-      first_name = t->name;
-      continue;
+  for (const bool two : {false, true}) {
+    std::vector<float> first;
+    const char* first_name = nullptr;
+    for (const KernelTable* t : available_kernels()) {
+      if (std::string(t->name) == "scalar") continue;  // std::exp: within 3e-7, not the same bits
+      std::vector<float> y(x.size());
+      (two ? t->exp2_sum : t->exp_sum)(x.data(), y.data(), n, 0.0f);
+      if (first_name == nullptr) {
+        first = y;
+        first_name = t->name;
+        continue;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(i)]),
+                  std::bit_cast<uint32_t>(first[static_cast<size_t>(i)]))
+            << (two ? "exp2_sum " : "exp_sum ") << t->name << " against " << first_name
+            << " at x=" << x[static_cast<size_t>(i)];
     }
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(i)]),
-                std::bit_cast<uint32_t>(first[static_cast<size_t>(i)]))
-          << t->name << " against " << first_name << " at x=" << x[static_cast<size_t>(i)];
+  }
+}
+
+// The attention softmax in base 2, against std::exp2 in double, down past where it gives 0.
+TEST(Kernels, Exp2SumMatchesStdExp2) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(-140.0f, 0.0f);
+  for (int64_t n : {1, 7, 8, 15, 16, 33, 1000, 4099}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = u(rng);
+    x[0] = -INFINITY;  // masked positions get exactly zero
+    if (n > 3) x[3] = 0.0f;
+    if (n > 5) x[5] = -126.0f;  // the last one kept
+    for (const KernelTable* t : available_kernels()) {
+      std::vector<float> y(static_cast<size_t>(n));
+      const float sum = t->exp2_sum(x.data(), y.data(), n, 0.0f);
+      double ref_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float xi = x[static_cast<size_t>(i)];
+        const double want = xi < -126.0f ? 0.0 : std::exp2(static_cast<double>(xi));
+        ref_sum += want;
+        if (want == 0) {
+          EXPECT_EQ(y[static_cast<size_t>(i)], 0.0f) << t->name << " x=" << xi;
+        } else {
+          EXPECT_NEAR(y[static_cast<size_t>(i)] / want, 1.0, 3e-7) << t->name << " x=" << xi;
+        }
+      }
+      if (ref_sum > 0) {
+        EXPECT_NEAR(sum / ref_sum, 1.0, 1e-5) << t->name << " n=" << n;
+      }
+    }
+    // A shift moves the whole row: 2^(x - s), the row's maximum at 0.
+    for (const KernelTable* t : available_kernels()) {
+      std::vector<float> y(static_cast<size_t>(n)), shifted(x.size());
+      for (size_t i = 0; i < x.size(); ++i) shifted[i] = x[i] + 37.5f;
+      t->exp2_sum(shifted.data(), y.data(), n, 37.5f);
+      if (n > 3) {
+        EXPECT_EQ(y[3], 1.0f) << t->name;
+      }
+    }
   }
 }
 
