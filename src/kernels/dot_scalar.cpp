@@ -84,24 +84,24 @@ void axpy_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-float exp_sum_scalar(const float* x, float* y, int64_t n, float shift) {
+// The softmax numerators: y = exp_1(x - shift) for x - shift >= lo, else 0, summed in double.
+template <class Exp1>
+float softmax_sum_scalar(const float* x, float* y, int64_t n, float shift, float lo, Exp1 exp_1) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float d = x[i] - shift;
-    y[i] = d < -87.0f ? 0.0f : std::exp(d);
+    y[i] = d < lo ? 0.0f : exp_1(d);
     sum += y[i];
   }
   return static_cast<float>(sum);
 }
 
+float exp_sum_scalar(const float* x, float* y, int64_t n, float shift) {
+  return softmax_sum_scalar(x, y, n, shift, -87.0f, [](float d) { return std::exp(d); });
+}
+
 float exp2_sum_scalar(const float* x, float* y, int64_t n, float shift) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = x[i] - shift;
-    y[i] = d < -126.0f ? 0.0f : std::exp2(d);
-    sum += y[i];
-  }
-  return static_cast<float>(sum);
+  return softmax_sum_scalar(x, y, n, shift, -126.0f, [](float d) { return std::exp2(d); });
 }
 
 float sum_scalar(const float* x, int64_t n) {
