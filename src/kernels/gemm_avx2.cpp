@@ -498,6 +498,67 @@ void tile_q6_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const uin
   }
 }
 
+// F16 and BF16 weights (repack.h: column by column, 16 rows' values in 32 bytes): both halves of a
+// column widen exactly to two registers of floats (vcvtph2ps; BF16 is the high half of a float), and
+// each token's activation, broadcast from memory, meets them in two multiply-adds. Every lane sums
+// its row in column order with one chain, whatever the tile, as the AVX-512 tile does: the two
+// tables give the same bits, and a token's result does not depend on the tokens beside it.
+constexpr int kHalfTileTokens = 6;  // 12 accumulators, 2 weight registers, 1 broadcast
+
+template <bool kBf16>
+inline __m256 widen_half_column(const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kBf16) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm256_cvtph_ps(h);
+  }
+}
+
+template <int T, bool kBf16>
+void tile_half(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  constexpr int64_t kColumnBytes = 2 * kPackRows;
+  const float* a[T];
+  __m256 acc[2][T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    a[t] = reinterpret_cast<const float*>(act + t * act_stride);
+    acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+  }
+  for (int64_t c = 0; c < cols; ++c, g += kColumnBytes) {
+    const __m256 w0 = widen_half_column<kBf16>(g), w1 = widen_half_column<kBf16>(g + 16);
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const __m256 x = _mm256_broadcast_ss(a[t] + c);
+      acc[0][t] = _mm256_fmadd_ps(w0, x, acc[0][t]);
+      acc[1][t] = _mm256_fmadd_ps(w1, x, acc[1][t]);
+    }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    _mm256_storeu_ps(y + t * y_stride, acc[0][t]);
+    _mm256_storeu_ps(y + t * y_stride + 8, acc[1][t]);
+  }
+}
+
+template <bool kBf16>
+void run_half_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stride, int64_t n_tokens, float* y,
+                    int64_t y_stride) {
+  using HalfTileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
+  static constexpr HalfTileFn kByCount[kHalfTileTokens + 1] = {nullptr,
+                                                               tile_half<1, kBf16>,
+                                                               tile_half<2, kBf16>,
+                                                               tile_half<3, kBf16>,
+                                                               tile_half<4, kBf16>,
+                                                               tile_half<5, kBf16>,
+                                                               tile_half<6, kBf16>};
+  const auto* a = static_cast<const uint8_t*>(act);
+  int64_t b = 0;
+  for (; b + kHalfTileTokens <= n_tokens; b += kHalfTileTokens)
+    kByCount[kHalfTileTokens](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
+  if (b < n_tokens) kByCount[n_tokens - b](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, int, const uint8_t*, int64_t, float*, int64_t);
 
 // One token takes both halves of the group at once. More tokens pass over the group in tiles of
@@ -567,6 +628,8 @@ void install_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile, true>;
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile, true>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
+  t.gemm[static_cast<int>(DType::F16)] = run_half_tiles<false>;
+  t.gemm[static_cast<int>(DType::BF16)] = run_half_tiles<true>;
   // Repacked by default: Q8_0, Q4_0 and Q4_K, whose one-token tiles decode as fast as the unpacked
   // dot kernels (Zen 3, 1B files, tokens/s packed against unpacked: Q4_0 22.7 / 21.9, Q8_0
   // 13.4-13.8 / 13.8, Q4_K_M with its Q4_K packed 18.7-19.4 / 18.7-19.5) while prefill gains
@@ -578,6 +641,8 @@ void install_gemm_avx2(KernelTable& t) {
   t.repack_by_default[static_cast<int>(DType::Q8_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_K)] = true;
+  t.repack_by_default[static_cast<int>(DType::F16)] = true;
+  t.repack_by_default[static_cast<int>(DType::BF16)] = true;
 }
 
 }  // namespace coda

@@ -393,6 +393,60 @@ void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t 
   }
 }
 
+// F16 and BF16 weights (repack.h: column by column, 16 rows' values in 32 bytes): one load widens
+// a column of 16 rows to floats exactly (vcvtph2ps; BF16 is the high half of a float), and each
+// token's activation, broadcast from memory, meets it in one multiply-add. Every lane sums its row
+// in column order with one chain of multiply-adds, whatever the tile: a token's result does not
+// depend on how many tokens share the tile (decode and prefill, batched or not, give the same bits).
+template <bool kBf16>
+inline __m512 widen_column(const uint8_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (kBf16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+  } else {
+    return _mm512_maskz_cvtph_ps(0xFFFF, h);
+  }
+}
+
+// NG groups (1 or 2; the second follows the whole first) x T tokens: NG x T accumulators. Per
+// column NG widened loads and T broadcasts feed NG x T multiply-adds, so two groups of 8 tokens keep
+// the FMA units, not the loads, the limit.
+template <int NG, int T, bool kBf16>
+void tile_half(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  constexpr int64_t kColumnBytes = 2 * kPackRows;
+  const int64_t second = cols * kColumnBytes;
+  const float* a[T];
+  __m512 acc[NG][T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    a[t] = reinterpret_cast<const float*>(act + t * act_stride);
+    CODA_UNROLL
+    for (int h = 0; h < NG; ++h) acc[h][t] = _mm512_setzero_ps();
+  }
+  for (int64_t c = 0; c < cols; ++c, g += kColumnBytes) {
+    if constexpr (T == 1) {  // decode streams the weights: one prefetch per line and group
+      if ((c & 1) == 0) {
+        CODA_UNROLL
+        for (int h = 0; h < NG; ++h) prefetch_span<64>(g + h * second + kDecodePrefetchBytes);
+      }
+    }
+    __m512 w[NG];
+    CODA_UNROLL
+    for (int h = 0; h < NG; ++h) w[h] = widen_column<kBf16>(g + h * second);
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const __m512 x = _mm512_set1_ps(a[t][c]);
+      CODA_UNROLL
+      for (int h = 0; h < NG; ++h) acc[h][t] = _mm512_fmadd_ps(w[h], x, acc[h][t]);
+    }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) {
+    CODA_UNROLL
+    for (int h = 0; h < NG; ++h) _mm512_storeu_ps(y + t * y_stride + h * kPackRows, acc[h][t]);
+  }
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t);
 
 template <template <int> class Tile, int kTile = kTileTokens>
@@ -451,6 +505,17 @@ struct Q6KTile {
   }
 };
 
+// The F16 and BF16 tiles of one group or two, by token count (run_tiles' template argument).
+template <int NG, bool kBf16>
+struct HalfTiles {
+  template <int T>
+  struct Tile {
+    static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+      tile_half<NG, T, kBf16>(g, c, a, s, y, ys);
+    }
+  };
+};
+
 }  // namespace
 
 void install_gemm_avx512(KernelTable& t) {
@@ -461,7 +526,11 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KPairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q8_0)] = run_tiles<Q8PairTile, kQ8PairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q4_0)] = run_tiles<Q40PairTile, kQ40PairTileTokens>;
-  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+  t.gemm[static_cast<int>(DType::F16)] = run_tiles<HalfTiles<1, false>::Tile>;
+  t.gemm[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<1, true>::Tile>;
+  t.gemm2[static_cast<int>(DType::F16)] = run_tiles<HalfTiles<2, false>::Tile>;
+  t.gemm2[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<2, true>::Tile>;
+  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::BF16})
     t.repack_by_default[static_cast<int>(d)] = true;
 }
 

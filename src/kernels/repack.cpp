@@ -36,7 +36,7 @@ void kquant_pack_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
 }  // namespace
 
 bool repack_supported(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K || is_half_type(t);
 }
 
 int64_t packed_group_bytes(DType t, int64_t cols) {
@@ -45,12 +45,17 @@ int64_t packed_group_bytes(DType t, int64_t cols) {
 }
 
 ActFormat packed_act_format(DType t) {
+  if (is_half_type(t)) return ActFormat::F32;
   return t == DType::Q4_K || t == DType::Q6_K ? act_format(t) : ActFormat::Q8_32_BLOCKED;
 }
 
 void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
   const int64_t row_bytes = dtype_row_bytes(t, cols);
-  if (t == DType::Q8_0) {
+  if (is_half_type(t)) {
+    // Column-major over the 16 rows: the writes run in order and the 16 source rows are streams.
+    for (int64_t c = 0; c < cols; ++c)
+      for (int r = 0; r < kPackRows; ++r) std::memcpy(dst + (c * kPackRows + r) * 2, src + r * row_bytes + c * 2, 2);
+  } else if (t == DType::Q8_0) {
     for (int64_t b = 0; b < cols / kQK; ++b, dst += 32 + 16 * kQK) {
       for (int r = 0; r < kPackRows; ++r) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(src + r * row_bytes) + b;
@@ -102,7 +107,9 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
 }
 
 void unpack_row(DType t, const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
-  if (t == DType::Q8_0) {
+  if (is_half_type(t)) {
+    for (int64_t c = 0; c < cols; ++c) std::memcpy(dst + c * 2, g + (c * kPackRows + r) * 2, 2);
+  } else if (t == DType::Q8_0) {
     for (int64_t b = 0; b < cols / kQK; ++b, g += 32 + 16 * kQK) {
       auto* blk = reinterpret_cast<BlockQ8_0*>(dst) + b;
       std::memcpy(&blk->d, g + 2 * r, 2);

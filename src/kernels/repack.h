@@ -14,6 +14,9 @@
 //         sub-block), the 8 mins as byte pairs (sub-blocks 2p, 2p + 1 per row), then 32 chunks of
 //         the original quant bytes; 148 bytes per row and super-block instead of 144 (+2.8%),
 //         because the 6-bit scales are stored unpacked.
+//   F16, BF16: column by column, the 16 rows' 2-byte values side by side (32 bytes per column), so
+//         one load widens into a register of 16 rows' weights; the same size as the original.
+//         Their activations stay floats and are broadcast one value at a time.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,11 @@ namespace coda {
 
 constexpr int kPackRows = 16;
 
+// The two-byte float formats, which pack column by column and take float activations.
+constexpr bool is_half_type(DType t) {
+  return t == DType::F16 || t == DType::BF16;
+}
+
 // Whether `t` has a repacked layout at all (the CPU's kernel table decides whether it is used).
 bool repack_supported(DType t);
 // Bytes of one packed group of 16 rows of `cols` values.
@@ -34,7 +42,7 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst);
 // Writes row r (0..15) of a packed group back in its original block format (dtype_row_bytes).
 void unpack_row(DType t, const uint8_t* group, int64_t cols, int r, uint8_t* dst);
 // The activation form packed weights of type `t` take: Q8_0 and Q4_0 per-32 quants in natural
-// order, block by block (ActBlockQ8), the K-quants their own per-256 blocks.
+// order, block by block (ActBlockQ8), the K-quants their own per-256 blocks, F16 and BF16 floats.
 ActFormat packed_act_format(DType t);
 
 namespace ref {

@@ -16,7 +16,7 @@
 namespace coda {
 namespace {
 
-const DType kPacked[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+const DType kPacked[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::BF16};
 
 // `rows` rows quantized from Gaussian values whose spread changes from row to row, so the scales
 // (and the Q4_K sub-block scales and mins) differ between the lanes of a group.
@@ -67,7 +67,9 @@ TEST_P(Packed, ReferenceGemmIsTheDotOfTheOriginalRows) {
   prepare_act(at, x.data(), act.data(), cols);
   // The activation values the kernels see, dequantized.
   std::vector<float> xa(static_cast<size_t>(cols));
-  if (at == ActFormat::Q8_32_BLOCKED) {
+  if (at == ActFormat::F32) {  // F16 and BF16 take the floats as they are
+    xa = x;
+  } else if (at == ActFormat::Q8_32_BLOCKED) {
     const auto* a = reinterpret_cast<const ActBlockQ8*>(act.data());
     for (int64_t i = 0; i < cols; ++i) xa[i] = a[i / kQK].d * a[i / kQK].q[i % kQK];
   } else {
@@ -147,9 +149,18 @@ TEST_P(Packed, PairedGemmMatchesTheReference) {
     const int64_t stride = act_row_bytes(at, cols);
     const int64_t max_tokens = 11;
     std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
+    // The float types' sums of 2,048 products cancel: their error is bounded by sum |w_i x_i|.
+    std::vector<float> mags(static_cast<size_t>(max_tokens * 2 * kPackRows), 0.0f);
+    std::vector<float> w(static_cast<size_t>(cols));
     for (int64_t b = 0; b < max_tokens; ++b) {
       const auto x = random_vec(cols, 300 + static_cast<uint32_t>(b), 1.0f + 0.5f * static_cast<float>(b % 3));
       prepare_act(at, x.data(), acts.data() + b * stride, cols);
+      for (int r = 0; r < 2 * kPackRows && is_half_type(t); ++r) {
+        ref::dequantize_row(t, q.data() + r * rb, w.data(), cols);
+        double m = 0;
+        for (int64_t i = 0; i < cols; ++i) m += std::fabs(w[i] * x[i]);
+        mags[b * 2 * kPackRows + r] = static_cast<float>(m);
+      }
     }
     std::vector<float> want(static_cast<size_t>(max_tokens * 2 * kPackRows));
     for (int h = 0; h < 2; ++h)
@@ -164,8 +175,8 @@ TEST_P(Packed, PairedGemmMatchesTheReference) {
         gemm2(groups.data(), cols, acts.data(), stride, n, y.data(), ys);
         for (int64_t b = 0; b < n; ++b) {
           for (int r = 0; r < 2 * kPackRows; ++r) {
-            const float w = want[b * 2 * kPackRows + r];
-            ASSERT_NEAR(y[b * ys + r], w, 1e-5f * (1 + std::fabs(w)))
+            const float v = want[b * 2 * kPackRows + r];
+            ASSERT_NEAR(y[b * ys + r], v, 1e-5f * (1 + std::fabs(v)) + 2e-6f * mags[b * 2 * kPackRows + r])
                 << k->name << " " << dtype_name(t) << " cols=" << cols << " n=" << n << " token " << b << " row " << r;
           }
           ASSERT_EQ(y[b * ys + 2 * kPackRows], -7.0f);
@@ -206,6 +217,54 @@ TEST_P(Packed, MatmulOnPackedWeightsMatchesUnpacked) {
     dequantize_weight_row(view, r, a.data());
     dequantize_weight_row(packed, r, b.data());
     ASSERT_EQ(a, b) << "row " << r;
+  }
+}
+
+// F16 and BF16 tiles sum each row in column order with one chain of multiply-adds (repack.h), so
+// every table gives the bits of that chain in scalar code (std::fma), for any number of tokens in
+// the call: a token's result does not depend on the tokens beside it, in one group or two.
+TEST(PackedHalf, EveryTileIsOneFmaChainInColumnOrder) {
+  for (const DType t : {DType::F16, DType::BF16}) {
+    const int64_t cols = 200;  // not a multiple of any vector width
+    const int64_t rb = dtype_row_bytes(t, cols), gb = packed_group_bytes(t, cols);
+    const auto q = quantized_rows(t, 2 * kPackRows, cols, 11);
+    std::vector<uint8_t> groups(static_cast<size_t>(2 * gb));
+    repack_group(t, q.data(), cols, groups.data());
+    repack_group(t, q.data() + kPackRows * rb, cols, groups.data() + gb);
+    const int64_t max_tokens = 13;
+    const auto x = random_vec(max_tokens * cols, 21, 2.0f);
+    std::vector<float> want(static_cast<size_t>(max_tokens * 2 * kPackRows));
+    std::vector<float> w(static_cast<size_t>(cols));
+    for (int r = 0; r < 2 * kPackRows; ++r) {
+      ref::dequantize_row(t, q.data() + r * rb, w.data(), cols);
+      for (int64_t b = 0; b < max_tokens; ++b) {
+        float acc = 0;
+        for (int64_t c = 0; c < cols; ++c) acc = std::fma(w[c], x[b * cols + c], acc);
+        want[b * 2 * kPackRows + r] = acc;
+      }
+    }
+    const int64_t stride = cols * static_cast<int64_t>(sizeof(float));
+    const auto* act = reinterpret_cast<const uint8_t*>(x.data());
+    int tables = 0;
+    for (const KernelTable* k : available_kernels()) {
+      const GemmFn gemm = k->gemm[static_cast<int>(t)];
+      if (gemm == nullptr) continue;
+      ++tables;
+      for (int64_t n : {1, 2, 5, 6, 7, 8, 9, 13}) {
+        std::vector<float> y(static_cast<size_t>(n * 2 * kPackRows), -7.0f);
+        for (int h = 0; h < 2; ++h)
+          gemm(groups.data() + h * gb, cols, act, stride, n, y.data() + h * kPackRows, 2 * kPackRows);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], want[i]) << k->name << " " << dtype_name(t) << " n=" << n << " at " << i;
+        const GemmFn gemm2 = k->gemm2[static_cast<int>(t)];
+        if (gemm2 == nullptr) continue;
+        std::fill(y.begin(), y.end(), -7.0f);
+        gemm2(groups.data(), cols, act, stride, n, y.data(), 2 * kPackRows);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], want[i]) << k->name << " pair " << dtype_name(t) << " n=" << n << " at " << i;
+      }
+    }
+    if (tables == 0) GTEST_LOG_(INFO) << "no kernel table on this CPU has a GEMM for " << dtype_name(t);
   }
 }
 
