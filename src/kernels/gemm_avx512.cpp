@@ -197,12 +197,36 @@ inline __m512i q4k_min_sums(const __m512i mins[4], const int16_t* bs) {
   return mi;
 }
 
-// Q4_K: super-blocks of 256 with 8 sub-block scales and mins, activations as ActBlockK.
-template <int T>
+// Bytes of a packed Q4_K or Q5_K group per super-block (repack.h): header, 32 chunks of nibbles,
+// and for Q5_K 8 chunks of high bits.
+template <bool kQ5>
+constexpr int64_t kquant_group_bytes() {
+  return 64 + 128 + 128 + 16 * kQKK / 2 + (kQ5 ? 16 * kQKK / 8 : 0);
+}
+
+// The weights of chunk p of sub-block j as unsigned bytes: the nibble (low for even j, high for odd)
+// of quant chunk 8(j / 2) + p, and for Q5_K the fifth bit, bit j of high-bit chunk p, moved to bit 4
+// (16-bit shifts by at most 4 left or 3 right keep every byte's bit 4 within its own byte).
+template <bool kQ5>
+inline __m512i kquant_weights(const uint8_t* g, int j, int p) {
+  const __m512i v = load512(g + 320 + (j / 2) * 512 + 64 * p);
+  const __m512i lo = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(0x0F));
+  if constexpr (!kQ5) {
+    return lo;
+  } else {
+    const __m512i hq = load512(g + 320 + 16 * kQKK / 2 + 64 * p);
+    const __m512i hi = j < 4    ? _mm512_slli_epi16(hq, static_cast<unsigned>(4 - j))
+                       : j == 4 ? hq
+                                : _mm512_srli_epi16(hq, static_cast<unsigned>(j - 4));
+    return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x10), 0xF8);  // lo | (hi & 0x10)
+  }
+}
+
+// Q4_K and Q5_K: super-blocks of 256 with 8 sub-block scales and mins, activations as ActBlockK.
+template <int T, bool kQ5>
 void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
-  constexpr int64_t kGroupBytes = 64 + 128 + 128 + 16 * kQKK / 2;
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  constexpr int64_t kGroupBytes = kquant_group_bytes<kQ5>();
   __m512 acc[T];
   CODA_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -220,13 +244,9 @@ void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
       const __m512 scale = _mm512_mul_ps(
           d,
           _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 64 + 16 * j)))));
-      const uint8_t* q = g + 320 + (j / 2) * 512;
       __m512i w[8];
       CODA_UNROLL
-      for (int p = 0; p < 8; ++p) {
-        const __m512i v = load512(q + 64 * p);
-        w[p] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low4);
-      }
+      for (int p = 0; p < 8; ++p) w[p] = kquant_weights<kQ5>(g, j, p);
       __m512i s[T];
       CODA_UNROLL
       for (int t = 0; t < T; ++t) s[t] = _mm512_setzero_si512();
@@ -322,13 +342,12 @@ void tile_q6_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
 // vpdpbusd, one per group. With one group, every vpdpbusd needs its own broadcast, and on Ice Lake
 // the broadcasts take the same two vector ports as the multiply-adds (a register-only vpdpbusd
 // loop runs twice as fast as one that broadcasts from memory).
-template <int T>
+template <int T, bool kQ5>
 void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y,
                     int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
-  constexpr int64_t kGroupBytes = 64 + 128 + 128 + 16 * kQKK / 2;
+  constexpr int64_t kGroupBytes = kquant_group_bytes<kQ5>();
   const int64_t second = nsb * kGroupBytes;  // the second group follows the whole first group
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[2][T];
   CODA_UNROLL
   for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
@@ -353,10 +372,7 @@ void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t 
       for (int p = 0; p < 8; ++p) {
         __m512i w[2];
         CODA_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          const __m512i v = load512(gg[h] + 320 + (j / 2) * 512 + 64 * p);
-          w[h] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low4);
-        }
+        for (int h = 0; h < 2; ++h) w[h] = kquant_weights<kQ5>(gg[h], j, p);
         CODA_UNROLL
         for (int t = 0; t < T; ++t) {
           const __m512i x = _mm512_set1_epi32(load_i32(a[t]->q + 32 * j + 4 * p));
@@ -486,17 +502,21 @@ struct Q40PairTile {
     if constexpr (T <= kQ40PairTileTokens) tile_q8_pair<T, true>(g, c, a, s, y, ys);
   }
 };
-template <int T>
-struct Q4KTile {
-  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    tile_q4_k<T>(g, c, a, s, y, ys);
-  }
-};
-template <int T>
-struct Q4KPairTile {
-  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    if constexpr (T <= kPairTileTokens) tile_q4_k_pair<T>(g, c, a, s, y, ys);
-  }
+// The Q4_K (kQ5 false) and Q5_K tiles of one group or two, by token count.
+template <bool kQ5>
+struct KQuantTiles {
+  template <int T>
+  struct Tile {
+    static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+      tile_q4_k<T, kQ5>(g, c, a, s, y, ys);
+    }
+  };
+  template <int T>
+  struct PairTile {
+    static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+      if constexpr (T <= kPairTileTokens) tile_q4_k_pair<T, kQ5>(g, c, a, s, y, ys);
+    }
+  };
 };
 template <int T>
 struct Q6KTile {
@@ -521,16 +541,18 @@ struct HalfTiles {
 void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q8_0)] = run_tiles<Q8Tile>;
   t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile>;
-  t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile>;
+  t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<KQuantTiles<false>::Tile>;
+  t.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<KQuantTiles<true>::Tile>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
-  t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KPairTile, kPairTileTokens>;
+  t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<KQuantTiles<false>::PairTile, kPairTileTokens>;
+  t.gemm2[static_cast<int>(DType::Q5_K)] = run_tiles<KQuantTiles<true>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q8_0)] = run_tiles<Q8PairTile, kQ8PairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q4_0)] = run_tiles<Q40PairTile, kQ40PairTileTokens>;
   t.gemm[static_cast<int>(DType::F16)] = run_tiles<HalfTiles<1, false>::Tile>;
   t.gemm[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<1, true>::Tile>;
   t.gemm2[static_cast<int>(DType::F16)] = run_tiles<HalfTiles<2, false>::Tile>;
   t.gemm2[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<2, true>::Tile>;
-  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::BF16})
+  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16, DType::BF16})
     t.repack_by_default[static_cast<int>(d)] = true;
 }
 

@@ -13,6 +13,7 @@ namespace {
 
 constexpr int64_t kQ4KHeader = 64 + 128 + 128;  // d, dmin, scales, min pairs
 constexpr int64_t kQ4KGroupBytes = kQ4KHeader + kPackRows * kQKK / 2;
+constexpr int64_t kQ5KGroupBytes = kQ4KGroupBytes + kPackRows * kQKK / 8;  // then 8 chunks of qh
 constexpr int64_t kQ6KHeader = 32 + 256;                      // d, scales
 constexpr int64_t kQ6KLow = kQ6KHeader;                       // 32 chunks of ql bytes
 constexpr int64_t kQ6KHigh = kQ6KLow + kPackRows * kQKK / 2;  // 16 chunks of qh bytes
@@ -33,20 +34,67 @@ void kquant_pack_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
   }
 }
 
+// Q4_K and Q5_K (repack.h): d, dmin, the unpacked scales and min pairs, 32 chunks of the quant
+// bytes, and for Q5_K 8 chunks of the high bits (chunk p: qh bytes 4p..4p+3 of each row).
+template <class Block>
+void repack_kquant(const uint8_t* src, int64_t row_bytes, int64_t cols, uint8_t* dst) {
+  constexpr bool kQ5 = sizeof(Block) == sizeof(BlockQ5_K);
+  for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ5 ? kQ5KGroupBytes : kQ4KGroupBytes) {
+    for (int r = 0; r < kPackRows; ++r) {
+      const auto* blk = reinterpret_cast<const Block*>(src + r * row_bytes) + b;
+      std::memcpy(dst + 2 * r, &blk->d, 2);
+      std::memcpy(dst + 32 + 2 * r, &blk->dmin, 2);
+      for (int j = 0; j < 8; ++j) {
+        uint8_t sc = 0, m = 0;
+        kquant_scale_min(j, blk->scales, &sc, &m);
+        dst[64 + j * 16 + r] = sc;
+        dst[192 + (j / 2) * 32 + r * 2 + j % 2] = m;
+      }
+      for (int c = 0; c < 4; ++c)
+        for (int p = 0; p < 8; ++p)
+          std::memcpy(dst + kQ4KHeader + (c * 8 + p) * 64 + r * 4, blk->qs + 32 * c + 4 * p, 4);
+      if constexpr (kQ5)
+        for (int p = 0; p < 8; ++p) std::memcpy(dst + kQ4KGroupBytes + p * 64 + r * 4, blk->qh + 4 * p, 4);
+    }
+  }
+}
+
+template <class Block>
+void unpack_kquant(const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
+  constexpr bool kQ5 = sizeof(Block) == sizeof(BlockQ5_K);
+  for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ5 ? kQ5KGroupBytes : kQ4KGroupBytes) {
+    auto* blk = reinterpret_cast<Block*>(dst) + b;
+    std::memcpy(&blk->d, g + 2 * r, 2);
+    std::memcpy(&blk->dmin, g + 32 + 2 * r, 2);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = g[64 + j * 16 + r];
+      m[j] = g[192 + (j / 2) * 32 + r * 2 + j % 2];
+    }
+    kquant_pack_scales(sc, m, blk->scales);
+    for (int c = 0; c < 4; ++c)
+      for (int p = 0; p < 8; ++p) std::memcpy(blk->qs + 32 * c + 4 * p, g + kQ4KHeader + (c * 8 + p) * 64 + r * 4, 4);
+    if constexpr (kQ5)
+      for (int p = 0; p < 8; ++p) std::memcpy(blk->qh + 4 * p, g + kQ4KGroupBytes + p * 64 + r * 4, 4);
+  }
+}
+
 }  // namespace
 
 bool repack_supported(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K || is_half_type(t);
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
+         is_half_type(t);
 }
 
 int64_t packed_group_bytes(DType t, int64_t cols) {
   if (t == DType::Q4_K) return cols / kQKK * kQ4KGroupBytes;
+  if (t == DType::Q5_K) return cols / kQKK * kQ5KGroupBytes;
   return kPackRows * dtype_row_bytes(t, cols);
 }
 
 ActFormat packed_act_format(DType t) {
   if (is_half_type(t)) return ActFormat::F32;
-  return t == DType::Q4_K || t == DType::Q6_K ? act_format(t) : ActFormat::Q8_32_BLOCKED;
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? act_format(t) : ActFormat::Q8_32_BLOCKED;
 }
 
 void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
@@ -73,22 +121,9 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
       }
     }
   } else if (t == DType::Q4_K) {
-    for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ4KGroupBytes) {
-      for (int r = 0; r < kPackRows; ++r) {
-        const auto* blk = reinterpret_cast<const BlockQ4_K*>(src + r * row_bytes) + b;
-        std::memcpy(dst + 2 * r, &blk->d, 2);
-        std::memcpy(dst + 32 + 2 * r, &blk->dmin, 2);
-        for (int j = 0; j < 8; ++j) {
-          uint8_t sc = 0, m = 0;
-          kquant_scale_min(j, blk->scales, &sc, &m);
-          dst[64 + j * 16 + r] = sc;
-          dst[192 + (j / 2) * 32 + r * 2 + j % 2] = m;
-        }
-        for (int c = 0; c < 4; ++c)
-          for (int p = 0; p < 8; ++p)
-            std::memcpy(dst + kQ4KHeader + (c * 8 + p) * 64 + r * 4, blk->qs + 32 * c + 4 * p, 4);
-      }
-    }
+    repack_kquant<BlockQ4_K>(src, row_bytes, cols, dst);
+  } else if (t == DType::Q5_K) {
+    repack_kquant<BlockQ5_K>(src, row_bytes, cols, dst);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ6KGroupBytes) {
       for (int r = 0; r < kPackRows; ++r) {
@@ -123,19 +158,9 @@ void unpack_row(DType t, const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
       for (int p = 0; p < 4; ++p) std::memcpy(blk->qs + 4 * p, g + 32 + p * 64 + r * 4, 4);
     }
   } else if (t == DType::Q4_K) {
-    for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ4KGroupBytes) {
-      auto* blk = reinterpret_cast<BlockQ4_K*>(dst) + b;
-      std::memcpy(&blk->d, g + 2 * r, 2);
-      std::memcpy(&blk->dmin, g + 32 + 2 * r, 2);
-      uint8_t sc[8], m[8];
-      for (int j = 0; j < 8; ++j) {
-        sc[j] = g[64 + j * 16 + r];
-        m[j] = g[192 + (j / 2) * 32 + r * 2 + j % 2];
-      }
-      kquant_pack_scales(sc, m, blk->scales);
-      for (int c = 0; c < 4; ++c)
-        for (int p = 0; p < 8; ++p) std::memcpy(blk->qs + 32 * c + 4 * p, g + kQ4KHeader + (c * 8 + p) * 64 + r * 4, 4);
-    }
+    unpack_kquant<BlockQ4_K>(g, cols, r, dst);
+  } else if (t == DType::Q5_K) {
+    unpack_kquant<BlockQ5_K>(g, cols, r, dst);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ6KGroupBytes) {
       auto* blk = reinterpret_cast<BlockQ6_K*>(dst) + b;

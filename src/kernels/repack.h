@@ -14,6 +14,9 @@
 //         sub-block), the 8 mins as byte pairs (sub-blocks 2p, 2p + 1 per row), then 32 chunks of
 //         the original quant bytes; 148 bytes per row and super-block instead of 144 (+2.8%),
 //         because the 6-bit scales are stored unpacked.
+//   Q5_K: Q4_K's layout, then 8 chunks of the high bits: chunk p holds each row's qh bytes
+//         4p..4p+3 (bit j of a byte is the fifth bit of that value in sub-block j); 180 bytes per
+//         row and super-block instead of 176 (+2.3%).
 //   F16, BF16: column by column, the 16 rows' 2-byte values side by side (32 bytes per column), so
 //         one load widens into a register of 16 rows' weights; the same size as the original.
 //         Their activations stay floats and are broadcast one value at a time.
