@@ -210,14 +210,18 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
   store_rows<H, T>(y, y_stride, acc);
 }
 
-// Q4_K: super-blocks of 256 with 8 sub-block scales and mins; activations as ActBlockK. The loop
-// over sub-blocks stays rolled (unrolled, the compiler hoisted work across sub-blocks and spilled
-// the int16 sums); which nibble a sub-block takes is a shift by a count in a register.
-template <int H, int T>
+// Q4_K and Q5_K (kQ5): super-blocks of 256 with 8 sub-block scales and mins; activations as
+// ActBlockK. The loop over sub-blocks stays rolled (unrolled, the compiler hoisted work across
+// sub-blocks and spilled the int16 sums); which nibble a sub-block takes is a shift by a count in a
+// register. Q5_K's fifth bit (bit j of high-bit chunk p for sub-block j, repack.h) is shifted to bit
+// 4 and ORed in; its byte pairs reach 2 x 31 x 127, so its int16 sums take 4 chunks, not 8, before
+// vpmaddwd.
+template <int H, int T, bool kQ5 = false>
 void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t act_stride, float* y,
                int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
-  constexpr int64_t kGroupBytes = 64 + 128 + 128 + 16 * kQKK / 2;
+  constexpr int64_t kGroupBytes = 64 + 128 + 128 + 16 * kQKK / 2 + (kQ5 ? 16 * kQKK / 8 : 0);
+  constexpr int kRun = kQ5 ? 4 : 8;  // chunks per int16 sum
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
     const ActBlockK* a[T];
@@ -231,37 +235,56 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
     if constexpr (H * T <= 2) {
       // Decode: the two sub-blocks that share each byte (low and high nibbles) in one pass, so each
       // weight byte is loaded once and unpacked with immediate shifts; the register file has room
-      // for the two sets of sums when the tile is this small.
+      // for the two sets of sums when the tile is this small. Q5_K's fifth bits of sub-blocks 2c and
+      // 2c + 1 are bits 2c and 2c + 1 of the same high-bit byte.
       for (int c = 0; c < 4; ++c) {
         const uint8_t* q = g + 320 + c * 512 + 32 * h0;
-        __m256i lo16[H][T], hi16[H][T];
-        CODA_UNROLL
-        for (int t = 0; t < T; ++t) {
-          CODA_UNROLL
-          for (int i = 0; i < H; ++i) lo16[i][t] = hi16[i][t] = _mm256_setzero_si256();
-        }
-        CODA_UNROLL
-        for (int p = 0; p < 8; ++p) {
-          __m256i lo[H], hi[H];
-          load_nibbles<H>(q + 64 * p, lo, hi);
+        const uint8_t* qh = g + 320 + 16 * kQKK / 2 + 32 * h0;
+        const __m128i lo_up = _mm_cvtsi32_si128(c < 2 ? 4 - 2 * c : 0);
+        const __m128i lo_down = _mm_cvtsi32_si128(c > 2 ? 2 * c - 4 : 0);
+        const __m128i hi_up = _mm_cvtsi32_si128(c < 2 ? 3 - 2 * c : 0);
+        const __m128i hi_down = _mm_cvtsi32_si128(c >= 2 ? 2 * c - 3 : 0);
+        for (int p0 = 0; p0 < 8; p0 += kRun) {
+          __m256i lo16[H][T], hi16[H][T];
           CODA_UNROLL
           for (int t = 0; t < T; ++t) {
-            const __m256i xl = bcast4(a[t]->q + 64 * c + 4 * p), xh = bcast4(a[t]->q + 64 * c + 32 + 4 * p);
             CODA_UNROLL
-            for (int i = 0; i < H; ++i) {
-              accumulate16(lo16[i][t], _mm256_maddubs_epi16(lo[i], xl));
-              accumulate16(hi16[i][t], _mm256_maddubs_epi16(hi[i], xh));
+            for (int i = 0; i < H; ++i) lo16[i][t] = hi16[i][t] = _mm256_setzero_si256();
+          }
+          CODA_UNROLL
+          for (int p = p0; p < p0 + kRun; ++p) {
+            __m256i lo[H], hi[H];
+            load_nibbles<H>(q + 64 * p, lo, hi);
+            if constexpr (kQ5) {
+              const __m256i bit4 = _mm256_set1_epi8(0x10);
+              CODA_UNROLL
+              for (int i = 0; i < H; ++i) {
+                const __m256i hq = load256(qh + 64 * p + 32 * i);
+                lo[i] = _mm256_or_si256(lo[i],
+                                        _mm256_and_si256(_mm256_srl_epi16(_mm256_sll_epi16(hq, lo_up), lo_down), bit4));
+                hi[i] = _mm256_or_si256(hi[i],
+                                        _mm256_and_si256(_mm256_srl_epi16(_mm256_sll_epi16(hq, hi_up), hi_down), bit4));
+              }
+            }
+            CODA_UNROLL
+            for (int t = 0; t < T; ++t) {
+              const __m256i xl = bcast4(a[t]->q + 64 * c + 4 * p), xh = bcast4(a[t]->q + 64 * c + 32 + 4 * p);
+              CODA_UNROLL
+              for (int i = 0; i < H; ++i) {
+                accumulate16(lo16[i][t], _mm256_maddubs_epi16(lo[i], xl));
+                accumulate16(hi16[i][t], _mm256_maddubs_epi16(hi[i], xh));
+              }
             }
           }
-        }
-        CODA_UNROLL
-        for (int i = 0; i < H; ++i) {
-          const __m256i sl = row_scales16<false>(g + 64 + 16 * (2 * c) + 8 * (h0 + i));
-          const __m256i sh = row_scales16<false>(g + 64 + 16 * (2 * c + 1) + 8 * (h0 + i));
           CODA_UNROLL
-          for (int t = 0; t < T; ++t)
-            accumulate32(s32[i][t],
-                         _mm256_add_epi32(_mm256_madd_epi16(lo16[i][t], sl), _mm256_madd_epi16(hi16[i][t], sh)));
+          for (int i = 0; i < H; ++i) {
+            const __m256i sl = row_scales16<false>(g + 64 + 16 * (2 * c) + 8 * (h0 + i));
+            const __m256i sh = row_scales16<false>(g + 64 + 16 * (2 * c + 1) + 8 * (h0 + i));
+            CODA_UNROLL
+            for (int t = 0; t < T; ++t)
+              accumulate32(s32[i][t],
+                           _mm256_add_epi32(_mm256_madd_epi16(lo16[i][t], sl), _mm256_madd_epi16(hi16[i][t], sh)));
+          }
         }
       }
     } else {
@@ -271,36 +294,46 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
       alignas(32) int32_t mem[kSumsInL1 ? H : 1][kSumsInL1 ? T : 1][8] = {};
       for (int j = 0; j < 8; ++j) {
         const uint8_t* q = g + 320 + (j / 2) * 512 + 32 * h0;
+        const uint8_t* qh = g + 320 + 16 * kQKK / 2 + 32 * h0;
         const __m128i shift = _mm_cvtsi32_si128(4 * (j % 2));  // odd sub-blocks are the high nibbles
-        __m256i s16[H][T];
-        CODA_UNROLL
-        for (int t = 0; t < T; ++t) {
-          CODA_UNROLL
-          for (int i = 0; i < H; ++i) s16[i][t] = _mm256_setzero_si256();
-        }
-        CODA_UNROLL
-        for (int p = 0; p < 8; ++p) {
-          __m256i w[H];
-          CODA_UNROLL
-          for (int i = 0; i < H; ++i)
-            w[i] = _mm256_and_si256(_mm256_srl_epi16(load256(q + 64 * p + 32 * i), shift), low4);
+        // Bit j to bit 4: left by 4 - j or right by j - 4 (at most 4 and 3: no bit leaves its byte).
+        const __m128i up = _mm_cvtsi32_si128(j < 4 ? 4 - j : 0), down = _mm_cvtsi32_si128(j > 4 ? j - 4 : 0);
+        for (int p0 = 0; p0 < 8; p0 += kRun) {
+          __m256i s16[H][T];
           CODA_UNROLL
           for (int t = 0; t < T; ++t) {
-            const __m256i x = bcast4(a[t]->q + 32 * j + 4 * p);
             CODA_UNROLL
-            for (int i = 0; i < H; ++i) accumulate16(s16[i][t], _mm256_maddubs_epi16(w[i], x));
+            for (int i = 0; i < H; ++i) s16[i][t] = _mm256_setzero_si256();
           }
-        }
-        CODA_UNROLL
-        for (int i = 0; i < H; ++i) {
-          const __m256i sc = row_scales16<false>(g + 64 + 16 * j + 8 * (h0 + i));
           CODA_UNROLL
-          for (int t = 0; t < T; ++t) {
-            if constexpr (kSumsInL1) {
-              auto* m = reinterpret_cast<__m256i*>(mem[i][t]);
-              _mm256_store_si256(m, _mm256_add_epi32(_mm256_load_si256(m), _mm256_madd_epi16(s16[i][t], sc)));
-            } else {
-              accumulate32(s32[i][t], _mm256_madd_epi16(s16[i][t], sc));
+          for (int p = p0; p < p0 + kRun; ++p) {
+            __m256i w[H];
+            CODA_UNROLL
+            for (int i = 0; i < H; ++i) {
+              w[i] = _mm256_and_si256(_mm256_srl_epi16(load256(q + 64 * p + 32 * i), shift), low4);
+              if constexpr (kQ5) {
+                const __m256i hi = _mm256_srl_epi16(_mm256_sll_epi16(load256(qh + 64 * p + 32 * i), up), down);
+                w[i] = _mm256_or_si256(w[i], _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
+              }
+            }
+            CODA_UNROLL
+            for (int t = 0; t < T; ++t) {
+              const __m256i x = bcast4(a[t]->q + 32 * j + 4 * p);
+              CODA_UNROLL
+              for (int i = 0; i < H; ++i) accumulate16(s16[i][t], _mm256_maddubs_epi16(w[i], x));
+            }
+          }
+          CODA_UNROLL
+          for (int i = 0; i < H; ++i) {
+            const __m256i sc = row_scales16<false>(g + 64 + 16 * j + 8 * (h0 + i));
+            CODA_UNROLL
+            for (int t = 0; t < T; ++t) {
+              if constexpr (kSumsInL1) {
+                auto* m = reinterpret_cast<__m256i*>(mem[i][t]);
+                _mm256_store_si256(m, _mm256_add_epi32(_mm256_load_si256(m), _mm256_madd_epi16(s16[i][t], sc)));
+              } else {
+                accumulate32(s32[i][t], _mm256_madd_epi16(s16[i][t], sc));
+              }
             }
           }
         }
@@ -611,6 +644,12 @@ struct Q4KTile {
   }
 };
 template <int H, int T>
+struct Q5KTile {
+  static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_q4_k<H, T, true>(g, c, h, a, s, y, ys);
+  }
+};
+template <int H, int T>
 struct Q6KTile {
   static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
     if constexpr (T == 1) {
@@ -627,6 +666,7 @@ void install_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q8_0)] = run_tiles<Q8Tile, true>;
   t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile, true>;
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile, true>;
+  t.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<Q5KTile, true>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
   t.gemm[static_cast<int>(DType::F16)] = run_half_tiles<false>;
   t.gemm[static_cast<int>(DType::BF16)] = run_half_tiles<true>;
@@ -637,7 +677,9 @@ void install_gemm_avx2(KernelTable& t) {
   // decode of the same Q4_K_M file fell to about 15 tokens/s (its output matrix is Q6_K), and that
   // of a Q4_0 file with a Q6_K output from 23.7 to 17.5. With the prefetch above the Q4_0 file is
   // level (19.0-19.3 against 17.8-19.0) but Q4_K_M is still a little behind (16.3-17.8 against
-  // 18.0-18.6), so the default waits for a faster one-token tile.
+  // 18.0-18.6), so the default waits for a faster one-token tile. Q5_K likewise (stop 45): its
+  // tile has no one-token path of its own, and on the Intel Xeon with CODA_KERNELS=avx2 packing
+  // it raised Q5_K_M prefill while decode fell (docs/performance.md).
   t.repack_by_default[static_cast<int>(DType::Q8_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_K)] = true;
