@@ -220,7 +220,7 @@ template <int H, int T, bool kQ5 = false>
 void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t act_stride, float* y,
                int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
-  constexpr int64_t kGroupBytes = 64 + 128 + 128 + 16 * kQKK / 2 + (kQ5 ? 16 * kQKK / 8 : 0);
+  constexpr int64_t kGroupBytes = kq4k_packed_block_bytes(kQ5);
   constexpr int kRun = kQ5 ? 4 : 8;  // chunks per int16 sum
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
@@ -238,8 +238,8 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
       // for the two sets of sums when the tile is this small. Q5_K's fifth bits of sub-blocks 2c and
       // 2c + 1 are bits 2c and 2c + 1 of the same high-bit byte.
       for (int c = 0; c < 4; ++c) {
-        const uint8_t* q = g + 320 + c * 512 + 32 * h0;
-        const uint8_t* qh = g + 320 + 16 * kQKK / 2 + 32 * h0;
+        const uint8_t* q = g + kKQuantPackedNibbles + c * 512 + 32 * h0;
+        const uint8_t* qh = g + kKQuantPackedHighBits + 32 * h0;
         const __m128i lo_up = _mm_cvtsi32_si128(c < 2 ? 4 - 2 * c : 0);
         const __m128i lo_down = _mm_cvtsi32_si128(c > 2 ? 2 * c - 4 : 0);
         const __m128i hi_up = _mm_cvtsi32_si128(c < 2 ? 3 - 2 * c : 0);
@@ -293,8 +293,8 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
       constexpr bool kSumsInL1 = H == 2;
       alignas(32) int32_t mem[kSumsInL1 ? H : 1][kSumsInL1 ? T : 1][8] = {};
       for (int j = 0; j < 8; ++j) {
-        const uint8_t* q = g + 320 + (j / 2) * 512 + 32 * h0;
-        const uint8_t* qh = g + 320 + 16 * kQKK / 2 + 32 * h0;
+        const uint8_t* q = g + kKQuantPackedNibbles + (j / 2) * 512 + 32 * h0;
+        const uint8_t* qh = g + kKQuantPackedHighBits + 32 * h0;
         const __m128i shift = _mm_cvtsi32_si128(4 * (j % 2));  // odd sub-blocks are the high nibbles
         // Bit j to bit 4: left by 4 - j or right by j - 4 (at most 4 and 3: no bit leaves its byte).
         const __m128i up = _mm_cvtsi32_si128(j < 4 ? 4 - j : 0), down = _mm_cvtsi32_si128(j > 4 ? j - 4 : 0);
@@ -677,9 +677,9 @@ void install_gemm_avx2(KernelTable& t) {
   // decode of the same Q4_K_M file fell to about 15 tokens/s (its output matrix is Q6_K), and that
   // of a Q4_0 file with a Q6_K output from 23.7 to 17.5. With the prefetch above the Q4_0 file is
   // level (19.0-19.3 against 17.8-19.0) but Q4_K_M is still a little behind (16.3-17.8 against
-  // 18.0-18.6), so the default waits for a faster one-token tile. Q5_K likewise (stop 45): its
-  // tile has no one-token path of its own, and on the Intel Xeon with CODA_KERNELS=avx2 packing
-  // it raised Q5_K_M prefill while decode fell (docs/performance.md).
+  // 18.0-18.6), so the default waits for a faster one-token tile. Q5_K likewise (stop 45): on the
+  // Intel Xeon with CODA_KERNELS=avx2, packing it raised Q5_K_M prefill by about 30% while decode,
+  // one-token path included, fell by about 20% (docs/performance.md); Zen 3 is not measured.
   t.repack_by_default[static_cast<int>(DType::Q8_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_K)] = true;

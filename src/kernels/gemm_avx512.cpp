@@ -197,24 +197,17 @@ inline __m512i q4k_min_sums(const __m512i mins[4], const int16_t* bs) {
   return mi;
 }
 
-// Bytes of a packed Q4_K or Q5_K group per super-block (repack.h): header, 32 chunks of nibbles,
-// and for Q5_K 8 chunks of high bits.
-template <bool kQ5>
-constexpr int64_t kquant_group_bytes() {
-  return 64 + 128 + 128 + 16 * kQKK / 2 + (kQ5 ? 16 * kQKK / 8 : 0);
-}
-
 // The weights of chunk p of sub-block j as unsigned bytes: the nibble (low for even j, high for odd)
 // of quant chunk 8(j / 2) + p, and for Q5_K the fifth bit, bit j of high-bit chunk p, moved to bit 4
 // (16-bit shifts by at most 4 left or 3 right keep every byte's bit 4 within its own byte).
 template <bool kQ5>
 inline __m512i kquant_weights(const uint8_t* g, int j, int p) {
-  const __m512i v = load512(g + 320 + (j / 2) * 512 + 64 * p);
+  const __m512i v = load512(g + kKQuantPackedNibbles + (j / 2) * 512 + 64 * p);
   const __m512i lo = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(0x0F));
   if constexpr (!kQ5) {
     return lo;
   } else {
-    const __m512i hq = load512(g + 320 + 16 * kQKK / 2 + 64 * p);
+    const __m512i hq = load512(g + kKQuantPackedHighBits + 64 * p);
     const __m512i hi = j < 4    ? _mm512_slli_epi16(hq, static_cast<unsigned>(4 - j))
                        : j == 4 ? hq
                                 : _mm512_srli_epi16(hq, static_cast<unsigned>(j - 4));
@@ -226,7 +219,7 @@ inline __m512i kquant_weights(const uint8_t* g, int j, int p) {
 template <int T, bool kQ5>
 void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
-  constexpr int64_t kGroupBytes = kquant_group_bytes<kQ5>();
+  constexpr int64_t kGroupBytes = kq4k_packed_block_bytes(kQ5);
   __m512 acc[T];
   CODA_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -346,7 +339,7 @@ template <int T, bool kQ5>
 void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y,
                     int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
-  constexpr int64_t kGroupBytes = kquant_group_bytes<kQ5>();
+  constexpr int64_t kGroupBytes = kq4k_packed_block_bytes(kQ5);
   const int64_t second = nsb * kGroupBytes;  // the second group follows the whole first group
   __m512 acc[2][T];
   CODA_UNROLL

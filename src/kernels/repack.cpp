@@ -11,9 +11,10 @@ namespace coda {
 
 namespace {
 
-constexpr int64_t kQ4KHeader = 64 + 128 + 128;  // d, dmin, scales, min pairs
-constexpr int64_t kQ4KGroupBytes = kQ4KHeader + kPackRows * kQKK / 2;
-constexpr int64_t kQ5KGroupBytes = kQ4KGroupBytes + kPackRows * kQKK / 8;  // then 8 chunks of qh
+constexpr int64_t kQ4KHeader = kKQuantPackedNibbles;  // d, dmin, scales, min pairs
+constexpr int64_t kQ4KGroupBytes = kq4k_packed_block_bytes(false);
+constexpr int64_t kQ5KGroupBytes = kq4k_packed_block_bytes(true);  // then 8 chunks of qh
+static_assert(kKQuantPackedHighBits == kQ4KHeader + kPackRows * kQKK / 2);
 constexpr int64_t kQ6KHeader = 32 + 256;                      // d, scales
 constexpr int64_t kQ6KLow = kQ6KHeader;                       // 32 chunks of ql bytes
 constexpr int64_t kQ6KHigh = kQ6KLow + kPackRows * kQKK / 2;  // 16 chunks of qh bytes
@@ -54,7 +55,7 @@ void repack_kquant(const uint8_t* src, int64_t row_bytes, int64_t cols, uint8_t*
         for (int p = 0; p < 8; ++p)
           std::memcpy(dst + kQ4KHeader + (c * 8 + p) * 64 + r * 4, blk->qs + 32 * c + 4 * p, 4);
       if constexpr (kQ5)
-        for (int p = 0; p < 8; ++p) std::memcpy(dst + kQ4KGroupBytes + p * 64 + r * 4, blk->qh + 4 * p, 4);
+        for (int p = 0; p < 8; ++p) std::memcpy(dst + kKQuantPackedHighBits + p * 64 + r * 4, blk->qh + 4 * p, 4);
     }
   }
 }
@@ -75,7 +76,7 @@ void unpack_kquant(const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
     for (int c = 0; c < 4; ++c)
       for (int p = 0; p < 8; ++p) std::memcpy(blk->qs + 32 * c + 4 * p, g + kQ4KHeader + (c * 8 + p) * 64 + r * 4, 4);
     if constexpr (kQ5)
-      for (int p = 0; p < 8; ++p) std::memcpy(blk->qh + 4 * p, g + kQ4KGroupBytes + p * 64 + r * 4, 4);
+      for (int p = 0; p < 8; ++p) std::memcpy(blk->qh + 4 * p, g + kKQuantPackedHighBits + p * 64 + r * 4, 4);
   }
 }
 

@@ -31,6 +31,15 @@ namespace coda {
 
 constexpr int kPackRows = 16;
 
+// Offsets in a packed Q4_K or Q5_K group, per super-block of 256 values (the layout above): the
+// header (d, dmin, scales, min pairs), then the 32 chunks of quant nibbles, then for Q5_K the 8 chunks
+// of high bits. The GEMM kernels and the repacking read these, not their own copies.
+constexpr int64_t kKQuantPackedNibbles = 64 + 128 + 128;
+constexpr int64_t kKQuantPackedHighBits = kKQuantPackedNibbles + kPackRows * 256 / 2;
+constexpr int64_t kq4k_packed_block_bytes(bool q5) {
+  return kKQuantPackedHighBits + (q5 ? kPackRows * 256 / 8 : 0);
+}
+
 // The two-byte float formats, which pack column by column and take float activations.
 constexpr bool is_half_type(DType t) {
   return t == DType::F16 || t == DType::BF16;

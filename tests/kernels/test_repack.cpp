@@ -31,6 +31,16 @@ std::vector<uint8_t> quantized_rows(DType t, int64_t rows, int64_t cols, uint32_
   return q;
 }
 
+// Error scale of a float dot product: sum |w_i x_i| bounds the rounding of any summation order
+// (sums of thousands of products cancel, so the result itself is no scale).
+float product_magnitude(DType t, const uint8_t* row, const float* x, int64_t cols) {
+  std::vector<float> w(static_cast<size_t>(cols));
+  ref::dequantize_row(t, row, w.data(), cols);
+  double m = 0;
+  for (int64_t i = 0; i < cols; ++i) m += std::fabs(w[i] * x[i]);
+  return static_cast<float>(m);
+}
+
 class Packed : public ::testing::TestWithParam<DType> {};
 
 // Any bytes are a valid block as far as the layout goes, so random bytes exercise every bit of the
@@ -103,14 +113,8 @@ TEST_P(Packed, GemmMatchesTheReference) {
     for (int64_t b = 0; b < max_tokens; ++b) {
       const auto x = random_vec(cols, 100 + static_cast<uint32_t>(b), 1.0f + 0.25f * static_cast<float>(b % 5));
       prepare_act(at, x.data(), acts.data() + b * stride, cols);
-      // Error scale: sum |w_i x_i| bounds the float rounding of any summation order.
-      std::vector<float> w(static_cast<size_t>(cols));
-      for (int r = 0; r < kPackRows; ++r) {
-        ref::dequantize_row(t, q.data() + r * dtype_row_bytes(t, cols), w.data(), cols);
-        double m = 0;
-        for (int64_t i = 0; i < cols; ++i) m += std::fabs(w[i] * x[i]);
-        mags[b * kPackRows + r] = static_cast<float>(m);
-      }
+      for (int r = 0; r < kPackRows; ++r)
+        mags[b * kPackRows + r] = product_magnitude(t, q.data() + r * dtype_row_bytes(t, cols), x.data(), cols);
     }
     std::vector<float> want(static_cast<size_t>(max_tokens * kPackRows));
     ref::gemm_packed(t, group.data(), cols, acts.data(), stride, max_tokens, want.data(), kPackRows);
@@ -149,18 +153,13 @@ TEST_P(Packed, PairedGemmMatchesTheReference) {
     const int64_t stride = act_row_bytes(at, cols);
     const int64_t max_tokens = 11;
     std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
-    // The float types' sums of 2,048 products cancel: their error is bounded by sum |w_i x_i|.
+    // The float types' 2,048-product sums cancel: their error scale is product_magnitude.
     std::vector<float> mags(static_cast<size_t>(max_tokens * 2 * kPackRows), 0.0f);
-    std::vector<float> w(static_cast<size_t>(cols));
     for (int64_t b = 0; b < max_tokens; ++b) {
       const auto x = random_vec(cols, 300 + static_cast<uint32_t>(b), 1.0f + 0.5f * static_cast<float>(b % 3));
       prepare_act(at, x.data(), acts.data() + b * stride, cols);
-      for (int r = 0; r < 2 * kPackRows && is_half_type(t); ++r) {
-        ref::dequantize_row(t, q.data() + r * rb, w.data(), cols);
-        double m = 0;
-        for (int64_t i = 0; i < cols; ++i) m += std::fabs(w[i] * x[i]);
-        mags[b * 2 * kPackRows + r] = static_cast<float>(m);
-      }
+      for (int r = 0; r < 2 * kPackRows && is_half_type(t); ++r)
+        mags[b * 2 * kPackRows + r] = product_magnitude(t, q.data() + r * rb, x.data(), cols);
     }
     std::vector<float> want(static_cast<size_t>(max_tokens * 2 * kPackRows));
     for (int h = 0; h < 2; ++h)
