@@ -53,11 +53,34 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// Q3_K: 16 sub-blocks of 16 with 6-bit scales s (stored biased by 32: scale = s - 32); a 3-bit
+// signed quant per element, x = d * (s - 32) * (q - 4 * (1 - h)), q in [0, 3] from qs and the high
+// bit h from hmask. Element 128 * half + 32 * j + l (l < 32) takes bits 2j..2j+1 of qs[32 * half +
+// l] and bit 4 * half + j of hmask[l]; its sub-block is 8 * half + 2 * j + l / 16. Scale s: low 4
+// bits from scales[s % 8] (nibble s / 8), high 2 bits from scales[8 + s % 4] (bits 2 * (s / 4)).
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+
+// Q2_K: 16 sub-blocks of 16, each with a 4-bit scale (low nibble of scales[s]) and a 4-bit min
+// (high nibble); x = d * sc * q - dmin * m, q in [0, 3], laid out in qs as Q3_K's low bits.
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ2_K) == 84);
 
 // Activations multiplied with Q8_0/Q4_0 weights are quantized to 8 bits per 32 elements
 // (x ~= d * q). A row of n activations is stored as structure-of-arrays: n int8 quants, then n/32
@@ -116,6 +139,11 @@ inline void kquant_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
     *sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
     *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
   }
+}
+
+// The 6-bit scale of sub-block s (0..15) of a Q3_K `scales` array, biased by 32 (0..63).
+inline int q3_k_scale(int s, const uint8_t* sc) {
+  return ((sc[s % 8] >> (4 * (s / 8))) & 0xF) | (((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
 }
 
 }  // namespace coda

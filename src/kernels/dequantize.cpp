@@ -87,6 +87,40 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   }
 }
 
+// Q3_K and Q2_K share the order of their 2-bit fields: half h of the super-block reads qs[32h..32h+31],
+// and pass j of 4 takes bits 2j..2j+1 of each byte, elements 128h + 32j + l for l < 32.
+void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_float(b[i].d);
+    for (int half = 0; half < 2; ++half) {
+      for (int j = 0; j < 4; ++j) {
+        for (int l = 0; l < 32; ++l) {
+          const int low = (b[i].qs[32 * half + l] >> (2 * j)) & 3;
+          const int high = (b[i].hmask[l] >> (4 * half + j)) & 1;
+          const int s = q3_k_scale(8 * half + 2 * j + l / 16, b[i].scales) - 32;
+          *y++ = d * static_cast<float>(s) * static_cast<float>(low - 4 * (1 - high));
+        }
+      }
+    }
+  }
+}
+
+void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_float(b[i].d);
+    const float dmin = fp16_to_float(b[i].dmin);
+    for (int half = 0; half < 2; ++half) {
+      for (int j = 0; j < 4; ++j) {
+        for (int l = 0; l < 32; ++l) {
+          const int q = (b[i].qs[32 * half + l] >> (2 * j)) & 3;
+          const uint8_t sc = b[i].scales[8 * half + 2 * j + l / 16];
+          *y++ = d * static_cast<float>(sc & 0xF) * static_cast<float>(q) - dmin * static_cast<float>(sc >> 4);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
@@ -118,6 +152,12 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       break;
     case DType::Q6_K:
       dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / kQKK);
+      break;
+    case DType::Q3_K:
+      dequant_q3_k(static_cast<const BlockQ3_K*>(src), dst, n / kQKK);
+      break;
+    case DType::Q2_K:
+      dequant_q2_k(static_cast<const BlockQ2_K*>(src), dst, n / kQKK);
       break;
     default:
       // Callers check dtype_supported() when loading; reaching this is a programmer error.

@@ -274,6 +274,10 @@ KernelTable make_scalar() {
   t.dot4[static_cast<int>(DType::Q5_K)] = dot4_blockwise<DType::Q5_K>;
   t.dot[static_cast<int>(DType::Q6_K)] = dot_blockwise<DType::Q6_K>;
   t.dot4[static_cast<int>(DType::Q6_K)] = dot4_blockwise<DType::Q6_K>;
+  t.dot[static_cast<int>(DType::Q3_K)] = dot_blockwise<DType::Q3_K>;
+  t.dot4[static_cast<int>(DType::Q3_K)] = dot4_blockwise<DType::Q3_K>;
+  t.dot[static_cast<int>(DType::Q2_K)] = dot_blockwise<DType::Q2_K>;
+  t.dot4[static_cast<int>(DType::Q2_K)] = dot4_blockwise<DType::Q2_K>;
   t.dot_f32 = ref::dot_f32;
   t.axpy_f32 = axpy_scalar;
   t.stream_read = stream_read_scalar;

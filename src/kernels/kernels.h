@@ -27,6 +27,8 @@ constexpr ActFormat act_format(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::Q3_K:
+    case DType::Q2_K:
       return ActFormat::Q8_256;
     default:
       return ActFormat::F32;

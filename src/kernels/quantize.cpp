@@ -142,6 +142,78 @@ void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
   }
 }
 
+// Q3_K and Q2_K write their 2-bit fields in the order dequantize.cpp reads them.
+void pack_2bit(const int* q, uint8_t* qs) {
+  for (int half = 0; half < 2; ++half)
+    for (int l = 0; l < 32; ++l) {
+      int byte = 0;
+      for (int j = 0; j < 4; ++j) byte |= (q[128 * half + 32 * j + l] & 3) << (2 * j);
+      qs[32 * half + l] = static_cast<uint8_t>(byte);
+    }
+}
+
+void quant_q3_k(const float* x, BlockQ3_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    // Each sub-block's element of largest magnitude maps to -4, the level without a partner.
+    float sub[16];
+    for (int s = 0; s < 16; ++s) {
+      float max = 0;
+      for (int l = 0; l < 16; ++l)
+        if (std::fabs(x[16 * s + l]) > std::fabs(max)) max = x[16 * s + l];
+      sub[s] = max / -4.0f;
+    }
+    float amax = 0;
+    for (float v : sub) amax = std::max(amax, std::fabs(v));
+    b[i].d = float_to_fp16(amax / 31.0f);
+    const float dq = fp16_to_float(b[i].d);
+    std::memset(b[i].scales, 0, sizeof b[i].scales);
+    std::memset(b[i].hmask, 0, sizeof b[i].hmask);
+    int q[kQKK];
+    for (int s = 0; s < 16; ++s) {
+      const int sc = dq > 0 ? std::clamp(nearest(sub[s] / dq), -32, 31) : 0;
+      const int biased = sc + 32;
+      b[i].scales[s % 8] = static_cast<uint8_t>(b[i].scales[s % 8] | ((biased & 0xF) << (4 * (s / 8))));
+      b[i].scales[8 + s % 4] = static_cast<uint8_t>(b[i].scales[8 + s % 4] | ((biased >> 4) << (2 * (s / 4))));
+      const float step = dq * static_cast<float>(sc);
+      for (int l = 0; l < 16; ++l)
+        q[16 * s + l] = (step != 0 ? std::clamp(nearest(x[16 * s + l] / step), -4, 3) : 0) + 4;
+    }
+    pack_2bit(q, b[i].qs);
+    for (int e = 0; e < kQKK; ++e) {
+      const int half = e / 128, j = e % 128 / 32, l = e % 32;
+      b[i].hmask[l] = static_cast<uint8_t>(b[i].hmask[l] | ((q[e] >> 2) << (4 * half + j)));
+    }
+  }
+}
+
+void quant_q2_k(const float* x, BlockQ2_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    float sub_scale[16], sub_min[16];
+    for (int s = 0; s < 16; ++s) {
+      float lo = 0, hi = 0;  // the minimum is clamped to <= 0 as the format stores -min >= 0
+      for (int l = 0; l < 16; ++l) {
+        lo = std::min(lo, x[16 * s + l]);
+        hi = std::max(hi, x[16 * s + l]);
+      }
+      sub_scale[s] = (hi - lo) / 3.0f;
+      sub_min[s] = -lo;
+    }
+    b[i].d = float_to_fp16(*std::max_element(sub_scale, sub_scale + 16) / 15.0f);
+    b[i].dmin = float_to_fp16(*std::max_element(sub_min, sub_min + 16) / 15.0f);
+    const float dq = fp16_to_float(b[i].d), dminq = fp16_to_float(b[i].dmin);
+    int q[kQKK];
+    for (int s = 0; s < 16; ++s) {
+      const int sc = dq > 0 ? std::clamp(nearest(sub_scale[s] / dq), 0, 15) : 0;
+      const int m = dminq > 0 ? std::clamp(nearest(sub_min[s] / dminq), 0, 15) : 0;
+      b[i].scales[s] = static_cast<uint8_t>(sc | (m << 4));
+      const float step = dq * static_cast<float>(sc), off = dminq * static_cast<float>(m);
+      for (int l = 0; l < 16; ++l)
+        q[16 * s + l] = step > 0 ? std::clamp(nearest((x[16 * s + l] + off) / step), 0, 3) : 0;
+    }
+    pack_2bit(q, b[i].qs);
+  }
+}
+
 }  // namespace
 
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
@@ -173,6 +245,12 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       break;
     case DType::Q6_K:
       quant_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQKK);
+      break;
+    case DType::Q3_K:
+      quant_q3_k(src, static_cast<BlockQ3_K*>(dst), n / kQKK);
+      break;
+    case DType::Q2_K:
+      quant_q2_k(src, static_cast<BlockQ2_K*>(dst), n / kQKK);
       break;
     default:
       assert(false && "quantize_row: unsupported type");

@@ -29,6 +29,10 @@ int file_type_of(DType t) {
       return 16;  // Q5_K_S
     case DType::Q6_K:
       return 18;
+    case DType::Q2_K:
+      return 10;
+    case DType::Q3_K:
+      return 11;  // Q3_K_S: every matrix Q3_K
     case DType::BF16:
       return 32;
     default:

@@ -22,8 +22,8 @@
 namespace coda {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                        DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K};
 
 std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
   std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(t, static_cast<int64_t>(x.size()))));
@@ -54,6 +54,8 @@ TEST_P(PerType, QuantizationErrorIsBoundedByTheFormat) {
                        : t == DType::Q8_0 ? 0.01
                        : t == DType::Q6_K ? 0.03
                        : t == DType::Q5_K ? 0.06
+                       : t == DType::Q3_K ? 0.2
+                       : t == DType::Q2_K ? 0.4
                                           : 0.12;
   EXPECT_LE(rel, bound) << dtype_name(t);
 }
@@ -247,9 +249,61 @@ TEST(Formats, Q6_KHandBuiltBlock) {
   EXPECT_FLOAT_EQ(y[64], 0.25f * -4 * (0 - 32));  // element 64: scale index 4
 }
 
+// Q3_K: element 128 * half + 32 * j + l takes bits 2j..2j+1 of qs[32 * half + l] and bit 4 * half
+// + j of hmask[l] (set: no -4), in sub-block 8 * half + 2 * j + l / 16, whose 6-bit scale (biased
+// by 32) keeps its low 4 bits in nibble s / 8 of scales[s % 8] and its high 2 bits in bits 2 * (s /
+// 4) of scales[8 + s % 4].
+TEST(Formats, Q3_KHandBuiltBlock) {
+  BlockQ3_K b{};
+  b.d = float_to_fp16(0.5f);
+  // Every sub-block's scale 32 (0 after the bias) unless set below: low nibble 0, high bits 2.
+  for (int k = 8; k < 12; ++k) b.scales[k] = 0xAA;  // 0b10 in every 2-bit field
+  // Sub-block 0: scale 40 (0b10'1000) -> 8. Sub-block 13: 45 (0b10'1101) -> 13; low nibble in
+  // scales[5] high half, high bits in scales[9] bits 6-7 (already 0b10).
+  b.scales[0] = 0x08;
+  b.scales[5] = 0xD0;
+  b.qs[0] = 0x03;        // element 0: low bits 3 (pass 0)
+  b.hmask[0] = 0x01;     // element 0: high bit set -> q = 3
+  b.qs[32 + 20] = 0x80;  // element 128 + 3 * 32 + 20 = 244 (sub-block 8 + 6 + 1 = 15): low bits 2
+  b.hmask[20] = 0x00;    // its high bit (bit 7) clear -> q = 2 - 4 = -2
+  b.qs[32 + 16] = 0x04;  // element 128 + 32 + 16 = 176 (sub-block 8 + 2 + 1 = 11): low bits 1
+  b.hmask[16] = 0x20;    // bit 4 * 1 + 1 = 5 set -> q = 1
+  float y[256];
+  ref::dequantize_row(DType::Q3_K, &b, y, 256);
+  EXPECT_FLOAT_EQ(y[0], 0.5f * 8 * 3);
+  EXPECT_FLOAT_EQ(y[1], 0.5f * 8 * -4);  // low bits 0, high bit clear
+  EXPECT_FLOAT_EQ(y[244], 0.0f);         // sub-block 15: scale 32 -> 0
+  EXPECT_FLOAT_EQ(y[176], 0.0f);         // sub-block 11: scale 0
+  // Sub-block 13 = half 1, pass 2, second 16: elements 128 + 64 + 16.. = 208..223.
+  b.qs[32 + 16] = 0x10;  // element 208: pass 2 low bits 1
+  b.hmask[16] = 0x40;    // bit 4 + 2 set -> q = 1
+  ref::dequantize_row(DType::Q3_K, &b, y, 256);
+  EXPECT_FLOAT_EQ(y[208], 0.5f * 13 * 1);
+  EXPECT_FLOAT_EQ(y[209], 0.5f * 13 * -4);
+  EXPECT_FLOAT_EQ(y[128 + 96 + 20], 0.0f);
+}
+
+// Q2_K: scales[s] holds the 4-bit scale (low nibble) and min (high nibble) of sub-block s; the
+// 2-bit quants are placed as Q3_K's low bits.
+TEST(Formats, Q2_KHandBuiltBlock) {
+  BlockQ2_K b{};
+  b.d = float_to_fp16(2.0f);
+  b.dmin = float_to_fp16(0.5f);
+  b.scales[0] = 0x35;  // sub-block 0: scale 5, min 3
+  b.scales[7] = 0x9F;  // sub-block 7 (half 0, pass 3, second 16): scale 15, min 9
+  b.qs[0] = 0x02;      // element 0: 2
+  b.qs[17] = 0xC0;     // element 3 * 32 + 17 = 113 (sub-block 7): 3
+  float y[256];
+  ref::dequantize_row(DType::Q2_K, &b, y, 256);
+  EXPECT_FLOAT_EQ(y[0], 2.0f * 5 * 2 - 0.5f * 3);
+  EXPECT_FLOAT_EQ(y[1], -0.5f * 3);
+  EXPECT_FLOAT_EQ(y[113], 2.0f * 15 * 3 - 0.5f * 9);
+  EXPECT_FLOAT_EQ(y[128], 0.0f);
+}
+
 TEST(Formats, UnsupportedTypesAreNamed) {
   EXPECT_FALSE(dtype_supported(DType::IQ2_XS));
-  EXPECT_EQ(supported_dtypes_list(), "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K");
+  EXPECT_EQ(supported_dtypes_list(), "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q3_K Q2_K");
   EXPECT_EQ(dtype_info(17)->name, std::string("IQ2_XS"));
   EXPECT_EQ(dtype_info(31), nullptr);
 }

@@ -12,7 +12,7 @@ VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 
 # type id -> (name, elements per block, bytes per block)
 TYPES = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 30: ("BF16", 1, 2), 8: ("Q8_0", 32, 34), 2: ("Q4_0", 32, 18),
-    12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
 }
 
 
@@ -147,4 +147,24 @@ def dequantize(ttype, raw, n):
                 scale = np.repeat(sc[:, base // 16:base // 16 + 2], 16, axis=1)
                 out[:, base:base + 32] = d[:, None] * scale * vals
         return out.reshape(-1)
+    if ttype in (10, 11):  # Q2_K, Q3_K: per element e, its byte, bit pair and sub-block as index arrays
+        e = np.arange(256)
+        half, j, l = e // 128, (e % 128) // 32, e % 32
+        sub = 8 * half + 2 * j + l // 16
+        if ttype == 11:
+            b = raw.reshape(-1, 110)
+            hmask, qs, sc_raw = b[:, 0:32].astype(np.int64), b[:, 32:96].astype(np.int64), b[:, 96:108].astype(np.int64)
+            d = _f16(b[:, 108:110].copy())[:, 0]
+            s = np.arange(16)
+            low4 = (sc_raw[:, s % 8] >> (4 * (s // 8))) & 0xF
+            high2 = (sc_raw[:, 8 + s % 4] >> (2 * (s // 4))) & 3
+            scale = ((low4 | (high2 << 4)) - 32).astype(np.float64)
+            q = ((qs[:, 32 * half + l] >> (2 * j)) & 3) - 4 * (1 - ((hmask[:, l] >> (4 * half + j)) & 1))
+            return (d[:, None] * scale[:, sub] * q).reshape(-1)
+        b = raw.reshape(-1, 84)
+        sc_raw, qs = b[:, 0:16].astype(np.int64), b[:, 16:80].astype(np.int64)
+        d = _f16(b[:, 80:82].copy())[:, 0]
+        dmin = _f16(b[:, 82:84].copy())[:, 0]
+        q = (qs[:, 32 * half + l] >> (2 * j)) & 3
+        return (d[:, None] * (sc_raw[:, sub] & 0xF) * q - dmin[:, None] * (sc_raw[:, sub] >> 4)).reshape(-1)
     raise ValueError("unsupported tensor type %d" % ttype)
