@@ -331,6 +331,94 @@ void tile_q6_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// Q3_K and Q2_K: super-blocks of 256 with 16 sub-blocks of 16, as Q6_K, and their 2-bit fields
+// in the same order: value 16j + 4cc + i of a row (sub-block j = 8h + 2p + e, e = j % 2) is bits
+// 2p..2p+1 of byte i of qs chunk 8h + 4e + cc; Q3_K's third bit is bit 4h + p of byte i of hmask
+// chunk 4e + cc (repack.h). The unsigned quants (Q3_K: q + 4 in 0..7; Q2_K: 0..3) meet broadcasts
+// of 4 activation quants in vpdpbusd. Q3_K starts each sub-block's sum at -4 x its activation sum;
+// Q2_K subtracts dmin x sum over sub-blocks of m x activation sum, two sub-blocks per vpdpwssd.
+template <int T, bool kQ3>
+void tile_q2_q3_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  const int64_t nsb = cols / kQKK;
+  constexpr int64_t kGroupBytes = kQ3 ? kQ3KPackedBlockBytes : kQ2KPackedBlockBytes;
+  const __m512i two_bits = _mm512_set1_epi8(0x03);
+  const __m512i bit2 = _mm512_set1_epi8(0x04);
+  __m512 acc[T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    if constexpr (T == 1) prefetch_span<kGroupBytes>(g + 2 * kDecodePrefetchBytes);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    const uint8_t* qs = g + (kQ3 ? kQ3KPackedQuants : kQ2KPackedQuants);
+    const ActBlockK* a[T];
+    __m512 sum[T];
+    __m512i mins[T];  // Q2_K: sum over sub-blocks of m x activation sum, per row
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
+      sum[t] = _mm512_setzero_ps();
+      mins[t] = _mm512_setzero_si512();
+    }
+    __m512i pair = _mm512_setzero_si512();  // Q2_K: the scale bytes of sub-blocks j - j % 2 and + 1
+    CODA_UNROLL
+    for (int j = 0; j < 16; ++j) {
+      const int h = j / 8, p = j % 8 / 2, e = j % 2;
+      __m512 scale;
+      if constexpr (kQ3) {
+        scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * j)))));
+      } else {
+        if (e == 0) {
+          pair =
+              _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kQ2KPackedScales + 16 * j)));
+          const __m512i m = _mm512_srli_epi16(pair, 4);
+          CODA_UNROLL
+          for (int t = 0; t < T; ++t)
+            mins[t] = _mm512_dpwssd_epi32(mins[t], m, _mm512_set1_epi32(load_i32(a[t]->bsums + j)));
+        }
+        const __m512i sc = _mm512_and_si512(e == 0 ? pair : _mm512_srli_epi32(pair, 16), _mm512_set1_epi32(0x0F));
+        scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+      }
+      __m512i w[4];
+      CODA_UNROLL
+      for (int cc = 0; cc < 4; ++cc) {
+        const __m512i q = load512(qs + (8 * h + 4 * e + cc) * 64);
+        const __m512i lo = p == 0 ? q : _mm512_srli_epi16(q, 2 * p);
+        if constexpr (kQ3) {
+          const __m512i hm = load512(g + kQ3KPackedHighBits + (4 * e + cc) * 64);
+          const int b = 4 * h + p;  // to bit 2; the 16-bit shifts spill only into bits the mask clears
+          const __m512i hi =
+              _mm512_and_si512(b >= 2 ? _mm512_srli_epi16(hm, b - 2) : _mm512_slli_epi16(hm, 2 - b), bit2);
+          w[cc] = _mm512_ternarylogic_epi32(lo, hi, two_bits, 0xEC);  // (lo & 3) | hi
+        } else {
+          w[cc] = _mm512_and_si512(lo, two_bits);
+        }
+      }
+      __m512i s[T];
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t)
+        s[t] = kQ3 ? _mm512_set1_epi32(-4 * static_cast<int32_t>(a[t]->bsums[j])) : _mm512_setzero_si512();
+      CODA_UNROLL
+      for (int cc = 0; cc < 4; ++cc) {
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t)
+          s[t] = _mm512_dpbusd_epi32(s[t], w[cc], _mm512_set1_epi32(load_i32(a[t]->q + 16 * j + 4 * cc)));
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), scale, sum[t]);
+    }
+    const __m512 dmin =
+        kQ3 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      if constexpr (!kQ3) sum[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins[t]), dmin, sum[t]);
+      acc[t] = _mm512_fmadd_ps(sum[t], _mm512_set1_ps(a[t]->d), acc[t]);
+    }
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // Q4_K over two adjacent groups (32 rows) and up to 4 tokens: each activation broadcast feeds two
 // vpdpbusd, one per group. With one group, every vpdpbusd needs its own broadcast, and on Ice Lake
 // the broadcasts take the same two vector ports as the multiply-adds (a register-only vpdpbusd
@@ -518,6 +606,17 @@ struct Q6KTile {
   }
 };
 
+// The Q3_K (kQ3 true) and Q2_K tiles, by token count.
+template <bool kQ3>
+struct TwoBitTiles {
+  template <int T>
+  struct Tile {
+    static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+      tile_q2_q3_k<T, kQ3>(g, c, a, s, y, ys);
+    }
+  };
+};
+
 // The F16 and BF16 tiles of one group or two, by token count (run_tiles' template argument).
 template <int NG, bool kBf16>
 struct HalfTiles {
@@ -537,6 +636,8 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<KQuantTiles<false>::Tile>;
   t.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<KQuantTiles<true>::Tile>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
+  t.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<TwoBitTiles<true>::Tile>;
+  t.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<TwoBitTiles<false>::Tile>;
   t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<KQuantTiles<false>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q5_K)] = run_tiles<KQuantTiles<true>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q8_0)] = run_tiles<Q8PairTile, kQ8PairTileTokens>;
@@ -545,7 +646,8 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<1, true>::Tile>;
   t.gemm2[static_cast<int>(DType::F16)] = run_tiles<HalfTiles<2, false>::Tile>;
   t.gemm2[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<2, true>::Tile>;
-  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16, DType::BF16})
+  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K,
+                        DType::F16, DType::BF16})
     t.repack_by_default[static_cast<int>(d)] = true;
 }
 

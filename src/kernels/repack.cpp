@@ -80,22 +80,62 @@ void unpack_kquant(const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
   }
 }
 
+static_assert(kQ2KPackedBlockBytes == kPackRows * static_cast<int64_t>(sizeof(BlockQ2_K)));
+
+// Q3_K and Q2_K (repack.h). `pack` true: original rows -> group; false: row r of the group back.
+// Both directions walk the same offsets, so they cannot disagree.
+void move_q3_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
+  for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ3KPackedBlockBytes) {
+    auto* blk = reinterpret_cast<BlockQ3_K*>(row) + b;
+    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
+      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
+    };
+    copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
+    if (pack) {
+      for (int s = 0; s < 16; ++s) g[32 + s * 16 + r] = static_cast<uint8_t>(q3_k_scale(s, blk->scales) - 32);
+    } else {
+      std::memset(blk->scales, 0, 12);
+      for (int s = 0; s < 16; ++s) {
+        const int v = static_cast<int8_t>(g[32 + s * 16 + r]) + 32;
+        blk->scales[s % 8] = static_cast<uint8_t>(blk->scales[s % 8] | ((v & 0xF) << (4 * (s / 8))));
+        blk->scales[8 + s % 4] = static_cast<uint8_t>(blk->scales[8 + s % 4] | ((v >> 4) << (2 * (s / 4))));
+      }
+    }
+    for (int c = 0; c < 16; ++c) copy(g + kQ3KPackedQuants + c * 64 + r * 4, blk->qs + 4 * c, 4);
+    for (int c = 0; c < 8; ++c) copy(g + kQ3KPackedHighBits + c * 64 + r * 4, blk->hmask + 4 * c, 4);
+  }
+}
+
+void move_q2_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
+  for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ2KPackedBlockBytes) {
+    auto* blk = reinterpret_cast<BlockQ2_K*>(row) + b;
+    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
+      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
+    };
+    copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
+    copy(g + 32 + 2 * r, reinterpret_cast<uint8_t*>(&blk->dmin), 2);
+    for (int p = 0; p < 8; ++p) copy(g + kQ2KPackedScales + p * 32 + r * 2, blk->scales + 2 * p, 2);
+    for (int c = 0; c < 16; ++c) copy(g + kQ2KPackedQuants + c * 64 + r * 4, blk->qs + 4 * c, 4);
+  }
+}
+
 }  // namespace
 
 bool repack_supported(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
-         is_half_type(t);
+         t == DType::Q3_K || t == DType::Q2_K || is_half_type(t);
 }
 
 int64_t packed_group_bytes(DType t, int64_t cols) {
   if (t == DType::Q4_K) return cols / kQKK * kQ4KGroupBytes;
   if (t == DType::Q5_K) return cols / kQKK * kQ5KGroupBytes;
+  if (t == DType::Q3_K) return cols / kQKK * kQ3KPackedBlockBytes;
   return kPackRows * dtype_row_bytes(t, cols);
 }
 
 ActFormat packed_act_format(DType t) {
   if (is_half_type(t)) return ActFormat::F32;
-  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? act_format(t) : ActFormat::Q8_32_BLOCKED;
+  return act_format(t) == ActFormat::Q8_256 ? act_format(t) : ActFormat::Q8_32_BLOCKED;
 }
 
 void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
@@ -125,6 +165,9 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
     repack_kquant<BlockQ4_K>(src, row_bytes, cols, dst);
   } else if (t == DType::Q5_K) {
     repack_kquant<BlockQ5_K>(src, row_bytes, cols, dst);
+  } else if (t == DType::Q3_K || t == DType::Q2_K) {
+    for (int r = 0; r < kPackRows; ++r)
+      (t == DType::Q3_K ? move_q3_k : move_q2_k)(true, dst, const_cast<uint8_t*>(src + r * row_bytes), cols, r);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ6KGroupBytes) {
       for (int r = 0; r < kPackRows; ++r) {
@@ -162,6 +205,8 @@ void unpack_row(DType t, const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
     unpack_kquant<BlockQ4_K>(g, cols, r, dst);
   } else if (t == DType::Q5_K) {
     unpack_kquant<BlockQ5_K>(g, cols, r, dst);
+  } else if (t == DType::Q3_K || t == DType::Q2_K) {
+    (t == DType::Q3_K ? move_q3_k : move_q2_k)(false, const_cast<uint8_t*>(g), dst, cols, r);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ6KGroupBytes) {
       auto* blk = reinterpret_cast<BlockQ6_K*>(dst) + b;

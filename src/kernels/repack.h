@@ -17,6 +17,11 @@
 //   Q5_K: Q4_K's layout, then 8 chunks of the high bits: chunk p holds each row's qh bytes
 //         4p..4p+3 (bit j of a byte is the fifth bit of that value in sub-block j); 180 bytes per
 //         row and super-block instead of 176 (+2.3%).
+//   Q3_K: per 256 values, 16 x f16 d, the 16 sub-block scales as signed bytes minus 32 (16 per
+//         sub-block), 16 chunks of the qs bytes (chunk c: bytes 4c..4c+3 of each row), then 8
+//         chunks of the hmask bytes; 114 bytes per row and super-block instead of 110 (+3.6%).
+//   Q2_K: per 256 values, 16 x f16 d, 16 x f16 dmin, the scale bytes in pairs (sub-blocks 2p,
+//         2p + 1 of each row side by side), then 16 chunks of the qs bytes; the same size (84).
 //   F16, BF16: column by column, the 16 rows' 2-byte values side by side (32 bytes per column), so
 //         one load widens into a register of 16 rows' weights; the same size as the original.
 //         Their activations stay floats and are broadcast one value at a time.
@@ -39,6 +44,14 @@ constexpr int64_t kKQuantPackedHighBits = kKQuantPackedNibbles + kPackRows * 256
 constexpr int64_t kq4k_packed_block_bytes(bool q5) {
   return kKQuantPackedHighBits + (q5 ? kPackRows * 256 / 8 : 0);
 }
+
+// Offsets in a packed Q3_K or Q2_K group, per super-block (the layout above).
+constexpr int64_t kQ3KPackedQuants = 32 + 256;                             // after d and the scales
+constexpr int64_t kQ3KPackedHighBits = kQ3KPackedQuants + kPackRows * 64;  // after 16 chunks of qs
+constexpr int64_t kQ3KPackedBlockBytes = kQ3KPackedHighBits + kPackRows * 32;
+constexpr int64_t kQ2KPackedScales = 64;                      // after d and dmin
+constexpr int64_t kQ2KPackedQuants = kQ2KPackedScales + 256;  // after the scale pairs
+constexpr int64_t kQ2KPackedBlockBytes = kQ2KPackedQuants + kPackRows * 64;
 
 // The two-byte float formats, which pack column by column and take float activations.
 constexpr bool is_half_type(DType t) {
