@@ -74,6 +74,25 @@ struct BlockQ2_K {
   uint16_t dmin;
 };
 
+// IQ4_NL and IQ4_XS: 4-bit indices into a fixed table of 16 non-uniform levels (kIq4Levels).
+// IQ4_NL: blocks of 32, x = d * level[q]; byte j holds elements j (low nibble) and j + 16 (high),
+// as Q4_0. IQ4_XS: super-blocks of 256 of 8 such sub-blocks (sub-block s in qs[16s..16s+15]),
+// each with a 6-bit scale ls biased by 32: low 4 bits in nibble s % 2 of scales_l[s / 2], high 2
+// bits in bits 2s..2s+1 of scales_h; x = d * (ls - 32) * level[q].
+constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144);
@@ -81,6 +100,8 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
 
 // Activations multiplied with Q8_0/Q4_0 weights are quantized to 8 bits per 32 elements
 // (x ~= d * q). A row of n activations is stored as structure-of-arrays: n int8 quants, then n/32
@@ -144,6 +165,11 @@ inline void kquant_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
 // The 6-bit scale of sub-block s (0..15) of a Q3_K `scales` array, biased by 32 (0..63).
 inline int q3_k_scale(int s, const uint8_t* sc) {
   return ((sc[s % 8] >> (4 * (s / 8))) & 0xF) | (((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+}
+
+// The 6-bit scale of sub-block s (0..7) of an IQ4_XS block, biased by 32 (0..63).
+inline int iq4_xs_scale(int s, const BlockIQ4_XS& b) {
+  return ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((b.scales_h >> (2 * s)) & 3) << 4);
 }
 
 }  // namespace coda

@@ -121,6 +121,29 @@ void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
   }
 }
 
+void dequant_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_float(b[i].d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = d * static_cast<float>(kIq4Levels[b[i].qs[j] & 0xF]);
+      y[j + kQK / 2] = d * static_cast<float>(kIq4Levels[b[i].qs[j] >> 4]);
+    }
+  }
+}
+
+void dequant_iq4_xs(const BlockIQ4_XS* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_float(b[i].d);
+    for (int s = 0; s < 8; ++s, y += 32) {
+      const float dl = d * static_cast<float>(iq4_xs_scale(s, b[i]) - 32);
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(kIq4Levels[b[i].qs[16 * s + j] & 0xF]);
+        y[j + 16] = dl * static_cast<float>(kIq4Levels[b[i].qs[16 * s + j] >> 4]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
@@ -158,6 +181,12 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       break;
     case DType::Q2_K:
       dequant_q2_k(static_cast<const BlockQ2_K*>(src), dst, n / kQKK);
+      break;
+    case DType::IQ4_NL:
+      dequant_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n / kQK);
+      break;
+    case DType::IQ4_XS:
+      dequant_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n / kQKK);
       break;
     default:
       // Callers check dtype_supported() when loading; reaching this is a programmer error.

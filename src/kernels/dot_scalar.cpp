@@ -278,6 +278,10 @@ KernelTable make_scalar() {
   t.dot4[static_cast<int>(DType::Q3_K)] = dot4_blockwise<DType::Q3_K>;
   t.dot[static_cast<int>(DType::Q2_K)] = dot_blockwise<DType::Q2_K>;
   t.dot4[static_cast<int>(DType::Q2_K)] = dot4_blockwise<DType::Q2_K>;
+  t.dot[static_cast<int>(DType::IQ4_NL)] = dot_blockwise<DType::IQ4_NL>;
+  t.dot4[static_cast<int>(DType::IQ4_NL)] = dot4_blockwise<DType::IQ4_NL>;
+  t.dot[static_cast<int>(DType::IQ4_XS)] = dot_blockwise<DType::IQ4_XS>;
+  t.dot4[static_cast<int>(DType::IQ4_XS)] = dot4_blockwise<DType::IQ4_XS>;
   t.dot_f32 = ref::dot_f32;
   t.axpy_f32 = axpy_scalar;
   t.stream_read = stream_read_scalar;

@@ -419,6 +419,61 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// IQ4_XS: 8 sub-blocks of 32 per super-block. One pshufb per nibble half turns 64 bytes of
+// indices into the levels plus 128 (unsigned, 1..241: the vpdpbusd operand); each sub-block's sum
+// starts at -128 x its activation sum. Value 32s + 4p + i of a row is the low nibble of byte i of
+// chunk 4s + p, value 32s + 16 + 4p + i its high nibble (repack.h).
+template <int T>
+void tile_iq4_xs(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  const int64_t nsb = cols / kQKK;
+  alignas(16) uint8_t levels[16];
+  for (int k = 0; k < 16; ++k) levels[k] = static_cast<uint8_t>(kIq4Levels[k] + 128);
+  const __m512i table = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[T];
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kIQ4XSPackedBlockBytes) {
+    if constexpr (T == 1) prefetch_span<kIQ4XSPackedBlockBytes>(g + 2 * kDecodePrefetchBytes);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    const uint8_t* qs = g + kIQ4XSPackedQuants;
+    const ActBlockK* a[T];
+    __m512 sum[T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
+      sum[t] = _mm512_setzero_ps();
+    }
+    CODA_UNROLL
+    for (int s = 0; s < 8; ++s) {
+      const __m512 scale = _mm512_mul_ps(
+          d,
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * s)))));
+      __m512i acc_i[T];
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t)
+        acc_i[t] = _mm512_set1_epi32(-128 * (static_cast<int32_t>(a[t]->bsums[2 * s]) + a[t]->bsums[2 * s + 1]));
+      CODA_UNROLL
+      for (int p = 0; p < 4; ++p) {
+        const __m512i q = load512(qs + (4 * s + p) * 64);
+        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
+        const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) {
+          acc_i[t] = _mm512_dpbusd_epi32(acc_i[t], lo, _mm512_set1_epi32(load_i32(a[t]->q + 32 * s + 4 * p)));
+          acc_i[t] = _mm512_dpbusd_epi32(acc_i[t], hi, _mm512_set1_epi32(load_i32(a[t]->q + 32 * s + 16 + 4 * p)));
+        }
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc_i[t]), scale, sum[t]);
+    }
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(sum[t], _mm512_set1_ps(a[t]->d), acc[t]);
+  }
+  CODA_UNROLL
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // Q4_K over two adjacent groups (32 rows) and up to 4 tokens: each activation broadcast feeds two
 // vpdpbusd, one per group. With one group, every vpdpbusd needs its own broadcast, and on Ice Lake
 // the broadcasts take the same two vector ports as the multiply-adds (a register-only vpdpbusd
@@ -617,6 +672,13 @@ struct TwoBitTiles {
   };
 };
 
+template <int T>
+struct IQ4XSTile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_iq4_xs<T>(g, c, a, s, y, ys);
+  }
+};
+
 // The F16 and BF16 tiles of one group or two, by token count (run_tiles' template argument).
 template <int NG, bool kBf16>
 struct HalfTiles {
@@ -638,6 +700,7 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
   t.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<TwoBitTiles<true>::Tile>;
   t.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<TwoBitTiles<false>::Tile>;
+  t.gemm[static_cast<int>(DType::IQ4_XS)] = run_tiles<IQ4XSTile>;
   t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<KQuantTiles<false>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q5_K)] = run_tiles<KQuantTiles<true>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q8_0)] = run_tiles<Q8PairTile, kQ8PairTileTokens>;
@@ -647,7 +710,7 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm2[static_cast<int>(DType::F16)] = run_tiles<HalfTiles<2, false>::Tile>;
   t.gemm2[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<2, true>::Tile>;
   for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K,
-                        DType::F16, DType::BF16})
+                        DType::IQ4_XS, DType::F16, DType::BF16})
     t.repack_by_default[static_cast<int>(d)] = true;
 }
 

@@ -21,6 +21,7 @@ enum class ActFormat { F32, Q8_32, Q8_32_PAIRED, Q8_32_BLOCKED, Q8_256 };
 constexpr ActFormat act_format(DType t) {
   switch (t) {
     case DType::Q8_0:
+    case DType::IQ4_NL:
       return ActFormat::Q8_32;
     case DType::Q4_0:
       return ActFormat::Q8_32_PAIRED;
@@ -29,6 +30,7 @@ constexpr ActFormat act_format(DType t) {
     case DType::Q6_K:
     case DType::Q3_K:
     case DType::Q2_K:
+    case DType::IQ4_XS:
       return ActFormat::Q8_256;
     default:
       return ActFormat::F32;

@@ -214,6 +214,56 @@ void quant_q2_k(const float* x, BlockQ2_K* b, int64_t nb) {
   }
 }
 
+// The index of the IQ4 level nearest to x (in units of the block's scale).
+int nearest_iq4(float x) {
+  int best = 0;
+  for (int k = 1; k < 16; ++k)
+    if (std::fabs(x - kIq4Levels[k]) < std::fabs(x - kIq4Levels[best])) best = k;
+  return best;
+}
+
+// A block of 32 as IQ4 indices for step `d`: byte j takes elements j and j + 16.
+void iq4_indices(const float* x, float d, uint8_t* qs) {
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>(nearest_iq4(x[j] * id) | (nearest_iq4(x[j + 16] * id) << 4));
+}
+
+// The element of largest magnitude maps to -127, the level without a partner of that size.
+float iq4_block_step(const float* x) {
+  float max = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > std::fabs(max)) max = x[j];
+  return max / -127.0f;
+}
+
+void quant_iq4_nl(const float* x, BlockIQ4_NL* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    b[i].d = float_to_fp16(iq4_block_step(x));
+    iq4_indices(x, fp16_to_float(b[i].d), b[i].qs);
+  }
+}
+
+void quant_iq4_xs(const float* x, BlockIQ4_XS* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    float step[8], amax = 0;
+    for (int s = 0; s < 8; ++s) {
+      step[s] = iq4_block_step(x + 32 * s);
+      amax = std::max(amax, std::fabs(step[s]));
+    }
+    b[i].d = float_to_fp16(amax / 31.0f);
+    const float dq = fp16_to_float(b[i].d);
+    b[i].scales_h = 0;
+    std::memset(b[i].scales_l, 0, sizeof b[i].scales_l);
+    for (int s = 0; s < 8; ++s) {
+      const int ls = (dq > 0 ? std::clamp(nearest(step[s] / dq), -32, 31) : 0) + 32;
+      b[i].scales_l[s / 2] = static_cast<uint8_t>(b[i].scales_l[s / 2] | ((ls & 0xF) << (4 * (s % 2))));
+      b[i].scales_h = static_cast<uint16_t>(b[i].scales_h | ((ls >> 4) << (2 * s)));
+      iq4_indices(x + 32 * s, dq * static_cast<float>(ls - 32), b[i].qs + 16 * s);
+    }
+  }
+}
+
 }  // namespace
 
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
@@ -251,6 +301,12 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       break;
     case DType::Q2_K:
       quant_q2_k(src, static_cast<BlockQ2_K*>(dst), n / kQKK);
+      break;
+    case DType::IQ4_NL:
+      quant_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n / kQK);
+      break;
+    case DType::IQ4_XS:
+      quant_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n / kQKK);
       break;
     default:
       assert(false && "quantize_row: unsupported type");

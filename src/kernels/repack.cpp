@@ -119,17 +119,40 @@ void move_q2_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
   }
 }
 
+void move_iq4_xs(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
+  for (int64_t b = 0; b < cols / kQKK; ++b, g += kIQ4XSPackedBlockBytes) {
+    auto* blk = reinterpret_cast<BlockIQ4_XS*>(row) + b;
+    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
+      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
+    };
+    copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
+    if (pack) {
+      for (int s = 0; s < 8; ++s) g[32 + s * 16 + r] = static_cast<uint8_t>(iq4_xs_scale(s, *blk) - 32);
+    } else {
+      blk->scales_h = 0;
+      std::memset(blk->scales_l, 0, sizeof blk->scales_l);
+      for (int s = 0; s < 8; ++s) {
+        const int v = static_cast<int8_t>(g[32 + s * 16 + r]) + 32;
+        blk->scales_l[s / 2] = static_cast<uint8_t>(blk->scales_l[s / 2] | ((v & 0xF) << (4 * (s % 2))));
+        blk->scales_h = static_cast<uint16_t>(blk->scales_h | ((v >> 4) << (2 * s)));
+      }
+    }
+    for (int c = 0; c < 32; ++c) copy(g + kIQ4XSPackedQuants + c * 64 + r * 4, blk->qs + 4 * c, 4);
+  }
+}
+
 }  // namespace
 
 bool repack_supported(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
-         t == DType::Q3_K || t == DType::Q2_K || is_half_type(t);
+         t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS || is_half_type(t);
 }
 
 int64_t packed_group_bytes(DType t, int64_t cols) {
   if (t == DType::Q4_K) return cols / kQKK * kQ4KGroupBytes;
   if (t == DType::Q5_K) return cols / kQKK * kQ5KGroupBytes;
   if (t == DType::Q3_K) return cols / kQKK * kQ3KPackedBlockBytes;
+  if (t == DType::IQ4_XS) return cols / kQKK * kIQ4XSPackedBlockBytes;
   return kPackRows * dtype_row_bytes(t, cols);
 }
 
@@ -165,9 +188,9 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
     repack_kquant<BlockQ4_K>(src, row_bytes, cols, dst);
   } else if (t == DType::Q5_K) {
     repack_kquant<BlockQ5_K>(src, row_bytes, cols, dst);
-  } else if (t == DType::Q3_K || t == DType::Q2_K) {
-    for (int r = 0; r < kPackRows; ++r)
-      (t == DType::Q3_K ? move_q3_k : move_q2_k)(true, dst, const_cast<uint8_t*>(src + r * row_bytes), cols, r);
+  } else if (t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS) {
+    const auto move = t == DType::Q3_K ? move_q3_k : t == DType::Q2_K ? move_q2_k : move_iq4_xs;
+    for (int r = 0; r < kPackRows; ++r) move(true, dst, const_cast<uint8_t*>(src + r * row_bytes), cols, r);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ6KGroupBytes) {
       for (int r = 0; r < kPackRows; ++r) {
@@ -205,8 +228,9 @@ void unpack_row(DType t, const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
     unpack_kquant<BlockQ4_K>(g, cols, r, dst);
   } else if (t == DType::Q5_K) {
     unpack_kquant<BlockQ5_K>(g, cols, r, dst);
-  } else if (t == DType::Q3_K || t == DType::Q2_K) {
-    (t == DType::Q3_K ? move_q3_k : move_q2_k)(false, const_cast<uint8_t*>(g), dst, cols, r);
+  } else if (t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS) {
+    const auto move = t == DType::Q3_K ? move_q3_k : t == DType::Q2_K ? move_q2_k : move_iq4_xs;
+    move(false, const_cast<uint8_t*>(g), dst, cols, r);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ6KGroupBytes) {
       auto* blk = reinterpret_cast<BlockQ6_K*>(dst) + b;

@@ -22,6 +22,9 @@
 //         chunks of the hmask bytes; 114 bytes per row and super-block instead of 110 (+3.6%).
 //   Q2_K: per 256 values, 16 x f16 d, 16 x f16 dmin, the scale bytes in pairs (sub-blocks 2p,
 //         2p + 1 of each row side by side), then 16 chunks of the qs bytes; the same size (84).
+//   IQ4_XS: per 256 values, 16 x f16 d, the 8 sub-block scales as signed bytes minus 32 (16 per
+//         sub-block), then 32 chunks of the index bytes (chunk 4s + p: bytes 16s + 4p..16s + 4p + 3
+//         of each row); 138 bytes per row and super-block instead of 136 (+1.5%).
 //   F16, BF16: column by column, the 16 rows' 2-byte values side by side (32 bytes per column), so
 //         one load widens into a register of 16 rows' weights; the same size as the original.
 //         Their activations stay floats and are broadcast one value at a time.
@@ -52,6 +55,9 @@ constexpr int64_t kQ3KPackedBlockBytes = kQ3KPackedHighBits + kPackRows * 32;
 constexpr int64_t kQ2KPackedScales = 64;                      // after d and dmin
 constexpr int64_t kQ2KPackedQuants = kQ2KPackedScales + 256;  // after the scale pairs
 constexpr int64_t kQ2KPackedBlockBytes = kQ2KPackedQuants + kPackRows * 64;
+
+constexpr int64_t kIQ4XSPackedQuants = 32 + 128;  // after d and the scales
+constexpr int64_t kIQ4XSPackedBlockBytes = kIQ4XSPackedQuants + kPackRows * 128;
 
 // The two-byte float formats, which pack column by column and take float activations.
 constexpr bool is_half_type(DType t) {

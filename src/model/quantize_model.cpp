@@ -33,6 +33,10 @@ int file_type_of(DType t) {
       return 10;
     case DType::Q3_K:
       return 11;  // Q3_K_S: every matrix Q3_K
+    case DType::IQ4_NL:
+      return 25;
+    case DType::IQ4_XS:
+      return 30;
     case DType::BF16:
       return 32;
     default:

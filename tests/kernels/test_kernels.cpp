@@ -22,8 +22,8 @@
 namespace coda {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_K,
+                        DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_NL, DType::IQ4_XS};
 
 std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
   std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(t, static_cast<int64_t>(x.size()))));
@@ -48,15 +48,16 @@ TEST_P(PerType, QuantizationErrorIsBoundedByTheFormat) {
   }
   const double rel = std::sqrt(err / ref_norm);
   // Relative RMS error of round-to-nearest with these bit widths on Gaussian data.
-  const double bound = t == DType::F32    ? 0
-                       : t == DType::F16  ? 1e-3
-                       : t == DType::BF16 ? 5e-3
-                       : t == DType::Q8_0 ? 0.01
-                       : t == DType::Q6_K ? 0.03
-                       : t == DType::Q5_K ? 0.06
-                       : t == DType::Q3_K ? 0.2
-                       : t == DType::Q2_K ? 0.4
-                                          : 0.12;
+  const double bound = t == DType::F32                            ? 0
+                       : t == DType::F16                          ? 1e-3
+                       : t == DType::BF16                         ? 5e-3
+                       : t == DType::Q8_0                         ? 0.01
+                       : t == DType::Q6_K                         ? 0.03
+                       : t == DType::Q5_K                         ? 0.06
+                       : t == DType::Q3_K                         ? 0.2
+                       : t == DType::Q2_K                         ? 0.4
+                       : t == DType::IQ4_NL || t == DType::IQ4_XS ? 0.12
+                                                                  : 0.12;
   EXPECT_LE(rel, bound) << dtype_name(t);
 }
 
@@ -301,9 +302,47 @@ TEST(Formats, Q2_KHandBuiltBlock) {
   EXPECT_FLOAT_EQ(y[128], 0.0f);
 }
 
+// IQ4_NL: byte j holds the level indices of elements j (low nibble) and j + 16 (high).
+TEST(Formats, IQ4_NLHandBuiltBlock) {
+  BlockIQ4_NL b{};
+  b.d = float_to_fp16(0.5f);
+  b.qs[0] = 0xF0;  // element 0: level 0 (-127), element 16: level 15 (113)
+  b.qs[3] = 0x78;  // element 3: level 8 (1), element 19: level 7 (-10)
+  float y[32];
+  ref::dequantize_row(DType::IQ4_NL, &b, y, 32);
+  EXPECT_FLOAT_EQ(y[0], 0.5f * -127);
+  EXPECT_FLOAT_EQ(y[16], 0.5f * 113);
+  EXPECT_FLOAT_EQ(y[3], 0.5f * 1);
+  EXPECT_FLOAT_EQ(y[19], 0.5f * -10);
+  EXPECT_FLOAT_EQ(y[1], 0.5f * -127);  // index 0
+}
+
+// IQ4_XS: sub-block s's 6-bit scale keeps its low 4 bits in nibble s % 2 of scales_l[s / 2] and
+// its high 2 bits in bits 2s..2s+1 of scales_h, biased by 32.
+TEST(Formats, IQ4_XSHandBuiltBlock) {
+  BlockIQ4_XS b{};
+  b.d = float_to_fp16(0.25f);
+  b.scales_h = 0xAAAA;                                                  // every high field 0b10: scale 32 + low bits
+  b.scales_l[0] = 0x05;                                                 // sub-block 0: 37 -> 5; sub-block 1: 32 -> 0
+  b.scales_l[2] = 0x30;                                                 // sub-block 5: 35 -> 3
+  b.scales_h = static_cast<uint16_t>(0xAAAA & ~(3 << 14)) | (1 << 14);  // sub-block 7: 0b01'0000 = 16 -> -16
+  b.qs[0] = 0x9F;           // sub-block 0, element 0: level 15 (113); element 16: level 9 (13)
+  b.qs[16 * 5 + 2] = 0x01;  // sub-block 5, element 2: level 1 (-104); element 18: level 0
+  b.qs[16 * 7] = 0x88;      // sub-block 7, elements 0 and 16: level 8 (1)
+  float y[256];
+  ref::dequantize_row(DType::IQ4_XS, &b, y, 256);
+  EXPECT_FLOAT_EQ(y[0], 0.25f * 5 * 113);
+  EXPECT_FLOAT_EQ(y[16], 0.25f * 5 * 13);
+  EXPECT_FLOAT_EQ(y[32], 0.0f);
+  EXPECT_FLOAT_EQ(y[5 * 32 + 2], 0.25f * 3 * -104);
+  EXPECT_FLOAT_EQ(y[5 * 32 + 18], 0.25f * 3 * -127);
+  EXPECT_FLOAT_EQ(y[7 * 32], 0.25f * -16 * 1);
+  EXPECT_FLOAT_EQ(y[7 * 32 + 16], 0.25f * -16 * 1);
+}
+
 TEST(Formats, UnsupportedTypesAreNamed) {
   EXPECT_FALSE(dtype_supported(DType::IQ2_XS));
-  EXPECT_EQ(supported_dtypes_list(), "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q3_K Q2_K");
+  EXPECT_EQ(supported_dtypes_list(), "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q3_K Q2_K IQ4_NL IQ4_XS");
   EXPECT_EQ(dtype_info(17)->name, std::string("IQ2_XS"));
   EXPECT_EQ(dtype_info(31), nullptr);
 }

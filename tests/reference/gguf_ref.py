@@ -12,7 +12,7 @@ VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 
 # type id -> (name, elements per block, bytes per block)
 TYPES = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 30: ("BF16", 1, 2), 8: ("Q8_0", 32, 34), 2: ("Q4_0", 32, 18),
-    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
+    20: ("IQ4_NL", 32, 18), 23: ("IQ4_XS", 256, 136), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
 }
 
 
@@ -67,6 +67,10 @@ class Reader:
         raw = np.frombuffer(self.buf, dtype=np.uint8, count=n // block * block_bytes, offset=start)
         x = dequantize(ttype, raw, n)
         return x.reshape(list(reversed(ne))) if len(ne) > 1 else x
+
+
+# The 16 levels of IQ4_NL and IQ4_XS (a fact of the format).
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float64)
 
 
 def _f16(a):
@@ -167,4 +171,20 @@ def dequantize(ttype, raw, n):
         dmin = _f16(b[:, 82:84].copy())[:, 0]
         q = (qs[:, 32 * half + l] >> (2 * j)) & 3
         return (d[:, None] * (sc_raw[:, sub] & 0xF) * q - dmin[:, None] * (sc_raw[:, sub] >> 4)).reshape(-1)
+    if ttype == 20:  # IQ4_NL: indices into IQ4_LEVELS, byte j = elements j (low) and j + 16 (high)
+        b = raw.reshape(-1, 18)
+        d = _f16(b[:, 0:2].copy())
+        qs = b[:, 2:].astype(np.int64)
+        idx = np.concatenate([qs & 0xF, qs >> 4], axis=1)
+        return (d[:, :1] * IQ4_LEVELS[idx]).reshape(-1)
+    if ttype == 23:  # IQ4_XS: 8 IQ4_NL-like sub-blocks with 6-bit scales biased by 32
+        b = raw.reshape(-1, 136)
+        d = _f16(b[:, 0:2].copy())[:, 0]
+        sh = b[:, 2:4].copy().view("<u2")[:, 0].astype(np.int64)
+        sl = b[:, 4:8].astype(np.int64)
+        qs = b[:, 8:136].astype(np.int64).reshape(-1, 8, 16)
+        s = np.arange(8)
+        ls = ((sl[:, s // 2] >> (4 * (s % 2))) & 0xF) | (((sh[:, None] >> (2 * s)) & 3) << 4)
+        idx = np.concatenate([qs & 0xF, qs >> 4], axis=2)  # [nb, 8, 32]
+        return (d[:, None, None] * (ls - 32)[:, :, None] * IQ4_LEVELS[idx]).reshape(-1)
     raise ValueError("unsupported tensor type %d" % ttype)
