@@ -24,8 +24,9 @@ constexpr Entry kTypes[] = {
     {30, {"BF16", 1, 2}},       {34, {"TQ1_0", 256, 54}},   {35, {"TQ2_0", 256, 66}},   {39, {"MXFP4", 32, 17}},
 };
 
-constexpr DType kSupported[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_K,
-                                DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_NL, DType::IQ4_XS};
+constexpr DType kSupported[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
+                                DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,   DType::Q5_K,
+                                DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_NL, DType::IQ4_XS};
 
 }  // namespace
 

@@ -56,7 +56,7 @@ const DTypeInfo* dtype_info(uint32_t id);
 // True for the types coda's kernels compute with.
 bool dtype_supported(DType t);
 
-// "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q3_K Q2_K IQ4_NL IQ4_XS": for error messages.
+// "F32 F16 BF16 Q8_0 Q4_0 Q4_1 ...": for error messages.
 std::string supported_dtypes_list();
 
 inline const char* dtype_name(DType t) {

@@ -74,6 +74,28 @@ struct BlockQ2_K {
   uint16_t dmin;
 };
 
+// The older 32-value formats of Llama 2 era files. Q4_1: x = d * q + m, q in [0, 15], nibbles as
+// Q4_0's. Q5_0: x = d * (q - 16) and Q5_1: x = d * q + m, q in [0, 31]: the low 4 bits as Q4_0's
+// nibbles, the fifth bit of element j in bit j of the 32-bit qh (little-endian bytes).
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
+
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+
 // IQ4_NL and IQ4_XS: 4-bit indices into a fixed table of 16 non-uniform levels (kIq4Levels).
 // IQ4_NL: blocks of 32, x = d * level[q]; byte j holds elements j (low nibble) and j + 16 (high),
 // as Q4_0. IQ4_XS: super-blocks of 256 of 8 such sub-blocks (sub-block s in qs[16s..16s+15]),
@@ -101,6 +123,9 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockIQ4_XS) == 136);
 
 // Activations multiplied with Q8_0/Q4_0 weights are quantized to 8 bits per 32 elements

@@ -1,6 +1,7 @@
 // Scalar reference dequantization: the definition of each format's meaning.
 #include <cassert>
 #include <cstring>
+#include <type_traits>
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
@@ -121,6 +122,32 @@ void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
   }
 }
 
+// Q4_1, Q5_0, Q5_1: the unsigned quant of element j (0..31) of a block, and its value.
+template <class Block>
+int legacy_quant(const Block& b, int j) {
+  int q = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
+  if constexpr (!std::is_same_v<Block, BlockQ4_1>) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    q |= static_cast<int>((qh >> j) & 1) << 4;
+  }
+  return q;
+}
+
+template <class Block>
+void dequant_legacy(const Block* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_float(b[i].d);
+    for (int j = 0; j < kQK; ++j) {
+      const int q = legacy_quant(b[i], j);
+      if constexpr (std::is_same_v<Block, BlockQ5_0>)
+        y[j] = d * static_cast<float>(q - 16);
+      else
+        y[j] = d * static_cast<float>(q) + fp16_to_float(b[i].m);
+    }
+  }
+}
+
 void dequant_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += kQK) {
     const float d = fp16_to_float(b[i].d);
@@ -181,6 +208,15 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       break;
     case DType::Q2_K:
       dequant_q2_k(static_cast<const BlockQ2_K*>(src), dst, n / kQKK);
+      break;
+    case DType::Q4_1:
+      dequant_legacy(static_cast<const BlockQ4_1*>(src), dst, n / kQK);
+      break;
+    case DType::Q5_0:
+      dequant_legacy(static_cast<const BlockQ5_0*>(src), dst, n / kQK);
+      break;
+    case DType::Q5_1:
+      dequant_legacy(static_cast<const BlockQ5_1*>(src), dst, n / kQK);
       break;
     case DType::IQ4_NL:
       dequant_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n / kQK);

@@ -278,6 +278,12 @@ KernelTable make_scalar() {
   t.dot4[static_cast<int>(DType::Q3_K)] = dot4_blockwise<DType::Q3_K>;
   t.dot[static_cast<int>(DType::Q2_K)] = dot_blockwise<DType::Q2_K>;
   t.dot4[static_cast<int>(DType::Q2_K)] = dot4_blockwise<DType::Q2_K>;
+  t.dot[static_cast<int>(DType::Q4_1)] = dot_blockwise<DType::Q4_1>;
+  t.dot4[static_cast<int>(DType::Q4_1)] = dot4_blockwise<DType::Q4_1>;
+  t.dot[static_cast<int>(DType::Q5_0)] = dot_blockwise<DType::Q5_0>;
+  t.dot4[static_cast<int>(DType::Q5_0)] = dot4_blockwise<DType::Q5_0>;
+  t.dot[static_cast<int>(DType::Q5_1)] = dot_blockwise<DType::Q5_1>;
+  t.dot4[static_cast<int>(DType::Q5_1)] = dot4_blockwise<DType::Q5_1>;
   t.dot[static_cast<int>(DType::IQ4_NL)] = dot_blockwise<DType::IQ4_NL>;
   t.dot4[static_cast<int>(DType::IQ4_NL)] = dot4_blockwise<DType::IQ4_NL>;
   t.dot[static_cast<int>(DType::IQ4_XS)] = dot_blockwise<DType::IQ4_XS>;

@@ -22,6 +22,9 @@ constexpr ActFormat act_format(DType t) {
   switch (t) {
     case DType::Q8_0:
     case DType::IQ4_NL:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
       return ActFormat::Q8_32;
     case DType::Q4_0:
       return ActFormat::Q8_32_PAIRED;

@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/fp16.h"
 #include "kernels/kernels.h"
@@ -214,6 +215,38 @@ void quant_q2_k(const float* x, BlockQ2_K* b, int64_t nb) {
   }
 }
 
+// Q4_1 and Q5_1: min-max over the block, q = round((x - min) / d). Q5_0: as Q4_0 with 16 levels per
+// sign (the element of largest magnitude maps to -16).
+template <class Block>
+void quant_legacy(const float* x, Block* b, int64_t nb) {
+  constexpr bool kQ5 = !std::is_same_v<Block, BlockQ4_1>;
+  constexpr int kMax = kQ5 ? 31 : 15;
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    int q[kQK];
+    if constexpr (std::is_same_v<Block, BlockQ5_0>) {
+      float max = 0;
+      for (int j = 0; j < kQK; ++j)
+        if (std::fabs(x[j]) > std::fabs(max)) max = x[j];
+      b[i].d = float_to_fp16(max / -16.0f);
+      const float d = fp16_to_float(b[i].d), id = d != 0 ? 1.0f / d : 0.0f;
+      for (int j = 0; j < kQK; ++j) q[j] = std::clamp(nearest(x[j] * id) + 16, 0, 31);
+    } else {
+      float lo = x[0], hi = x[0];
+      for (int j = 1; j < kQK; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+      b[i].d = float_to_fp16((hi - lo) / kMax);
+      b[i].m = float_to_fp16(lo);
+      const float d = fp16_to_float(b[i].d), m = fp16_to_float(b[i].m), id = d != 0 ? 1.0f / d : 0.0f;
+      for (int j = 0; j < kQK; ++j) q[j] = std::clamp(nearest((x[j] - m) * id), 0, kMax);
+    }
+    for (int j = 0; j < kQK / 2; ++j) b[i].qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+    if constexpr (kQ5) {
+      uint32_t qh = 0;
+      for (int j = 0; j < kQK; ++j) qh |= static_cast<uint32_t>(q[j] >> 4) << j;
+      std::memcpy(b[i].qh, &qh, 4);
+    }
+  }
+}
+
 // The index of the IQ4 level nearest to x (in units of the block's scale).
 int nearest_iq4(float x) {
   int best = 0;
@@ -301,6 +334,15 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       break;
     case DType::Q2_K:
       quant_q2_k(src, static_cast<BlockQ2_K*>(dst), n / kQKK);
+      break;
+    case DType::Q4_1:
+      quant_legacy(src, static_cast<BlockQ4_1*>(dst), n / kQK);
+      break;
+    case DType::Q5_0:
+      quant_legacy(src, static_cast<BlockQ5_0*>(dst), n / kQK);
+      break;
+    case DType::Q5_1:
+      quant_legacy(src, static_cast<BlockQ5_1*>(dst), n / kQK);
       break;
     case DType::IQ4_NL:
       quant_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n / kQK);

@@ -21,6 +21,12 @@ int file_type_of(DType t) {
       return 1;
     case DType::Q4_0:
       return 2;
+    case DType::Q4_1:
+      return 3;
+    case DType::Q5_0:
+      return 8;
+    case DType::Q5_1:
+      return 9;
     case DType::Q8_0:
       return 7;
     case DType::Q4_K:

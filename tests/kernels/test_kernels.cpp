@@ -22,8 +22,9 @@
 namespace coda {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_K,
-                        DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_NL, DType::IQ4_XS};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
+                        DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,   DType::Q5_K,
+                        DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_NL, DType::IQ4_XS};
 
 std::vector<uint8_t> quantized(DType t, const std::vector<float>& x) {
   std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(t, static_cast<int64_t>(x.size()))));
@@ -302,6 +303,36 @@ TEST(Formats, Q2_KHandBuiltBlock) {
   EXPECT_FLOAT_EQ(y[128], 0.0f);
 }
 
+// Q4_1, Q5_0, Q5_1: nibbles as Q4_0's; the fifth bit of element j is bit j of qh.
+TEST(Formats, LegacyHandBuiltBlocks) {
+  BlockQ4_1 a{};
+  a.d = float_to_fp16(0.5f);
+  a.m = float_to_fp16(-2.0f);
+  a.qs[1] = 0xA3;  // element 1: 3, element 17: 10
+  BlockQ5_0 b{};
+  b.d = float_to_fp16(0.25f);
+  b.qs[1] = 0xA3;
+  b.qh[0] = 0x02;  // bit 1: element 1 gets 16 + 3
+  b.qh[2] = 0x02;  // bit 17: element 17 gets 16 + 10
+  BlockQ5_1 c{};
+  c.d = float_to_fp16(0.5f);
+  c.m = float_to_fp16(1.0f);
+  c.qs[15] = 0xF0;  // element 15: 0, element 31: 15
+  c.qh[3] = 0x80;   // bit 31: element 31 gets 16 + 15
+  float y[32];
+  ref::dequantize_row(DType::Q4_1, &a, y, 32);
+  EXPECT_FLOAT_EQ(y[1], 0.5f * 3 - 2.0f);
+  EXPECT_FLOAT_EQ(y[17], 0.5f * 10 - 2.0f);
+  EXPECT_FLOAT_EQ(y[0], -2.0f);
+  ref::dequantize_row(DType::Q5_0, &b, y, 32);
+  EXPECT_FLOAT_EQ(y[1], 0.25f * (19 - 16));
+  EXPECT_FLOAT_EQ(y[17], 0.25f * (26 - 16));
+  EXPECT_FLOAT_EQ(y[0], 0.25f * -16);
+  ref::dequantize_row(DType::Q5_1, &c, y, 32);
+  EXPECT_FLOAT_EQ(y[31], 0.5f * 31 + 1.0f);
+  EXPECT_FLOAT_EQ(y[15], 1.0f);
+}
+
 // IQ4_NL: byte j holds the level indices of elements j (low nibble) and j + 16 (high).
 TEST(Formats, IQ4_NLHandBuiltBlock) {
   BlockIQ4_NL b{};
@@ -342,7 +373,7 @@ TEST(Formats, IQ4_XSHandBuiltBlock) {
 
 TEST(Formats, UnsupportedTypesAreNamed) {
   EXPECT_FALSE(dtype_supported(DType::IQ2_XS));
-  EXPECT_EQ(supported_dtypes_list(), "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q3_K Q2_K IQ4_NL IQ4_XS");
+  EXPECT_EQ(supported_dtypes_list(), "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q3_K Q2_K IQ4_NL IQ4_XS");
   EXPECT_EQ(dtype_info(17)->name, std::string("IQ2_XS"));
   EXPECT_EQ(dtype_info(31), nullptr);
 }

@@ -246,7 +246,7 @@ TEST(ModelLoad, UnsupportedTypeListsSupported) {
   auto m = h.build("hand_iq2");
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.message().find("tensor 'blk.0.attn_q.weight': type 17 (IQ2_XS) is not supported; supported: F32 F16 "
-                             "BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q3_K Q2_K IQ4_NL IQ4_XS"),
+                             "BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q3_K Q2_K IQ4_NL IQ4_XS"),
             std::string::npos)
       << m.message();
 }

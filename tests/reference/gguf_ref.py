@@ -12,7 +12,9 @@ VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 
 # type id -> (name, elements per block, bytes per block)
 TYPES = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 30: ("BF16", 1, 2), 8: ("Q8_0", 32, 34), 2: ("Q4_0", 32, 18),
-    20: ("IQ4_NL", 32, 18), 23: ("IQ4_XS", 256, 136), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
+    3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 20: ("IQ4_NL", 32, 18),
+    23: ("IQ4_XS", 256, 136), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
 }
 
 
@@ -171,6 +173,20 @@ def dequantize(ttype, raw, n):
         dmin = _f16(b[:, 82:84].copy())[:, 0]
         q = (qs[:, 32 * half + l] >> (2 * j)) & 3
         return (d[:, None] * (sc_raw[:, sub] & 0xF) * q - dmin[:, None] * (sc_raw[:, sub] >> 4)).reshape(-1)
+    if ttype in (3, 6, 7):  # Q4_1, Q5_0, Q5_1: nibbles as Q4_0's, fifth bit j of element j in qh
+        size = {3: 20, 6: 22, 7: 24}[ttype]
+        b = raw.reshape(-1, size)
+        d = _f16(b[:, 0:2].copy())
+        m = _f16(b[:, 2:4].copy()) if ttype != 6 else None
+        start = 2 if ttype == 6 else 4
+        qs = b[:, size - 16:].astype(np.int64)
+        q = np.concatenate([qs & 0xF, qs >> 4], axis=1)
+        if ttype != 3:
+            qh = b[:, start:start + 4].copy().view("<u4").astype(np.int64)  # [nb, 1]
+            q = q | (((qh >> np.arange(32)) & 1) << 4)
+        if ttype == 6:
+            return (d * (q - 16)).reshape(-1)
+        return (d * q + m).reshape(-1)
     if ttype == 20:  # IQ4_NL: indices into IQ4_LEVELS, byte j = elements j (low) and j + 16 (high)
         b = raw.reshape(-1, 18)
         d = _f16(b[:, 0:2].copy())

@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_ref import Reader, dequantize  # noqa: E402
 from model_ref import RefModel  # noqa: E402
 
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K",
+         "IQ4_NL", "IQ4_XS"]
 SHAPES = ["tiny", "tiny-llama3", "tiny-qwen2"]
 
 # Relative RMS error of the logits, ||coda - ref|| / ||ref||. Float weight types compute with
@@ -27,7 +28,7 @@ SHAPES = ["tiny", "tiny-llama3", "tiny-qwen2"]
 # compounded over the layers. See docs/reference-tests.md.
 LOGIT_TOL = {"F32": 1e-4, "F16": 1e-4, "BF16": 1e-4, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_K": 3e-2, "Q5_K": 3e-2,
              "Q6_K": 3e-2, "Q3_K": 3e-2, "Q2_K": 3e-2,
-             "IQ4_NL": 3e-2, "IQ4_XS": 3e-2}
+             "IQ4_NL": 3e-2, "IQ4_XS": 3e-2, "Q4_1": 3e-2, "Q5_0": 3e-2, "Q5_1": 3e-2}
 POSITIONS = list(range(0, 32)) + list(range(2048, 2080))
 
 failures = []
