@@ -68,11 +68,14 @@ inline __m512i offset_start(int32_t offset, int32_t sum) {
 
 // Q8_0 (kQ4 false) and Q4_0 (kQ4 true): blocks of 32 values, activations as ActBlockQ8 rows (one
 // pointer per token reaches quants, scale and sum: 8 tokens fit in the general registers).
-template <int T, bool kQ4>
+// kBits 5 is Q5_0: Q4_0's nibbles with the fifth bits of 4 values per row in each byte of one more
+// chunk (bit p: value 4p + i, bit 4 + p: value 16 + 4p + i, for byte i; repack.h), shifted to bit 4.
+template <int T, int kBits>
 void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
+  constexpr bool kQ4 = kBits != 8;
   const int64_t nb = cols / kQK;
-  constexpr int64_t kBlockBytes = kQ4 ? 32 + 256 : 32 + 512;
-  constexpr int32_t kOffset = kQ4 ? 8 : 128;  // the weights' offset, taken back through the sums
+  constexpr int64_t kBlockBytes = kBits == 8 ? 32 + 512 : kBits == 5 ? kQ50PackedBlockBytes : 32 + 256;
+  constexpr int32_t kOffset = kBits == 8 ? 128 : kBits == 5 ? 16 : 8;  // taken back through the sums
   const ActBlockQ8* a[T];
   __m512 acc[T];
   CODA_UNROLL
@@ -90,6 +93,12 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
         const __m512i v = load512(g + 32 + 64 * p);
         w[p] = _mm512_and_si512(v, low4);                            // values 4p .. 4p + 3
         w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);  // values 16 + 4p ..
+        if constexpr (kBits == 5) {  // bit p (4 + p) of each high-bit byte to bit 4, ORed in
+          const __m512i h = load512(g + kQ50PackedHighBits);
+          const __m512i bit4 = _mm512_set1_epi8(0x10);
+          w[p] = _mm512_ternarylogic_epi32(w[p], _mm512_slli_epi16(h, 4 - p), bit4, 0xF8);
+          w[p + 4] = _mm512_ternarylogic_epi32(w[p + 4], p == 0 ? h : _mm512_srli_epi16(h, p), bit4, 0xF8);
+        }
       }
     } else {
       CODA_UNROLL
@@ -617,13 +626,13 @@ void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stri
 template <int T>
 struct Q8Tile {
   static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    tile_q8<T, false>(g, c, a, s, y, ys);
+    tile_q8<T, 8>(g, c, a, s, y, ys);
   }
 };
 template <int T>
 struct Q40Tile {
   static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    tile_q8<T, true>(g, c, a, s, y, ys);
+    tile_q8<T, 4>(g, c, a, s, y, ys);
   }
 };
 template <int T>
@@ -673,6 +682,12 @@ struct TwoBitTiles {
 };
 
 template <int T>
+struct Q50Tile {
+  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_q8<T, 5>(g, c, a, s, y, ys);
+  }
+};
+template <int T>
 struct IQ4XSTile {
   static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
     tile_iq4_xs<T>(g, c, a, s, y, ys);
@@ -701,6 +716,7 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<TwoBitTiles<true>::Tile>;
   t.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<TwoBitTiles<false>::Tile>;
   t.gemm[static_cast<int>(DType::IQ4_XS)] = run_tiles<IQ4XSTile>;
+  t.gemm[static_cast<int>(DType::Q5_0)] = run_tiles<Q50Tile>;
   t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<KQuantTiles<false>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q5_K)] = run_tiles<KQuantTiles<true>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q8_0)] = run_tiles<Q8PairTile, kQ8PairTileTokens>;
@@ -710,7 +726,7 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm2[static_cast<int>(DType::F16)] = run_tiles<HalfTiles<2, false>::Tile>;
   t.gemm2[static_cast<int>(DType::BF16)] = run_tiles<HalfTiles<2, true>::Tile>;
   for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K,
-                        DType::IQ4_XS, DType::F16, DType::BF16})
+                        DType::IQ4_XS, DType::Q5_0, DType::F16, DType::BF16})
     t.repack_by_default[static_cast<int>(d)] = true;
 }
 

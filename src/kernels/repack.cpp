@@ -119,6 +119,36 @@ void move_q2_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
   }
 }
 
+// Q5_0: qh bit j is the fifth bit of value j; the packed byte i of a row takes bits i, 4 + i, 8 + i
+// and 12 + i as its bits 0..3 (values 4p + i) and bits 16 + i .. 28 + i as bits 4..7 (16 + 4p + i).
+void move_q5_0(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
+  for (int64_t b = 0; b < cols / kQK; ++b, g += kQ50PackedBlockBytes) {
+    auto* blk = reinterpret_cast<BlockQ5_0*>(row) + b;
+    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
+      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
+    };
+    copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
+    for (int p = 0; p < 4; ++p) copy(g + 32 + p * 64 + r * 4, blk->qs + 4 * p, 4);
+    uint8_t* h = g + kQ50PackedHighBits + r * 4;
+    uint32_t qh = 0;
+    if (pack) {
+      std::memcpy(&qh, blk->qh, 4);
+      for (int i = 0; i < 4; ++i) {
+        h[i] = 0;
+        for (int p = 0; p < 4; ++p)
+          h[i] = static_cast<uint8_t>(h[i] | (((qh >> (4 * p + i)) & 1) << p) |
+                                      (((qh >> (16 + 4 * p + i)) & 1) << (4 + p)));
+      }
+    } else {
+      for (int i = 0; i < 4; ++i)
+        for (int p = 0; p < 4; ++p)
+          qh |= (static_cast<uint32_t>((h[i] >> p) & 1) << (4 * p + i)) |
+                (static_cast<uint32_t>((h[i] >> (4 + p)) & 1) << (16 + 4 * p + i));
+      std::memcpy(blk->qh, &qh, 4);
+    }
+  }
+}
+
 void move_iq4_xs(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
   for (int64_t b = 0; b < cols / kQKK; ++b, g += kIQ4XSPackedBlockBytes) {
     auto* blk = reinterpret_cast<BlockIQ4_XS*>(row) + b;
@@ -145,7 +175,7 @@ void move_iq4_xs(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
 
 bool repack_supported(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
-         t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS || is_half_type(t);
+         t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS || t == DType::Q5_0 || is_half_type(t);
 }
 
 int64_t packed_group_bytes(DType t, int64_t cols) {
@@ -188,8 +218,11 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
     repack_kquant<BlockQ4_K>(src, row_bytes, cols, dst);
   } else if (t == DType::Q5_K) {
     repack_kquant<BlockQ5_K>(src, row_bytes, cols, dst);
-  } else if (t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS) {
-    const auto move = t == DType::Q3_K ? move_q3_k : t == DType::Q2_K ? move_q2_k : move_iq4_xs;
+  } else if (t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS || t == DType::Q5_0) {
+    const auto move = t == DType::Q3_K   ? move_q3_k
+                      : t == DType::Q2_K ? move_q2_k
+                      : t == DType::Q5_0 ? move_q5_0
+                                         : move_iq4_xs;
     for (int r = 0; r < kPackRows; ++r) move(true, dst, const_cast<uint8_t*>(src + r * row_bytes), cols, r);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ6KGroupBytes) {
@@ -228,8 +261,11 @@ void unpack_row(DType t, const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
     unpack_kquant<BlockQ4_K>(g, cols, r, dst);
   } else if (t == DType::Q5_K) {
     unpack_kquant<BlockQ5_K>(g, cols, r, dst);
-  } else if (t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS) {
-    const auto move = t == DType::Q3_K ? move_q3_k : t == DType::Q2_K ? move_q2_k : move_iq4_xs;
+  } else if (t == DType::Q3_K || t == DType::Q2_K || t == DType::IQ4_XS || t == DType::Q5_0) {
+    const auto move = t == DType::Q3_K   ? move_q3_k
+                      : t == DType::Q2_K ? move_q2_k
+                      : t == DType::Q5_0 ? move_q5_0
+                                         : move_iq4_xs;
     move(false, const_cast<uint8_t*>(g), dst, cols, r);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ6KGroupBytes) {

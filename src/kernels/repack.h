@@ -10,6 +10,9 @@
 //         the same size as the original rows.
 //   Q4_0: per 32 values, 16 x f16 d, then 4 chunks: chunk p holds each row's original bytes
 //         4p..4p+3 (low nibbles: values 4p.., high: 16 + 4p..); the same size as the original.
+//   Q5_0: per 32 values, Q4_0's d and 4 chunks, then one chunk of the fifth bits rearranged so that
+//         byte i of each row holds those of values 4p + i (bit p) and 16 + 4p + i (bit 4 + p) for
+//         p < 4, beside the nibbles they complete; the same size as the original (22).
 //   Q4_K: per 256 values, 16 x f16 d, 16 x f16 dmin, the 8 sub-block scales as bytes (16 per
 //         sub-block), the 8 mins as byte pairs (sub-blocks 2p, 2p + 1 per row), then 32 chunks of
 //         the original quant bytes; 148 bytes per row and super-block instead of 144 (+2.8%),
@@ -56,6 +59,8 @@ constexpr int64_t kQ2KPackedScales = 64;                      // after d and dmi
 constexpr int64_t kQ2KPackedQuants = kQ2KPackedScales + 256;  // after the scale pairs
 constexpr int64_t kQ2KPackedBlockBytes = kQ2KPackedQuants + kPackRows * 64;
 
+constexpr int64_t kQ50PackedHighBits = 32 + kPackRows * 16;  // after d and the 4 nibble chunks
+constexpr int64_t kQ50PackedBlockBytes = kQ50PackedHighBits + kPackRows * 4;
 constexpr int64_t kIQ4XSPackedQuants = 32 + 128;  // after d and the scales
 constexpr int64_t kIQ4XSPackedBlockBytes = kIQ4XSPackedQuants + kPackRows * 128;
 

@@ -16,8 +16,8 @@
 namespace coda {
 namespace {
 
-const DType kPacked[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K,   DType::Q5_K, DType::Q6_K,
-                         DType::Q3_K, DType::Q2_K, DType::IQ4_XS, DType::F16,  DType::BF16};
+const DType kPacked[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K,   DType::Q5_K, DType::Q6_K, DType::Q3_K,
+                         DType::Q2_K, DType::Q5_0, DType::IQ4_XS, DType::F16,  DType::BF16};
 
 // `rows` rows quantized from Gaussian values whose spread changes from row to row, so the scales
 // (and the Q4_K sub-block scales and mins) differ between the lanes of a group.
