@@ -82,14 +82,20 @@ void unpack_kquant(const uint8_t* g, int64_t cols, int r, uint8_t* dst) {
 
 static_assert(kQ2KPackedBlockBytes == kPackRows * static_cast<int64_t>(sizeof(BlockQ2_K)));
 
+// Copies n bytes from the original block into the packed group (pack) or back (unpack): the
+// move_* functions below walk one list of offsets for both directions, so they cannot disagree.
+struct Copy {
+  bool pack;
+  void operator()(uint8_t* packed, uint8_t* orig, size_t n) const {
+    pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
+  }
+};
+
 // Q3_K and Q2_K (repack.h). `pack` true: original rows -> group; false: row r of the group back.
-// Both directions walk the same offsets, so they cannot disagree.
 void move_q3_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
   for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ3KPackedBlockBytes) {
     auto* blk = reinterpret_cast<BlockQ3_K*>(row) + b;
-    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
-      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
-    };
+    const Copy copy{pack};
     copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
     if (pack) {
       for (int s = 0; s < 16; ++s) g[32 + s * 16 + r] = static_cast<uint8_t>(q3_k_scale(s, blk->scales) - 32);
@@ -109,9 +115,7 @@ void move_q3_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
 void move_q2_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
   for (int64_t b = 0; b < cols / kQKK; ++b, g += kQ2KPackedBlockBytes) {
     auto* blk = reinterpret_cast<BlockQ2_K*>(row) + b;
-    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
-      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
-    };
+    const Copy copy{pack};
     copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
     copy(g + 32 + 2 * r, reinterpret_cast<uint8_t*>(&blk->dmin), 2);
     for (int p = 0; p < 8; ++p) copy(g + kQ2KPackedScales + p * 32 + r * 2, blk->scales + 2 * p, 2);
@@ -124,9 +128,7 @@ void move_q2_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
 void move_q5_0(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
   for (int64_t b = 0; b < cols / kQK; ++b, g += kQ50PackedBlockBytes) {
     auto* blk = reinterpret_cast<BlockQ5_0*>(row) + b;
-    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
-      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
-    };
+    const Copy copy{pack};
     copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
     for (int p = 0; p < 4; ++p) copy(g + 32 + p * 64 + r * 4, blk->qs + 4 * p, 4);
     uint8_t* h = g + kQ50PackedHighBits + r * 4;
@@ -152,9 +154,7 @@ void move_q5_0(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
 void move_iq4_xs(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
   for (int64_t b = 0; b < cols / kQKK; ++b, g += kIQ4XSPackedBlockBytes) {
     auto* blk = reinterpret_cast<BlockIQ4_XS*>(row) + b;
-    const auto copy = [pack](uint8_t* packed, uint8_t* orig, size_t n) {
-      pack ? std::memcpy(packed, orig, n) : std::memcpy(orig, packed, n);
-    };
+    const Copy copy{pack};
     copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
     if (pack) {
       for (int s = 0; s < 8; ++s) g[32 + s * 16 + r] = static_cast<uint8_t>(iq4_xs_scale(s, *blk) - 32);
