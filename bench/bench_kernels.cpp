@@ -156,6 +156,10 @@ BENCHMARK_CAPTURE(BM_Gemm, Q6_K, DType::Q6_K, false)
     ->Args({2048, 512})
     ->Args({8192, 512})
     ->Args({8192, 1});
+BENCHMARK_CAPTURE(BM_Gemm, Q3_K, DType::Q3_K, false)->Args({2048, 64})->Args({8192, 512})->Args({8192, 1});
+BENCHMARK_CAPTURE(BM_Gemm, Q2_K, DType::Q2_K, false)->Args({2048, 64})->Args({8192, 512})->Args({8192, 1});
+BENCHMARK_CAPTURE(BM_Gemm, IQ4_XS, DType::IQ4_XS, false)->Args({2048, 64})->Args({8192, 512})->Args({8192, 1});
+BENCHMARK_CAPTURE(BM_Gemm, Q5_0, DType::Q5_0, false)->Args({2048, 64})->Args({8192, 512})->Args({8192, 1});
 
 // Attention of G query vectors (first argument: 4 is one decoding row of a 4-head group, 32 a block of 8
 // prefill rows) over `len` cached positions (second) of one key/value head, half-float cache, head_dim 64, the
@@ -277,6 +281,13 @@ CODA_BENCH_TYPE(Q4_0)
 CODA_BENCH_TYPE(Q4_K)
 CODA_BENCH_TYPE(Q5_K)
 CODA_BENCH_TYPE(Q6_K)
+CODA_BENCH_TYPE(Q3_K)
+CODA_BENCH_TYPE(Q2_K)
+CODA_BENCH_TYPE(IQ4_XS)
+CODA_BENCH_TYPE(IQ4_NL)
+CODA_BENCH_TYPE(Q4_1)
+CODA_BENCH_TYPE(Q5_0)
+CODA_BENCH_TYPE(Q5_1)
 
 }  // namespace
 }  // namespace coda
