@@ -119,12 +119,16 @@ inline void store_rows(float* y, int64_t y_stride, const __m256 (&acc)[H][T]) {
   }
 }
 
-// Q8_0 and Q4_0 (kQ4): blocks of 32 values, activations as ActBlockQ8.
-template <int H, int T, bool kQ4>
+// Q8_0 (kBits 8), Q4_0 (4) and Q5_0 (5): blocks of 32 values, activations as ActBlockQ8. Q5_0's
+// fifth bits (one more chunk, repack.h) are shifted to bit 4 and ORed in, and its values made signed
+// (q - 16) for the sign trick: |q - 16| <= 16 keeps 8 byte-pair sums of a block within int16
+// (8 x 2 x 16 x 127 = 32,512), where the unsigned 0..31 would overflow.
+template <int H, int T, int kBits>
 void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t act_stride, float* y,
              int64_t y_stride) {
+  constexpr bool kQ4 = kBits == 4;
   const int64_t nb = cols / kQK;
-  constexpr int64_t kBlockBytes = kQ4 ? 32 + 256 : 32 + 512;
+  constexpr int64_t kBlockBytes = kBits == 8 ? 32 + 512 : kBits == 5 ? kQ50PackedBlockBytes : 32 + 256;
   const ActBlockQ8* a[T];
   __m256 acc[H][T];
   // Both halves of more than one token: the integer sums of 2T pairs fill the registers, so the
@@ -167,6 +171,37 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
         const __m256i off = _mm256_set1_epi32(static_cast<int32_t>(8u * static_cast<uint32_t>(a[t][b].sum)));
         CODA_UNROLL
         for (int i = 0; i < H; ++i) s[i][t] = _mm256_sub_epi32(_mm256_madd_epi16(s[i][t], ones16), off);
+      }
+    } else if constexpr (kBits == 5) {
+      const __m256i bit4 = _mm256_set1_epi8(0x10), sixteen = _mm256_set1_epi8(16);
+      CODA_UNROLL
+      for (int p = 0; p < 4; ++p) {  // chunk p: low nibbles are values 4p.., high ones 16 + 4p..
+        __m256i lo[H], hi[H];
+        load_nibbles<H>(q + 64 * p, lo, hi);
+        __m256i mag[2][H];
+        CODA_UNROLL
+        for (int i = 0; i < H; ++i) {
+          const __m256i h = load256(g + kQ50PackedHighBits + 32 * (h0 + i));
+          lo[i] = _mm256_sub_epi8(_mm256_or_si256(lo[i], _mm256_and_si256(_mm256_slli_epi16(h, 4 - p), bit4)), sixteen);
+          hi[i] = _mm256_sub_epi8(_mm256_or_si256(hi[i], _mm256_and_si256(p == 0 ? h : _mm256_srli_epi16(h, p), bit4)),
+                                  sixteen);
+          mag[0][i] = _mm256_abs_epi8(lo[i]);
+          mag[1][i] = _mm256_abs_epi8(hi[i]);
+        }
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const __m256i xl = bcast4(a[t][b].q + 4 * p), xh = bcast4(a[t][b].q + 16 + 4 * p);
+          CODA_UNROLL
+          for (int i = 0; i < H; ++i) {
+            accumulate16(s[i][t], _mm256_maddubs_epi16(mag[0][i], _mm256_sign_epi8(xl, lo[i])));
+            accumulate16(s[i][t], _mm256_maddubs_epi16(mag[1][i], _mm256_sign_epi8(xh, hi[i])));
+          }
+        }
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) {
+        CODA_UNROLL
+        for (int i = 0; i < H; ++i) s[i][t] = _mm256_madd_epi16(s[i][t], ones16);
       }
     } else {
       CODA_UNROLL
@@ -628,13 +663,19 @@ void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stri
 template <int H, int T>
 struct Q8Tile {
   static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    tile_q8<H, T, false>(g, c, h, a, s, y, ys);
+    tile_q8<H, T, 8>(g, c, h, a, s, y, ys);
   }
 };
 template <int H, int T>
 struct Q40Tile {
   static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    tile_q8<H, T, true>(g, c, h, a, s, y, ys);
+    tile_q8<H, T, 4>(g, c, h, a, s, y, ys);
+  }
+};
+template <int H, int T>
+struct Q50Tile {
+  static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    tile_q8<H, T, 5>(g, c, h, a, s, y, ys);
   }
 };
 template <int H, int T>
@@ -665,6 +706,7 @@ struct Q6KTile {
 void install_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q8_0)] = run_tiles<Q8Tile, true>;
   t.gemm[static_cast<int>(DType::Q4_0)] = run_tiles<Q40Tile, true>;
+  t.gemm[static_cast<int>(DType::Q5_0)] = run_tiles<Q50Tile, true>;
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile, true>;
   t.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<Q5KTile, true>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
@@ -682,6 +724,10 @@ void install_gemm_avx2(KernelTable& t) {
   // one-token path included, fell by about 20% (docs/performance.md); Zen 3 is not measured.
   t.repack_by_default[static_cast<int>(DType::Q8_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_0)] = true;
+  // Q5_0 (stop 46) runs Q4_0's tile with its fifth bits: on the Intel Xeon with CODA_KERNELS=avx2,
+  // 1B pp256 49-51 -> 115-119 tokens/s and tg32 16.5-17.0 -> 20.3-20.6 packed, so it is packed by
+  // default like Q4_0; Zen 3 is not measured.
+  t.repack_by_default[static_cast<int>(DType::Q5_0)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_K)] = true;
   t.repack_by_default[static_cast<int>(DType::F16)] = true;
   t.repack_by_default[static_cast<int>(DType::BF16)] = true;
