@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace coda {
 
@@ -190,6 +191,24 @@ inline void kquant_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
 // The 6-bit scale of sub-block s (0..15) of a Q3_K `scales` array, biased by 32 (0..63).
 inline int q3_k_scale(int s, const uint8_t* sc) {
   return ((sc[s % 8] >> (4 * (s / 8))) & 0xF) | (((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+}
+
+// All 16 Q3_K scales without the bias (s - 32, signed), four at a time in 32-bit words: word k of
+// the result holds scales 4k..4k+3, whose low nibbles are the low (k < 2) or high (k >= 2) nibbles
+// of bytes 4(k % 2).., and whose top bits are bits 2k..2k+1 of bytes 8..11. The same values as
+// q3_k_scale, for the kernels that unpack a block per call.
+inline void q3_k_scales16(const uint8_t* sc, int8_t* out) {
+  uint32_t a[3];
+  std::memcpy(a, sc, 12);
+  uint32_t w[4];
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t low = (a[k % 2] >> (4 * (k / 2))) & 0x0F0F0F0Fu;
+    const uint32_t high = ((a[2] >> (2 * k)) & 0x03030303u) << 4;
+    // Per byte v - 32 = v + 224 (mod 256), added as 96 in the low 7 bits and 128 by flipping the
+    // top bit, so that no carry crosses into the next byte (v + 96 <= 159).
+    w[k] = ((low | high) + 0x60606060u) ^ 0x80808080u;
+  }
+  std::memcpy(out, w, 16);
 }
 
 // The 6-bit scale of sub-block s (0..7) of an IQ4_XS block, biased by 32 (0..63).

@@ -174,6 +174,9 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
       }
     } else if constexpr (kBits == 5) {
       const __m256i bit4 = _mm256_set1_epi8(0x10), sixteen = _mm256_set1_epi8(16);
+      __m256i high[H];
+      CODA_UNROLL
+      for (int i = 0; i < H; ++i) high[i] = load256(g + kQ50PackedHighBits + 32 * (h0 + i));
       CODA_UNROLL
       for (int p = 0; p < 4; ++p) {  // chunk p: low nibbles are values 4p.., high ones 16 + 4p..
         __m256i lo[H], hi[H];
@@ -181,7 +184,7 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
         __m256i mag[2][H];
         CODA_UNROLL
         for (int i = 0; i < H; ++i) {
-          const __m256i h = load256(g + kQ50PackedHighBits + 32 * (h0 + i));
+          const __m256i h = high[i];
           lo[i] = _mm256_sub_epi8(_mm256_or_si256(lo[i], _mm256_and_si256(_mm256_slli_epi16(h, 4 - p), bit4)), sixteen);
           hi[i] = _mm256_sub_epi8(_mm256_or_si256(hi[i], _mm256_and_si256(p == 0 ? h : _mm256_srli_epi16(h, p), bit4)),
                                   sixteen);

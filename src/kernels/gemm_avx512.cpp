@@ -88,13 +88,13 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     __m512i w[8];
     if constexpr (kQ4) {
+      const __m512i h = kBits == 5 ? load512(g + kQ50PackedHighBits) : _mm512_setzero_si512();
       CODA_UNROLL
       for (int p = 0; p < 4; ++p) {
         const __m512i v = load512(g + 32 + 64 * p);
         w[p] = _mm512_and_si512(v, low4);                            // values 4p .. 4p + 3
         w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);  // values 16 + 4p ..
         if constexpr (kBits == 5) {  // bit p (4 + p) of each high-bit byte to bit 4, ORed in
-          const __m512i h = load512(g + kQ50PackedHighBits);
           const __m512i bit4 = _mm512_set1_epi8(0x10);
           w[p] = _mm512_ternarylogic_epi32(w[p], _mm512_slli_epi16(h, 4 - p), bit4, 0xF8);
           w[p + 4] = _mm512_ternarylogic_epi32(w[p + 4], p == 0 ? h : _mm512_srli_epi16(h, p), bit4, 0xF8);

@@ -98,7 +98,9 @@ void move_q3_k(bool pack, uint8_t* g, uint8_t* row, int64_t cols, int r) {
     const Copy copy{pack};
     copy(g + 2 * r, reinterpret_cast<uint8_t*>(&blk->d), 2);
     if (pack) {
-      for (int s = 0; s < 16; ++s) g[32 + s * 16 + r] = static_cast<uint8_t>(q3_k_scale(s, blk->scales) - 32);
+      int8_t sc[16];
+      q3_k_scales16(blk->scales, sc);
+      for (int s = 0; s < 16; ++s) g[32 + s * 16 + r] = static_cast<uint8_t>(sc[s]);
     } else {
       std::memset(blk->scales, 0, 12);
       for (int s = 0; s < 16; ++s) {
@@ -223,6 +225,8 @@ void repack_group(DType t, const uint8_t* src, int64_t cols, uint8_t* dst) {
                       : t == DType::Q2_K ? move_q2_k
                       : t == DType::Q5_0 ? move_q5_0
                                          : move_iq4_xs;
+    // Packing only reads the original rows (Copy{true} copies from them); the walk is shared with
+    // unpack_row, which writes a row, hence the non-const parameter.
     for (int r = 0; r < kPackRows; ++r) move(true, dst, const_cast<uint8_t*>(src + r * row_bytes), cols, r);
   } else if (t == DType::Q6_K) {
     for (int64_t b = 0; b < cols / kQKK; ++b, dst += kQ6KGroupBytes) {

@@ -285,6 +285,20 @@ TEST(Formats, Q3_KHandBuiltBlock) {
   EXPECT_FLOAT_EQ(y[128 + 96 + 20], 0.0f);
 }
 
+// The word-at-a-time unpacking of the kernels gives q3_k_scale's values, minus the bias, for any
+// bytes: every 6-bit value reaches every sub-block position.
+TEST(Formats, Q3_KScalesUnpackedTogetherMatchOneByOne) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint8_t sc[12];
+    for (uint8_t& b : sc) b = static_cast<uint8_t>(byte(rng));
+    int8_t all[16];
+    q3_k_scales16(sc, all);
+    for (int s = 0; s < 16; ++s) ASSERT_EQ(all[s], q3_k_scale(s, sc) - 32) << "sub-block " << s;
+  }
+}
+
 // Q2_K: scales[s] holds the 4-bit scale (low nibble) and min (high nibble) of sub-block s; the
 // 2-bit quants are placed as Q3_K's low bits.
 TEST(Formats, Q2_KHandBuiltBlock) {
