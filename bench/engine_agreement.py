@@ -15,6 +15,7 @@ Usage: /usr/bin/python3 bench/engine_agreement.py CODA LLAMA_SERVER MODEL.gguf [
 """
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -63,6 +64,9 @@ def main():
         sys.exit(__doc__)
     coda, server, model = sys.argv[1:4]
     prompts = sys.argv[4:] or PROMPTS
+    for path, what in ((coda, "coda"), (server, "llama-server"), (model, "model")):
+        if not os.path.isfile(path):
+            sys.exit(f"{what}: no such file: {path} (usage: engine_agreement.py CODA LLAMA_SERVER MODEL.gguf)")
     other = subprocess.Popen([server, "-m", model, "--port", str(OTHER_PORT), "-t", "2", "-c", "1024"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # The guard observes only: its default stops loops, and greedy text of a small model loops.
