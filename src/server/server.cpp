@@ -239,13 +239,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
               const std::string sent = reply->substr(0, *reply_sent);
               const size_t lead = sent.find_first_not_of(" \t\r\n");
               const std::string sent_trimmed = lead == std::string::npos ? "" : sent.substr(lead);
-              // No call: the result's content is the whole reply, so what has not gone out is
-              // taken from it rather than from the streamed pieces (CI once saw a cut-off call's
-              // held-back tail missing from them; the final content is authoritative).
               if (calls.is_null())
-                rest = parts.content.size() >= sent.size() && parts.content.compare(0, sent.size(), sent) == 0
-                           ? parts.content.substr(sent.size())
-                           : reply->substr(*reply_sent);
+                rest = reply->substr(*reply_sent);
               else if (parts.content.size() > sent_trimmed.size() &&
                        parts.content.compare(0, sent_trimmed.size(), sent_trimmed) == 0)
                 rest = parts.content.substr(sent_trimmed.size());
