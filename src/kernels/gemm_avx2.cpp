@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "kernels/blocks.h"
+#include "kernels/gemm_prefetch.h"
 #include "kernels/repack.h"
 #include "kernels/unroll.h"
 
@@ -144,6 +145,7 @@ void tile_q8(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t
   const __m256i ones16 = _mm256_set1_epi16(1);
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b, g += kBlockBytes) {
+    if constexpr (T > 1) prefetch_next_share<kBlockBytes>(g + nb * kBlockBytes);
     const uint8_t* q = g + 32 + 32 * h0;  // the first half's bytes of the block's first chunk
     __m256i s[H][T];
     CODA_UNROLL
@@ -262,6 +264,7 @@ void tile_q4_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
   constexpr int kRun = kQ5 ? 4 : 8;  // chunks per int16 sum
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    if constexpr (T > 1) prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const ActBlockK* a[T];
     __m256i s32[H][T];
     CODA_UNROLL
@@ -423,6 +426,7 @@ void tile_q6_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i top2 = _mm256_set1_epi8(0x30);
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    if constexpr (T > 1) prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const uint8_t* ql = g + 32 + 256 + 32 * h0;
     const uint8_t* qh = ql + 16 * kQKK / 2;
     const ActBlockK* a[T];
@@ -647,18 +651,22 @@ void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stri
   if constexpr (kBothHalves) {
     static constexpr TileFn kBoth[5] = {nullptr, Tile<2, 1>::run, Tile<2, 2>::run, Tile<2, 3>::run, Tile<2, 4>::run};
     int64_t b = 0;
-    for (; b + kTileTokens <= n_tokens; b += kTileTokens)
+    plan_passes(n_tokens, (n_tokens + kTileTokens - 1) / kTileTokens);
+    for (; b + kTileTokens <= n_tokens; b += kTileTokens, ++tl_pass_plan.pass)
       kBoth[kTileTokens](g, cols, 0, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
     if (b < n_tokens) kBoth[n_tokens - b](g, cols, 0, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
   } else {  // (in the else, so the 8-row tiles are compiled only for the types that use them)
     static constexpr TileFn kByCount[5] = {nullptr, Tile<1, 1>::run, Tile<1, 2>::run, Tile<1, 3>::run,
                                            Tile<1, 4>::run};
+    plan_passes(n_tokens, 2 * ((n_tokens + kTileTokens - 1) / kTileTokens));
     for (int h = 0; h < 2; ++h) {
       int64_t b = 0;
-      for (; b + kTileTokens <= n_tokens; b += kTileTokens)
+      for (; b + kTileTokens <= n_tokens; b += kTileTokens, ++tl_pass_plan.pass)
         kByCount[kTileTokens](g, cols, h, a + b * act_stride, act_stride, y + b * y_stride + 8 * h, y_stride);
-      if (b < n_tokens)
+      if (b < n_tokens) {
         kByCount[n_tokens - b](g, cols, h, a + b * act_stride, act_stride, y + b * y_stride + 8 * h, y_stride);
+        ++tl_pass_plan.pass;
+      }
     }
   }
 }

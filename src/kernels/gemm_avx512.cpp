@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "kernels/blocks.h"
+#include "kernels/gemm_prefetch.h"
 #include "kernels/repack.h"
 #include "kernels/unroll.h"
 
@@ -49,8 +50,8 @@ inline __m512i load512(const uint8_t* p) {
 // Decode (one token) reads each weight byte once and does little arithmetic with it, so it is bound
 // by how fast the weights stream in. Prefetching a fixed distance ahead in each group's stream keeps
 // more lines in flight than the hardware prefetchers alone do. Prefill tiles reuse every line for
-// several tokens and do not need it. Past the end of a matrix the hints touch nothing (a prefetch
-// never faults).
+// several tokens; with a short batch they fetch the next unit instead (gemm_prefetch.h). Past the
+// end of a matrix the hints touch nothing (a prefetch never faults).
 constexpr int64_t kDecodePrefetchBytes = 2048;
 
 template <int64_t kBytes>
@@ -85,6 +86,7 @@ void tile_q8(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_str
   }
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b, g += kBlockBytes) {
+    if constexpr (T > 1) prefetch_next_share<kBlockBytes>(g + nb * kBlockBytes);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     __m512i w[8];
     if constexpr (kQ4) {
@@ -145,6 +147,9 @@ void tile_q8_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
     if constexpr (T == 1) {
       prefetch_span<kBlockBytes>(g + kDecodePrefetchBytes);
       prefetch_span<kBlockBytes>(g + second + kDecodePrefetchBytes);
+    } else {
+      prefetch_next_share<kBlockBytes>(g + 2 * second);
+      prefetch_next_share<kBlockBytes>(g + 3 * second);
     }
     __m512i s[2][T];
     CODA_UNROLL
@@ -233,6 +238,7 @@ void tile_q4_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
   CODA_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    if constexpr (T > 1) prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
     const ActBlockK* a[T];
@@ -292,6 +298,8 @@ void tile_q6_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
     // One stream instead of a pair's two: twice the distance keeps as many bytes in flight (Zen 5,
     // 1B Q4_K_M decode: 2 KiB 50-52 tokens/s, 3.3-6.6 KiB 52-58).
     if constexpr (T == 1) prefetch_span<kGroupBytes>(g + 2 * kDecodePrefetchBytes);
+    else
+      prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const uint8_t* ql = g + 32 + 256;
     const uint8_t* qh = ql + 16 * kQKK / 2;
@@ -357,6 +365,8 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
     if constexpr (T == 1) prefetch_span<kGroupBytes>(g + 2 * kDecodePrefetchBytes);
+    else
+      prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const uint8_t* qs = g + (kQ3 ? kQ3KPackedQuants : kQ2KPackedQuants);
     const ActBlockK* a[T];
@@ -501,6 +511,9 @@ void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t 
     if constexpr (T == 1) {
       prefetch_span<kGroupBytes>(gg[0] + kDecodePrefetchBytes);
       prefetch_span<kGroupBytes>(gg[1] + kDecodePrefetchBytes);
+    } else {
+      prefetch_next_share<kGroupBytes>(gg[0] + 2 * second);
+      prefetch_next_share<kGroupBytes>(gg[1] + 2 * second);
     }
     const ActBlockK* a[T];
     CODA_UNROLL
@@ -618,7 +631,8 @@ void run_tiles(const uint8_t* g, int64_t cols, const void* act, int64_t act_stri
                                          Tile<5>::run, Tile<6>::run, Tile<7>::run, Tile<8>::run};
   const auto* a = static_cast<const uint8_t*>(act);
   int64_t b = 0;
-  for (; b + kTile <= n_tokens; b += kTile)
+  plan_passes(n_tokens, (n_tokens + kTile - 1) / kTile);
+  for (; b + kTile <= n_tokens; b += kTile, ++tl_pass_plan.pass)
     kByCount[kTile](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
   if (b < n_tokens) kByCount[n_tokens - b](g, cols, a + b * act_stride, act_stride, y + b * y_stride, y_stride);
 }
