@@ -500,6 +500,206 @@ void tile_q6_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
   }
 }
 
+// Q3_K and Q2_K (layout in repack.h, bit positions as in the AVX-512 tile): per sub-block j of 16
+// values, four 32-byte chunks of 2-bit fields (and Q3_K's third bits from hmask) give the unsigned
+// quants (Q3_K: q + 4 in 0..7; Q2_K: 0..3). Four chunks' vpmaddubsw pairs stay within int16 (4 x 2 x
+// 7 x 127), so one vpmaddwd per sub-block applies the row's scale. Q3_K takes back its +4 as
+// 4 x sum_j scale_j x bsum_j per row, as Q6_K takes back its 32; Q2_K subtracts dmin x sum_j
+// m_j x bsum_j, two sub-blocks per vpmaddwd.
+template <int H, int T, bool kQ3>
+void tile_q2_q3_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64_t act_stride, float* y,
+                  int64_t y_stride) {
+  const int64_t nsb = cols / kQKK;
+  constexpr int64_t kGroupBytes = kQ3 ? kQ3KPackedBlockBytes : kQ2KPackedBlockBytes;
+  const __m256i two_bits = _mm256_set1_epi8(0x03);
+  const __m256i bit2 = _mm256_set1_epi8(0x04);
+  const __m256i nibble16 = _mm256_set1_epi16(0x0F);
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    if constexpr (T > 1) prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
+    const uint8_t* qs = g + (kQ3 ? kQ3KPackedQuants : kQ2KPackedQuants) + 32 * h0;
+    const ActBlockK* a[T];
+    __m256i s32[H][T];
+    __m256i mins[H][T];  // Q2_K: sum_j m_j x bsum_j per row
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) {
+      a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
+      CODA_UNROLL
+      for (int i = 0; i < H; ++i) s32[i][t] = mins[i][t] = _mm256_setzero_si256();
+    }
+    for (int j = 0; j < 16; ++j) {
+      const int h = j / 8, p = j % 8 / 2, e = j % 2;
+      const __m128i lo_right = _mm_cvtsi32_si128(2 * p);
+      const int b = 4 * h + p;  // Q3_K: the third bit's position in hmask, moved to bit 2
+      const __m128i hi_right = _mm_cvtsi32_si128(b >= 2 ? b - 2 : 0);
+      const __m128i hi_left = _mm_cvtsi32_si128(b < 2 ? 2 - b : 0);
+      __m256i sc[H];
+      CODA_UNROLL
+      for (int i = 0; i < H; ++i) {
+        if constexpr (kQ3) {
+          sc[i] = row_scales16<true>(g + 32 + 16 * j + 8 * (h0 + i));
+        } else {
+          // Rows' byte pairs (sub-blocks j - e and j - e + 1): scale in the low nibble, m in the high.
+          const __m256i pair = _mm256_cvtepu8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kQ2KPackedScales + 32 * (j / 2) + 16 * (h0 + i))));
+          const __m256i own = e == 0 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xA0), 0xA0)
+                                     : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xF5), 0xF5);
+          sc[i] = _mm256_and_si256(own, nibble16);
+          if (e == 0) {
+            const __m256i m = _mm256_srli_epi16(pair, 4);
+            CODA_UNROLL
+            for (int t = 0; t < T; ++t)
+              mins[i][t] = _mm256_add_epi32(mins[i][t], _mm256_madd_epi16(m, bcast4(a[t]->bsums + j)));
+          }
+        }
+      }
+      __m256i w[H][4];
+      CODA_UNROLL
+      for (int i = 0; i < H; ++i) {
+        CODA_UNROLL
+        for (int cc = 0; cc < 4; ++cc) {
+          const __m256i q = load256(qs + (8 * h + 4 * e + cc) * 64 + 32 * i);
+          const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, lo_right), two_bits);
+          if constexpr (kQ3) {
+            const __m256i hm = load256(g + kQ3KPackedHighBits + (4 * e + cc) * 64 + 32 * (h0 + i));
+            const __m256i hi = _mm256_and_si256(_mm256_sll_epi16(_mm256_srl_epi16(hm, hi_right), hi_left), bit2);
+            w[i][cc] = _mm256_or_si256(lo, hi);
+          } else {
+            w[i][cc] = lo;
+          }
+        }
+      }
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = a[t]->q + 16 * j;
+        const __m256i x0 = bcast4(x), x1 = bcast4(x + 4), x2 = bcast4(x + 8), x3 = bcast4(x + 12);
+        CODA_UNROLL
+        for (int i = 0; i < H; ++i) {
+          const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[i][0], x0), _mm256_maddubs_epi16(w[i][1], x1));
+          const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w[i][2], x2), _mm256_maddubs_epi16(w[i][3], x3));
+          accumulate32(s32[i][t], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), sc[i]));
+        }
+      }
+    }
+    CODA_UNROLL
+    for (int i = 0; i < H; ++i) {
+      const int hh = h0 + i;
+      const __m256 d = half_scales(g + 16 * hh);
+      if constexpr (kQ3) {
+        // The +4: per row, 4 x sum_j scale_j x bsum_j, scales of sub-blocks 2k, 2k + 1 as int16 pairs.
+        __m256i pairs[8];
+        CODA_UNROLL
+        for (int k = 0; k < 8; ++k) {
+          const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * hh));
+          const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * hh));
+          pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+        }
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) {
+          __m256i off = _mm256_setzero_si256();
+          CODA_UNROLL
+          for (int k = 0; k < 8; ++k)
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs[k], bcast4(a[t]->bsums + 2 * k)));
+          const __m256i total = _mm256_sub_epi32(s32[i][t], _mm256_slli_epi32(off, 2));
+          add_rows(y, y_stride, i, t,
+                   _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d))), sb == 0);
+        }
+      } else {
+        const __m256 dmin = half_scales(g + 32 + 16 * hh);
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const __m256 blk =
+              _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins[i][t]), dmin, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[i][t]), d));
+          add_rows(y, y_stride, i, t, _mm256_mul_ps(blk, _mm256_set1_ps(a[t]->d)), sb == 0);
+        }
+      }
+    }
+  }
+}
+
+// The 8 rows' scales of Q2_K sub-block j (the low nibbles of its bytes in the scale pairs), each
+// repeated in both int16 halves of its row's lane, and the pair itself (for the mins).
+inline __m256i q2_k_pair(const uint8_t* g, int j, int hh) {
+  return _mm256_cvtepu8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kQ2KPackedScales + 32 * (j / 2) + 16 * hh)));
+}
+inline __m256i q2_k_scales(__m256i pair, int e) {
+  const __m256i own = e == 0 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xA0), 0xA0)
+                             : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xF5), 0xF5);
+  return _mm256_and_si256(own, _mm256_set1_epi16(0x0F));
+}
+
+// Q3_K and Q2_K for one token (decode), rows 8h0 .. 8(h0 + halves) - 1. A 2-bit chunk holds four
+// sub-blocks' fields (shifts 0, 2, 4, 6), so it is loaded once and gives all four, with Q3_K's
+// hmask chunk loaded once for them too; the tile above reloads both for every sub-block.
+template <bool kQ3>
+void tile_q2_q3_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const uint8_t* act, float* y) {
+  const int64_t nsb = cols / kQKK;
+  constexpr int64_t kGroupBytes = kQ3 ? kQ3KPackedBlockBytes : kQ2KPackedBlockBytes;
+  const __m256i two_bits = _mm256_set1_epi8(0x03);
+  const __m256i bit2 = _mm256_set1_epi8(0x04);
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
+    const ActBlockK* a = reinterpret_cast<const ActBlockK*>(act) + sb;
+    const uint8_t* qs = g + (kQ3 ? kQ3KPackedQuants : kQ2KPackedQuants);
+    for (int i = 0; i < halves; ++i) {
+      const int hh = h0 + i;
+      __m256i s32 = _mm256_setzero_si256();
+      CODA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        CODA_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          __m256i p16[4];
+          CODA_UNROLL
+          for (int p = 0; p < 4; ++p) p16[p] = _mm256_setzero_si256();
+          CODA_UNROLL
+          for (int cc = 0; cc < 4; ++cc) {
+            const __m256i q = load256(qs + (8 * h + 4 * e + cc) * 64 + 32 * hh);
+            const __m256i hm = kQ3 ? load256(g + kQ3KPackedHighBits + (4 * e + cc) * 64 + 32 * hh) : q;
+            CODA_UNROLL
+            for (int p = 0; p < 4; ++p) {
+              const int j = 8 * h + 2 * p + e;
+              __m256i w = _mm256_and_si256(p == 0 ? q : _mm256_srli_epi16(q, 2 * p), two_bits);
+              if constexpr (kQ3) {
+                const int b = 4 * h + p;
+                w = _mm256_or_si256(
+                    w, _mm256_and_si256(b >= 2 ? _mm256_srli_epi16(hm, b - 2) : _mm256_slli_epi16(hm, 2 - b), bit2));
+              }
+              p16[p] = _mm256_add_epi16(p16[p], _mm256_maddubs_epi16(w, bcast4(a->q + 16 * j + 4 * cc)));
+            }
+          }
+          CODA_UNROLL
+          for (int p = 0; p < 4; ++p) {
+            const int j = 8 * h + 2 * p + e;
+            const __m256i sc = kQ3 ? row_scales16<true>(g + 32 + 16 * j + 8 * hh) : q2_k_scales(q2_k_pair(g, j, hh), e);
+            accumulate32(s32, _mm256_madd_epi16(p16[p], sc));
+          }
+        }
+      }
+      const __m256 d = half_scales(g + 16 * hh);
+      __m256 blk;
+      if constexpr (kQ3) {
+        __m256i off = _mm256_setzero_si256();
+        CODA_UNROLL
+        for (int k = 0; k < 8; ++k) {
+          const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * hh));
+          const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * hh));
+          off = _mm256_add_epi32(
+              off, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1)), bcast4(a->bsums + 2 * k)));
+        }
+        blk = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s32, _mm256_slli_epi32(off, 2))), d);
+      } else {
+        __m256i mins = _mm256_setzero_si256();
+        CODA_UNROLL
+        for (int k = 0; k < 8; ++k)
+          mins = _mm256_add_epi32(
+              mins, _mm256_madd_epi16(_mm256_srli_epi16(q2_k_pair(g, 2 * k, hh), 4), bcast4(a->bsums + 2 * k)));
+        blk = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), half_scales(g + 32 + 16 * hh),
+                               _mm256_mul_ps(_mm256_cvtepi32_ps(s32), d));
+      }
+      add_rows(y, 0, i, 0, _mm256_mul_ps(blk, _mm256_set1_ps(a->d)), sb == 0);
+    }
+  }
+}
+
 // Q6_K for one token (decode), rows 8h0 .. 8(h0 + halves) - 1. The tile above unpacks per sub-block, so it
 // reads each byte of the high bits four times and each low byte twice, and one token cannot share
 // that work; here each chunk of high bits and the two chunks of low bits that complete it are read
@@ -712,6 +912,27 @@ struct Q6KTile {
   }
 };
 
+template <int H, int T>
+struct Q3KTile {
+  static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    if constexpr (T == 1) {
+      tile_q2_q3_k_one<true>(g, c, h, H, a, y);
+    } else {
+      tile_q2_q3_k<H, T, true>(g, c, h, a, s, y, ys);
+    }
+  }
+};
+template <int H, int T>
+struct Q2KTile {
+  static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+    if constexpr (T == 1) {
+      tile_q2_q3_k_one<false>(g, c, h, H, a, y);
+    } else {
+      tile_q2_q3_k<H, T, false>(g, c, h, a, s, y, ys);
+    }
+  }
+};
+
 }  // namespace
 
 void install_gemm_avx2(KernelTable& t) {
@@ -721,6 +942,8 @@ void install_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile, true>;
   t.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<Q5KTile, true>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
+  t.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<Q3KTile>;
+  t.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<Q2KTile>;
   t.gemm[static_cast<int>(DType::F16)] = run_half_tiles<false>;
   t.gemm[static_cast<int>(DType::BF16)] = run_half_tiles<true>;
   // Repacked by default: Q8_0, Q4_0 and Q4_K, whose one-token tiles decode as fast as the unpacked
@@ -739,6 +962,10 @@ void install_gemm_avx2(KernelTable& t) {
   // 1B pp256 49-51 -> 115-119 tokens/s and tg32 16.5-17.0 -> 20.3-20.6 packed, so it is packed by
   // default like Q4_0; Zen 3 is not measured.
   t.repack_by_default[static_cast<int>(DType::Q5_0)] = true;
+  // Q3_K and Q2_K (stop 47) have tiles but stay opt-in (CODA_REPACK=all) like Q6_K: on the Intel
+  // Xeon with CODA_KERNELS=avx2, packing only them took 1B pp256 from 97-103 to 118-119 tokens/s
+  // (Q3_K_M) and from 84-96 to 120-124 (Q2_K), while decode fell from 27.3-28.4 to 23.9-24.1 and
+  // from 29.8-31.5 to 26.8-26.9 even with the one-token tile. Zen 3 is not measured.
   t.repack_by_default[static_cast<int>(DType::Q4_K)] = true;
   t.repack_by_default[static_cast<int>(DType::F16)] = true;
   t.repack_by_default[static_cast<int>(DType::BF16)] = true;
