@@ -628,6 +628,9 @@ inline __m256i q2_k_scales(__m256i pair, int e) {
   return _mm256_and_si256(own, _mm256_set1_epi16(0x0F));
 }
 
+// Prefetch distance of the one-token Q6_K, Q3_K and Q2_K tiles (see tile_q6_k_one).
+constexpr int64_t kOneTokenPrefetchBytes = 4096;
+
 // Q3_K and Q2_K for one token (decode), rows 8h0 .. 8(h0 + halves) - 1. A 2-bit chunk holds four
 // sub-blocks' fields (shifts 0, 2, 4, 6), so it is loaded once and gives all four, with Q3_K's
 // hmask chunk loaded once for them too; the tile above reloads both for every sub-block.
@@ -652,6 +655,13 @@ void tile_q2_q3_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const 
           for (int p = 0; p < 4; ++p) p16[p] = _mm256_setzero_si256();
           CODA_UNROLL
           for (int cc = 0; cc < 4; ++cc) {
+            // The group kOneTokenPrefetchBytes ahead, one line per chunk (32 chunks cover a group's
+            // 21 or 29 lines): without it the packed decode ran at 20-22 (Q3_K_M) and 24.5 tokens/s
+            // (Q2_K); all lines at the top of the super-block gave 26 and 30.5, spread out 28 and 33
+            // (Intel Xeon, CODA_KERNELS=avx2).
+            const int line = 16 * i + 8 * h + 4 * e + cc;
+            if (64 * line < kGroupBytes)
+              _mm_prefetch(reinterpret_cast<const char*>(g + kOneTokenPrefetchBytes + 64 * line), _MM_HINT_T0);
             const __m256i q = load256(qs + (8 * h + 4 * e + cc) * 64 + 32 * hh);
             const __m256i hm = kQ3 ? load256(g + kQ3KPackedHighBits + (4 * e + cc) * 64 + 32 * hh) : q;
             CODA_UNROLL
@@ -705,12 +715,11 @@ void tile_q2_q3_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const 
 // that work; here each chunk of high bits and the two chunks of low bits that complete it are read
 // once and give the weights of four sub-blocks (value 32v + 4c + i for v = 4V .. 4V + 3), two chunks
 // per vpmaddwd as before.
-// Prefetch distance of the one-token Q6_K tile. Without it the tile did not overlap its arithmetic
+// The prefetch (kOneTokenPrefetchBytes ahead): without it the tile did not overlap its arithmetic
 // (about 18 GB/s per core from cache, below the dot kernel's 21) with the stream from memory, and
 // a Q4_0 file's Q6_K output matrix decoded at 16-17 tokens/s against the dot kernel's 18-19; with
-// 2, 4 and 8 KiB: 17-19, 19.0-19.3, 15.6-20.1 (Zen 3, alternating runs). The other one-token tiles
-// do not prefetch: on Zen 3 it made them slower (docs/performance.md).
-constexpr int64_t kQ6DecodePrefetchBytes = 4096;
+// 2, 4 and 8 KiB: 17-19, 19.0-19.3, 15.6-20.1 (Zen 3, alternating runs). The one-token tiles of the
+// 4-bit and 8-bit types do not prefetch: on Zen 3 it made them slower (docs/performance.md).
 
 void tile_q6_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const uint8_t* act, float* y) {
   const int64_t nsb = cols / kQKK;
@@ -721,7 +730,7 @@ void tile_q6_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const uin
     // Both halves of a super-block before the next one: one pass over the group keeps the stream
     // from memory continuous (two passes left it idle while the second half ran from L2).
     for (int64_t o = 0; o < kGroupBytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(g + kQ6DecodePrefetchBytes + o), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(g + kOneTokenPrefetchBytes + o), _MM_HINT_T0);
     for (int i = 0; i < halves; ++i) {
       const int h = h0 + i;
       const uint8_t* ql = g + 32 + 256 + 32 * h;
@@ -962,10 +971,11 @@ void install_gemm_avx2(KernelTable& t) {
   // 1B pp256 49-51 -> 115-119 tokens/s and tg32 16.5-17.0 -> 20.3-20.6 packed, so it is packed by
   // default like Q4_0; Zen 3 is not measured.
   t.repack_by_default[static_cast<int>(DType::Q5_0)] = true;
-  // Q3_K and Q2_K (stop 47) have tiles but stay opt-in (CODA_REPACK=all) like Q6_K: on the Intel
-  // Xeon with CODA_KERNELS=avx2, packing only them took 1B pp256 from 97-103 to 118-119 tokens/s
-  // (Q3_K_M) and from 84-96 to 120-124 (Q2_K), while decode fell from 27.3-28.4 to 23.9-24.1 and
-  // from 29.8-31.5 to 26.8-26.9 even with the one-token tile. Zen 3 is not measured.
+  // Q3_K and Q2_K (stop 47): on the Intel Xeon with CODA_KERNELS=avx2, 1B files, packed against
+  // the dot kernels, alternated: pp256 100-101 -> 113 (Q3_K_M) and 87-88 -> 120-123 tokens/s
+  // (Q2_K), tg32 24.9-25.0 -> 27.0-27.4 and 25.6-26.1 -> 31.9-32.3. Zen 3 is not measured.
+  t.repack_by_default[static_cast<int>(DType::Q3_K)] = true;
+  t.repack_by_default[static_cast<int>(DType::Q2_K)] = true;
   t.repack_by_default[static_cast<int>(DType::Q4_K)] = true;
   t.repack_by_default[static_cast<int>(DType::F16)] = true;
   t.repack_by_default[static_cast<int>(DType::BF16)] = true;
