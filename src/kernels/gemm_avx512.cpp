@@ -297,9 +297,7 @@ void tile_q6_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
     // One stream instead of a pair's two: twice the distance keeps as many bytes in flight (Zen 5,
     // 1B Q4_K_M decode: 2 KiB 50-52 tokens/s, 3.3-6.6 KiB 52-58).
-    if constexpr (T == 1) prefetch_span<kGroupBytes>(g + 2 * kDecodePrefetchBytes);
-    else
-      prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
+    if constexpr (T > 1) prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const uint8_t* ql = g + 32 + 256;
     const uint8_t* qh = ql + 16 * kQKK / 2;
@@ -312,6 +310,7 @@ void tile_q6_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_s
     }
     CODA_UNROLL
     for (int j = 0; j < 16; ++j) {  // sub-block j: values 16j .. 16j + 15, chunks c = 4 (j % 2) ..
+      if constexpr (T == 1) prefetch_block_step<kGroupBytes, 16>(g + 2 * kDecodePrefetchBytes, j);
       const int v = j / 2, e = v % 4;
       const __m512 scale = _mm512_mul_ps(
           d,
@@ -364,9 +363,7 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
   CODA_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
-    if constexpr (T == 1) prefetch_span<kGroupBytes>(g + 2 * kDecodePrefetchBytes);
-    else
-      prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
+    if constexpr (T > 1) prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const uint8_t* qs = g + (kQ3 ? kQ3KPackedQuants : kQ2KPackedQuants);
     const ActBlockK* a[T];
@@ -381,6 +378,7 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
     __m512i pair = _mm512_setzero_si512();  // Q2_K: the scale bytes of sub-blocks j - j % 2 and + 1
     CODA_UNROLL
     for (int j = 0; j < 16; ++j) {
+      if constexpr (T == 1) prefetch_block_step<kGroupBytes, 16>(g + 2 * kDecodePrefetchBytes, j);
       const int h = j / 8, p = j % 8 / 2, e = j % 2;
       __m512 scale;
       if constexpr (kQ3) {
@@ -453,7 +451,6 @@ void tile_iq4_xs(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act
   CODA_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb, g += kIQ4XSPackedBlockBytes) {
-    if constexpr (T == 1) prefetch_span<kIQ4XSPackedBlockBytes>(g + 2 * kDecodePrefetchBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     const uint8_t* qs = g + kIQ4XSPackedQuants;
     const ActBlockK* a[T];
@@ -465,6 +462,7 @@ void tile_iq4_xs(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act
     }
     CODA_UNROLL
     for (int s = 0; s < 8; ++s) {
+      if constexpr (T == 1) prefetch_block_step<kIQ4XSPackedBlockBytes, 8>(g + 2 * kDecodePrefetchBytes, s);
       const __m512 scale = _mm512_mul_ps(
           d,
           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * s)))));
@@ -508,10 +506,7 @@ void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t 
   for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
     const uint8_t* gg[2] = {g, g + second};
-    if constexpr (T == 1) {
-      prefetch_span<kGroupBytes>(gg[0] + kDecodePrefetchBytes);
-      prefetch_span<kGroupBytes>(gg[1] + kDecodePrefetchBytes);
-    } else {
+    if constexpr (T > 1) {
       prefetch_next_share<kGroupBytes>(gg[0] + 2 * second);
       prefetch_next_share<kGroupBytes>(gg[1] + 2 * second);
     }
@@ -523,6 +518,10 @@ void tile_q4_k_pair(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t 
     for (int t = 0; t < T; ++t) sum[0][t] = sum[1][t] = _mm512_setzero_ps();
     CODA_UNROLL
     for (int j = 0; j < 8; ++j) {
+      if constexpr (T == 1) {
+        prefetch_block_step<kGroupBytes, 8>(gg[0] + kDecodePrefetchBytes, j);
+        prefetch_block_step<kGroupBytes, 8>(gg[1] + kDecodePrefetchBytes, j);
+      }
       __m512i s[2][T];
       CODA_UNROLL
       for (int t = 0; t < T; ++t) s[0][t] = s[1][t] = _mm512_setzero_si512();
