@@ -106,6 +106,41 @@ inline __m256i row_scales16(const uint8_t* p) {
   return kSigned ? _mm256_cvtepi8_epi16(twice) : _mm256_cvtepu8_epi16(twice);
 }
 
+// The signed byte scales of a Q6_K or Q3_K packed super-block (at g + 32: one byte per sub-block
+// and row) for rows 8h .. 8h + 7, sub-blocks 2k and 2k + 1 interleaved as int16 pairs per row lane,
+// so that one vpmaddwd against (bsums[2k], bsums[2k + 1]) adds two terms of sum_j scale_j x bsum_j.
+inline void scale_pairs(const uint8_t* g, int h, __m256i (&pairs)[8]) {
+  CODA_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * h));
+    const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * h));
+    pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+  }
+}
+
+// Per row, sum_j scale_j x bsum_j over the 16 sub-blocks (the weights' offset times each scale).
+inline __m256i scaled_bsums(const __m256i (&pairs)[8], const int16_t* bsums) {
+  __m256i off = _mm256_setzero_si256();
+  CODA_UNROLL
+  for (int k = 0; k < 8; ++k) off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs[k], bcast4(bsums + 2 * k)));
+  return off;
+}
+
+// Q2_K's scale bytes of sub-blocks 2(j / 2) and 2(j / 2) + 1 for rows 8h .. 8h + 7 (the pair
+// layout of repack.h), widened to int16: per row lane, (byte of the even sub-block, byte of the
+// odd one), each with the scale in its low nibble and m in its high one.
+inline __m256i q2_k_pair(const uint8_t* g, int j, int h) {
+  return _mm256_cvtepu8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kQ2KPackedScales + 32 * (j / 2) + 16 * h)));
+}
+
+// Sub-block j's scales (e = j % 2) from its pair, each repeated in both int16 halves of its row's lane.
+inline __m256i q2_k_scales(__m256i pair, int e) {
+  const __m256i own = e == 0 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xA0), 0xA0)
+                             : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xF5), 0xF5);
+  return _mm256_and_si256(own, _mm256_set1_epi16(0x0F));
+}
+
 // The tiles below cover H halves (1 or 2; rows 8h0 .. 8(h0 + H) - 1) x T tokens. Both halves at
 // once read each 64-byte line of weights once per tile, in order, and let one activation broadcast
 // serve two weight registers. One half per pass read every line twice: a Q4_K ffn_down group (76 KB
@@ -479,20 +514,11 @@ void tile_q6_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int64
     for (int i = 0; i < H; ++i) {
       const int h = h0 + i;
       __m256i pairs[8];
-      CODA_UNROLL
-      for (int k = 0; k < 8; ++k) {
-        const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * h));
-        const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * h));
-        pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
-      }
+      scale_pairs(g, h, pairs);
       const __m256 d = half_scales(g + 16 * h);
       CODA_UNROLL
       for (int t = 0; t < T; ++t) {
-        __m256i off = _mm256_setzero_si256();
-        CODA_UNROLL
-        for (int k = 0; k < 8; ++k)
-          off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs[k], bcast4(a[t]->bsums + 2 * k)));
-        const __m256i total = _mm256_sub_epi32(s32[i][t], _mm256_slli_epi32(off, 5));
+        const __m256i total = _mm256_sub_epi32(s32[i][t], _mm256_slli_epi32(scaled_bsums(pairs, a[t]->bsums), 5));
         add_rows(y, y_stride, i, t, _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d))),
                  sb == 0);
       }
@@ -513,7 +539,6 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, in
   constexpr int64_t kGroupBytes = kQ3 ? kQ3KPackedBlockBytes : kQ2KPackedBlockBytes;
   const __m256i two_bits = _mm256_set1_epi8(0x03);
   const __m256i bit2 = _mm256_set1_epi8(0x04);
-  const __m256i nibble16 = _mm256_set1_epi16(0x0F);
   for (int64_t sb = 0; sb < nsb; ++sb, g += kGroupBytes) {
     if constexpr (T > 1) prefetch_next_share<kGroupBytes>(g + nsb * kGroupBytes);
     const uint8_t* qs = g + (kQ3 ? kQ3KPackedQuants : kQ2KPackedQuants) + 32 * h0;
@@ -538,12 +563,8 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, in
         if constexpr (kQ3) {
           sc[i] = row_scales16<true>(g + 32 + 16 * j + 8 * (h0 + i));
         } else {
-          // Rows' byte pairs (sub-blocks j - e and j - e + 1): scale in the low nibble, m in the high.
-          const __m256i pair = _mm256_cvtepu8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kQ2KPackedScales + 32 * (j / 2) + 16 * (h0 + i))));
-          const __m256i own = e == 0 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xA0), 0xA0)
-                                     : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xF5), 0xF5);
-          sc[i] = _mm256_and_si256(own, nibble16);
+          const __m256i pair = q2_k_pair(g, j, h0 + i);
+          sc[i] = q2_k_scales(pair, e);
           if (e == 0) {
             const __m256i m = _mm256_srli_epi16(pair, 4);
             CODA_UNROLL
@@ -585,21 +606,12 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, in
       const int hh = h0 + i;
       const __m256 d = half_scales(g + 16 * hh);
       if constexpr (kQ3) {
-        // The +4: per row, 4 x sum_j scale_j x bsum_j, scales of sub-blocks 2k, 2k + 1 as int16 pairs.
+        // The +4: per row, 4 x sum_j scale_j x bsum_j.
         __m256i pairs[8];
-        CODA_UNROLL
-        for (int k = 0; k < 8; ++k) {
-          const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * hh));
-          const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * hh));
-          pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
-        }
+        scale_pairs(g, hh, pairs);
         CODA_UNROLL
         for (int t = 0; t < T; ++t) {
-          __m256i off = _mm256_setzero_si256();
-          CODA_UNROLL
-          for (int k = 0; k < 8; ++k)
-            off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs[k], bcast4(a[t]->bsums + 2 * k)));
-          const __m256i total = _mm256_sub_epi32(s32[i][t], _mm256_slli_epi32(off, 2));
+          const __m256i total = _mm256_sub_epi32(s32[i][t], _mm256_slli_epi32(scaled_bsums(pairs, a[t]->bsums), 2));
           add_rows(y, y_stride, i, t,
                    _mm256_mul_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d))), sb == 0);
         }
@@ -688,18 +700,6 @@ void tile_iq4_xs(const uint8_t* g, int64_t cols, int h0, const uint8_t* act, int
   }
 }
 
-// The 8 rows' scales of Q2_K sub-block j (the low nibbles of its bytes in the scale pairs), each
-// repeated in both int16 halves of its row's lane, and the pair itself (for the mins).
-inline __m256i q2_k_pair(const uint8_t* g, int j, int hh) {
-  return _mm256_cvtepu8_epi16(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kQ2KPackedScales + 32 * (j / 2) + 16 * hh)));
-}
-inline __m256i q2_k_scales(__m256i pair, int e) {
-  const __m256i own = e == 0 ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xA0), 0xA0)
-                             : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pair, 0xF5), 0xF5);
-  return _mm256_and_si256(own, _mm256_set1_epi16(0x0F));
-}
-
 // Q3_K and Q2_K for one token (decode), rows 8h0 .. 8(h0 + halves) - 1. A 2-bit chunk holds four
 // sub-blocks' fields (shifts 0, 2, 4, 6), so it is loaded once and gives all four, with Q3_K's
 // hmask chunk loaded once for them too; the tile above reloads both for every sub-block.
@@ -715,6 +715,7 @@ void tile_q2_q3_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const 
     for (int i = 0; i < halves; ++i) {
       const int hh = h0 + i;
       __m256i s32 = _mm256_setzero_si256();
+      __m256i mins = _mm256_setzero_si256();  // Q2_K: sum_j m_j x bsum_j per row
       CODA_UNROLL
       for (int h = 0; h < 2; ++h) {
         CODA_UNROLL
@@ -748,7 +749,15 @@ void tile_q2_q3_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const 
           CODA_UNROLL
           for (int p = 0; p < 4; ++p) {
             const int j = 8 * h + 2 * p + e;
-            const __m256i sc = kQ3 ? row_scales16<true>(g + 32 + 16 * j + 8 * hh) : q2_k_scales(q2_k_pair(g, j, hh), e);
+            __m256i sc;
+            if constexpr (kQ3) {
+              sc = row_scales16<true>(g + 32 + 16 * j + 8 * hh);
+            } else {
+              const __m256i pair = q2_k_pair(g, j, hh);
+              sc = q2_k_scales(pair, e);
+              if (e == 0)
+                mins = _mm256_add_epi32(mins, _mm256_madd_epi16(_mm256_srli_epi16(pair, 4), bcast4(a->bsums + j)));
+            }
             accumulate32(s32, _mm256_madd_epi16(p16[p], sc));
           }
         }
@@ -756,21 +765,11 @@ void tile_q2_q3_k_one(const uint8_t* g, int64_t cols, int h0, int halves, const 
       const __m256 d = half_scales(g + 16 * hh);
       __m256 blk;
       if constexpr (kQ3) {
-        __m256i off = _mm256_setzero_si256();
-        CODA_UNROLL
-        for (int k = 0; k < 8; ++k) {
-          const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k) + 8 * hh));
-          const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * k + 1) + 8 * hh));
-          off = _mm256_add_epi32(
-              off, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1)), bcast4(a->bsums + 2 * k)));
-        }
-        blk = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s32, _mm256_slli_epi32(off, 2))), d);
+        __m256i pairs[8];
+        scale_pairs(g, hh, pairs);
+        blk = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(s32, _mm256_slli_epi32(scaled_bsums(pairs, a->bsums), 2))), d);
       } else {
-        __m256i mins = _mm256_setzero_si256();
-        CODA_UNROLL
-        for (int k = 0; k < 8; ++k)
-          mins = _mm256_add_epi32(
-              mins, _mm256_madd_epi16(_mm256_srli_epi16(q2_k_pair(g, 2 * k, hh), 4), bcast4(a->bsums + 2 * k)));
         blk = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), half_scales(g + 32 + 16 * hh),
                                _mm256_mul_ps(_mm256_cvtepi32_ps(s32), d));
       }
@@ -990,25 +989,19 @@ struct Q6KTile {
   }
 };
 
-template <int H, int T>
-struct Q3KTile {
-  static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    if constexpr (T == 1) {
-      tile_q2_q3_k_one<true>(g, c, h, H, a, y);
-    } else {
-      tile_q2_q3_k<H, T, true>(g, c, h, a, s, y, ys);
+// The Q3_K (kQ3 true) and Q2_K tiles, by halves and token count.
+template <bool kQ3>
+struct TwoBitTiles {
+  template <int H, int T>
+  struct Tile {
+    static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+      if constexpr (T == 1) {
+        tile_q2_q3_k_one<kQ3>(g, c, h, H, a, y);
+      } else {
+        tile_q2_q3_k<H, T, kQ3>(g, c, h, a, s, y, ys);
+      }
     }
-  }
-};
-template <int H, int T>
-struct Q2KTile {
-  static void run(const uint8_t* g, int64_t c, int h, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    if constexpr (T == 1) {
-      tile_q2_q3_k_one<false>(g, c, h, H, a, y);
-    } else {
-      tile_q2_q3_k<H, T, false>(g, c, h, a, s, y, ys);
-    }
-  }
+  };
 };
 
 template <int H, int T>
@@ -1027,8 +1020,8 @@ void install_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q4KTile, true>;
   t.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<Q5KTile, true>;
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
-  t.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<Q3KTile>;
-  t.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<Q2KTile>;
+  t.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<TwoBitTiles<true>::Tile>;
+  t.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<TwoBitTiles<false>::Tile>;
   t.gemm[static_cast<int>(DType::IQ4_XS)] = run_tiles<IQ4XSTile>;
   t.gemm[static_cast<int>(DType::F16)] = run_half_tiles<false>;
   t.gemm[static_cast<int>(DType::BF16)] = run_half_tiles<true>;
