@@ -36,6 +36,7 @@ constexpr int kTileTokens = 8;         // 16 was 3-10% slower on Zen 4 (register
 constexpr int kQ8PairTileTokens = 6;   // two groups x 6 tokens: 12 int and 12 float accumulators
 constexpr int kQ40PairTileTokens = 4;  // Q4_0 unpacks nibbles too: 6 tokens ran 20% slower than 4
 constexpr int kPairTileTokens = 4;     // two groups x 4 tokens: 8 int and 16 float accumulators
+constexpr int kIQ4XSPairTileTokens = 4;  // as kPairTileTokens: 5 and 6 ran no faster on Zen 5
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -440,55 +441,89 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
 // indices into the levels plus 128 (unsigned, 1..241: the vpdpbusd operand); each sub-block's sum
 // starts at -128 x its activation sum. Value 32s + 4p + i of a row is the low nibble of byte i of
 // chunk 4s + p, value 32s + 16 + 4p + i its high nibble (repack.h).
-template <int T>
+// NG groups of 16 rows (the second follows the whole first, as for Q4_K's pair tile): with two,
+// each activation broadcast feeds two vpdpbusd. Up to kIQ4XSPairTileTokens tokens with two
+// (AMD Zen 5, 2 threads, 1B IQ4_XS pp512: 334-337 tokens/s with one group x 8 tokens; see
+// docs/performance.md, stop 48).
+template <int NG, int T>
 void tile_iq4_xs(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
+  const int64_t second = nsb * kIQ4XSPackedBlockBytes;
   alignas(16) uint8_t levels[16];
   for (int k = 0; k < 16; ++k) levels[k] = static_cast<uint8_t>(kIq4Levels[k] + 128);
   const __m512i table = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[T];
+  __m512 acc[NG][T];
   CODA_UNROLL
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb, g += kIQ4XSPackedBlockBytes) {
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-    const uint8_t* qs = g + kIQ4XSPackedQuants;
-    const ActBlockK* a[T];
-    __m512 sum[T];
+  for (int h = 0; h < NG; ++h) {
     CODA_UNROLL
-    for (int t = 0; t < T; ++t) {
-      a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
-      sum[t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[h][t] = _mm512_setzero_ps();
+  }
+  for (int64_t sb = 0; sb < nsb; ++sb, g += kIQ4XSPackedBlockBytes) {
+    const ActBlockK* a[T];
+    CODA_UNROLL
+    for (int t = 0; t < T; ++t) a[t] = reinterpret_cast<const ActBlockK*>(act + t * act_stride) + sb;
+    __m512 d[NG], sum[NG][T];
+    CODA_UNROLL
+    for (int h = 0; h < NG; ++h) {
+      d[h] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + h * second)));
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) sum[h][t] = _mm512_setzero_ps();
     }
     CODA_UNROLL
     for (int s = 0; s < 8; ++s) {
-      if constexpr (T == 1) prefetch_block_step<kIQ4XSPackedBlockBytes, 8>(g + 2 * kDecodePrefetchBytes, s);
-      const __m512 scale = _mm512_mul_ps(
-          d,
-          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * s)))));
-      __m512i acc_i[T];
+      if constexpr (T == 1) {
+        CODA_UNROLL
+        for (int h = 0; h < NG; ++h)
+          prefetch_block_step<kIQ4XSPackedBlockBytes, 8>(g + h * second + 2 * kDecodePrefetchBytes / NG, s);
+      }
+      __m512i acc_i[NG][T];
       CODA_UNROLL
-      for (int t = 0; t < T; ++t)
-        acc_i[t] = _mm512_set1_epi32(-128 * (static_cast<int32_t>(a[t]->bsums[2 * s]) + a[t]->bsums[2 * s + 1]));
+      for (int t = 0; t < T; ++t) {
+        const __m512i start =
+            _mm512_set1_epi32(-128 * (static_cast<int32_t>(a[t]->bsums[2 * s]) + a[t]->bsums[2 * s + 1]));
+        CODA_UNROLL
+        for (int h = 0; h < NG; ++h) acc_i[h][t] = start;
+      }
       CODA_UNROLL
       for (int p = 0; p < 4; ++p) {
-        const __m512i q = load512(qs + (4 * s + p) * 64);
-        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
-        const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+        __m512i lo[NG], hi[NG];
+        CODA_UNROLL
+        for (int h = 0; h < NG; ++h) {
+          const __m512i q = load512(g + h * second + kIQ4XSPackedQuants + (4 * s + p) * 64);
+          lo[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
+          hi[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+        }
         CODA_UNROLL
         for (int t = 0; t < T; ++t) {
-          acc_i[t] = _mm512_dpbusd_epi32(acc_i[t], lo, _mm512_set1_epi32(load_i32(a[t]->q + 32 * s + 4 * p)));
-          acc_i[t] = _mm512_dpbusd_epi32(acc_i[t], hi, _mm512_set1_epi32(load_i32(a[t]->q + 32 * s + 16 + 4 * p)));
+          const __m512i xl = _mm512_set1_epi32(load_i32(a[t]->q + 32 * s + 4 * p));
+          const __m512i xh = _mm512_set1_epi32(load_i32(a[t]->q + 32 * s + 16 + 4 * p));
+          CODA_UNROLL
+          for (int h = 0; h < NG; ++h) {
+            acc_i[h][t] = _mm512_dpbusd_epi32(acc_i[h][t], lo[h], xl);
+            acc_i[h][t] = _mm512_dpbusd_epi32(acc_i[h][t], hi[h], xh);
+          }
         }
       }
       CODA_UNROLL
-      for (int t = 0; t < T; ++t) sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc_i[t]), scale, sum[t]);
+      for (int h = 0; h < NG; ++h) {
+        const __m512 scale = _mm512_mul_ps(d[h], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                                     reinterpret_cast<const __m128i*>(g + h * second + 32 + 16 * s)))));
+        CODA_UNROLL
+        for (int t = 0; t < T; ++t) sum[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc_i[h][t]), scale, sum[h][t]);
+      }
     }
     CODA_UNROLL
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(sum[t], _mm512_set1_ps(a[t]->d), acc[t]);
+    for (int h = 0; h < NG; ++h) {
+      CODA_UNROLL
+      for (int t = 0; t < T; ++t) acc[h][t] = _mm512_fmadd_ps(sum[h][t], _mm512_set1_ps(a[t]->d), acc[h][t]);
+    }
   }
   CODA_UNROLL
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+  for (int t = 0; t < T; ++t) {
+    CODA_UNROLL
+    for (int h = 0; h < NG; ++h) _mm512_storeu_ps(y + t * y_stride + 16 * h, acc[h][t]);
+  }
 }
 
 // Q4_K over two adjacent groups (32 rows) and up to 4 tokens: each activation broadcast feeds two
@@ -700,11 +735,15 @@ struct Q50Tile {
     tile_q8<T, 5>(g, c, a, s, y, ys);
   }
 };
-template <int T>
-struct IQ4XSTile {
-  static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
-    tile_iq4_xs<T>(g, c, a, s, y, ys);
-  }
+// The IQ4_XS tiles of one group or two, by token count.
+template <int NG>
+struct IQ4XSTiles {
+  template <int T>
+  struct Tile {
+    static void run(const uint8_t* g, int64_t c, const uint8_t* a, int64_t s, float* y, int64_t ys) {
+      if constexpr (NG == 1 || T <= kIQ4XSPairTileTokens) tile_iq4_xs<NG, T>(g, c, a, s, y, ys);
+    }
+  };
 };
 
 // The F16 and BF16 tiles of one group or two, by token count (run_tiles' template argument).
@@ -728,7 +767,8 @@ void install_gemm_avx512(KernelTable& t) {
   t.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KTile>;
   t.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<TwoBitTiles<true>::Tile>;
   t.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<TwoBitTiles<false>::Tile>;
-  t.gemm[static_cast<int>(DType::IQ4_XS)] = run_tiles<IQ4XSTile>;
+  t.gemm[static_cast<int>(DType::IQ4_XS)] = run_tiles<IQ4XSTiles<1>::Tile>;
+  t.gemm2[static_cast<int>(DType::IQ4_XS)] = run_tiles<IQ4XSTiles<2>::Tile, kIQ4XSPairTileTokens>;
   t.gemm[static_cast<int>(DType::Q5_0)] = run_tiles<Q50Tile>;
   t.gemm2[static_cast<int>(DType::Q4_K)] = run_tiles<KQuantTiles<false>::PairTile, kPairTileTokens>;
   t.gemm2[static_cast<int>(DType::Q5_K)] = run_tiles<KQuantTiles<true>::PairTile, kPairTileTokens>;
