@@ -262,9 +262,13 @@ def scripted_tests(coda, work):
                       "--upstream-timeout", "2")
     hang = scripted("--hang-models")
     px_hang = proxy(coda, hang.port, "--upstream", f"http://127.0.0.1:{up.port}")
-    procs = [up, refuse, px, px_refuse, px_dead, px_strict, hang, px_hang]
+    # The load test's own proxy keeps the default upstream timeout: under px's 2 s, a stream that a
+    # loaded machine (sanitizers, a parallel build) leaves silent for 2 s would count as lost.
+    px_load = proxy(coda, up.port, "--guard", "stop")
+    procs = [up, refuse, px, px_refuse, px_dead, px_strict, hang, px_hang, px_load]
     try:
         sockets_before = socket_count(px.proc.pid)
+        load_sockets_before = socket_count(px_load.proc.pid)
         # Loops in both logprob shapes, stopped on tokens with signals.
         for prompt in ("[loop] go|", "[loop][llamacpp] go|"):
             st, events, done = px.stream("/v1/completions", {"prompt": prompt, "max_tokens": 500, "stream": True})
@@ -477,11 +481,15 @@ def scripted_tests(coda, work):
         for raw in (b"{not json", b"[1]"):
             st, _, body = px.json("POST", "/v1/completions", raw)
             check(st == 400 and "error" in body, f"malformed body {raw!r} -> {st}")
-        load_test(px, up)
+        load_test(px_load, up)
         long_generation_memory_test(coda, up)
         # Nothing leaked: the proxy holds no more sockets than before, nothing runs, upstream streams closed.
         px.wait_until("the proxy's sockets are back to before",
                       lambda: socket_count(px.proc.pid) <= sockets_before)
+        px_load.wait_until("the load proxy's sockets are back to before",
+                           lambda: socket_count(px_load.proc.pid) <= load_sockets_before)
+        px_load.wait_until("no request in flight after the load",
+                           lambda: px_load.metric_sum("coda:num_requests_running") == 0)
         px.wait_until("no request in flight", lambda: px.metric_sum("coda:num_requests_running") == 0)
         up.wait_until("every upstream stream closed", lambda: up.json("GET", "/stats")[2]["open"] == 0)
     finally:
