@@ -10,7 +10,8 @@ and repetition_penalty seen through Binomial(120, p)/120, and repetition_penalty
 from the same baseline trial and 10 random trials.
 
 Usage: /usr/bin/python3 bench/tune_vs_optuna.py build/coda [SEEDS] [FIRST_SEED]
-CODA_TUNE_ARGS="--multivariate" (or any coda tune flags) tries a variant on coda's side.
+CODA_TUNE_ARGS="--multivariate" (or any coda tune flags) tries a variant on coda's side. The last column
+is the mean over seeds of (coda - Optuna) / Optuna's median, each seed's two runs paired, with its standard error.
 """
 import json
 import math
@@ -85,8 +86,8 @@ def main():
     coda = sys.argv[1]
     seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    print("| problem | trials | coda median HV (IQR) | Optuna 3.1 median HV (IQR) | coda / Optuna |")
-    print("|---|---|---|---|---|")
+    print("| problem | trials | coda median HV (IQR) | Optuna 3.1 median HV (IQR) | coda / Optuna | paired mean (se) |")
+    print("|---|---|---|---|---|---|")
     for problem in ("zdt1", "failure"):
         res = {"coda": {24: [], 48: []}, "optuna": {24: [], 48: []}}
         for seed in range(first, first + seeds):
@@ -95,9 +96,10 @@ def main():
                     res[name][n].append(hv2(found[:n], REF[problem]))
         for n in (24, 48):
             c, o = np.array(res["coda"][n]), np.array(res["optuna"][n])
+            d = (c - o) / np.median(o)  # per seed, the same seed's runs paired
             iqr = lambda a: f"{np.percentile(a, 25):.4g}-{np.percentile(a, 75):.4g}"
             print(f"| {problem} | {n} | {np.median(c):.5g} ({iqr(c)}) | {np.median(o):.5g} ({iqr(o)}) | "
-                  f"{np.median(c) / np.median(o):.3f} |")
+                  f"{np.median(c) / np.median(o):.3f} | {100 * d.mean():+.2f}% ({100 * d.std() / np.sqrt(len(d)):.2f}) |")
 
 
 if __name__ == "__main__":

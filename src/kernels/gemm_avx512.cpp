@@ -443,8 +443,8 @@ void tile_q2_q3_k(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t ac
 // chunk 4s + p, value 32s + 16 + 4p + i its high nibble (repack.h).
 // NG groups of 16 rows (the second follows the whole first, as for Q4_K's pair tile): with two,
 // each activation broadcast feeds two vpdpbusd. Up to kIQ4XSPairTileTokens tokens with two
-// (AMD Zen 5, 2 threads, 1B IQ4_XS pp512: 334-337 tokens/s with one group x 8 tokens; see
-// docs/performance.md, stop 48).
+// (AMD Zen 5, 2 threads, 1B IQ4_XS pp512: 334-337 tokens/s with one group x 8 tokens, 397-401
+// with two x 4; docs/performance.md, stop 48).
 template <int NG, int T>
 void tile_iq4_xs(const uint8_t* g, int64_t cols, const uint8_t* act, int64_t act_stride, float* y, int64_t y_stride) {
   const int64_t nsb = cols / kQKK;
