@@ -154,6 +154,51 @@ std::vector<double> reference_point(const std::vector<std::vector<double>>& pts)
   return worst;
 }
 
+// Local-linear regression of y at each trial's parameters (unit cube), Gaussian weights of
+// bandwidth h; a tiny ridge keeps the slopes finite where the neighbours are few or collinear.
+// A line rather than a weighted mean: good trials tend to sit at an end of a range (min_p = 0),
+// where a local mean is pulled towards the interior's values and a local line is not.
+std::vector<double> local_linear(const std::vector<std::vector<double>>& xs, const std::vector<double>& y, double h) {
+  const size_t n = xs.size(), d = xs.empty() ? 0 : xs[0].size(), m = d + 1;
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<double> a(m * m, 0.0), rhs(m, 0.0);
+    for (size_t j = 0; j < n; ++j) {
+      double r2 = 0;
+      for (size_t k = 0; k < d; ++k) r2 += (xs[j][k] - xs[i][k]) * (xs[j][k] - xs[i][k]);
+      const double w = std::exp(-0.5 * r2 / (h * h));
+      std::vector<double> z(m, 1.0);
+      for (size_t k = 0; k < d; ++k) z[k + 1] = xs[j][k] - xs[i][k];
+      for (size_t r = 0; r < m; ++r) {
+        rhs[r] += w * z[r] * y[j];
+        for (size_t c = 0; c < m; ++c) a[r * m + c] += w * z[r] * z[c];
+      }
+    }
+    for (size_t r = 1; r < m; ++r) a[r * m + r] += 1e-6 * a[0];
+    // Gaussian elimination with partial pivoting on the (m x m) normal equations.
+    for (size_t c = 0; c < m; ++c) {
+      size_t piv = c;
+      for (size_t r = c + 1; r < m; ++r)
+        if (std::abs(a[r * m + c]) > std::abs(a[piv * m + c])) piv = r;
+      for (size_t k = 0; k < m; ++k) std::swap(a[c * m + k], a[piv * m + k]);
+      std::swap(rhs[c], rhs[piv]);
+      for (size_t r = c + 1; r < m; ++r) {
+        const double f = a[r * m + c] / a[c * m + c];
+        for (size_t k = c; k < m; ++k) a[r * m + k] -= f * a[c * m + k];
+        rhs[r] -= f * rhs[c];
+      }
+    }
+    std::vector<double> beta(m);
+    for (size_t r = m; r-- > 0;) {
+      double s = rhs[r];
+      for (size_t k = r + 1; k < m; ++k) s -= a[r * m + k] * beta[k];
+      beta[r] = s / a[r * m + r];
+    }
+    out[i] = std::isfinite(beta[0]) ? beta[0] : y[i];
+  }
+  return out;
+}
+
 }  // namespace
 
 MotpeSampler::MotpeSampler(SearchSpace space, TpeOptions opts, uint64_t seed)
@@ -220,6 +265,34 @@ std::vector<double> MotpeSampler::below_weights(const std::vector<std::vector<do
   return c;
 }
 
+std::vector<std::vector<double>> MotpeSampler::split_values(const std::vector<CompletedTrial>& trials) const {
+  std::vector<std::vector<double>> values;
+  for (const auto& t : trials) values.push_back(t.values);
+  if (trials.empty()) return values;
+  if (opts_.denoise_bandwidth > 0) {
+    std::vector<std::vector<double>> xs;
+    for (const auto& t : trials) {
+      std::vector<double> x;
+      for (const auto& p : space_) {
+        const Bounds b = bounds_of(p);
+        x.push_back((to_internal(p, t.params.at(p.name)) - b.low) / (b.high - b.low));
+      }
+      xs.push_back(std::move(x));
+    }
+    for (size_t k = 0; k < values[0].size(); ++k) {
+      if (!std::all_of(trials.begin(), trials.end(),
+                       [k](const CompletedTrial& t) { return k < t.noisy.size() && t.noisy[k]; }))
+        continue;
+      std::vector<double> y;
+      for (const auto& v : values) y.push_back(v[k]);
+      if (!std::all_of(y.begin(), y.end(), [](double v) { return std::isfinite(v); })) continue;
+      const std::vector<double> s = local_linear(xs, y, opts_.denoise_bandwidth);
+      for (size_t i = 0; i < trials.size(); ++i) values[i][k] = s[i];
+    }
+  }
+  return values;
+}
+
 std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedTrial>& trials, uint64_t number) const {
   std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ULL + number * 0xBF58476D1CE4E5B9ULL + 1);
   std::map<std::string, double> out;
@@ -258,8 +331,7 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
     }
     return out;
   }
-  std::vector<std::vector<double>> values;
-  for (const auto& t : trials) values.push_back(t.values);
+  const std::vector<std::vector<double>> values = split_values(trials);
   std::vector<size_t> below = split_below(values, gamma(n));
   std::vector<bool> is_below(n, false);
   for (size_t i : below) is_below[i] = true;

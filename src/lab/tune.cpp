@@ -100,7 +100,11 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
     } else {
       std::vector<CompletedTrial> done;
       for (const auto& x : res.trials)
-        if (x.phase == 1) done.push_back({x.params, x.eval.values});
+        if (x.phase == 1) {
+          CompletedTrial c{x.params, x.eval.values, {}};
+          for (const auto& [lo, hi] : x.eval.intervals) c.noisy.push_back(lo != hi);
+          done.push_back(std::move(c));
+        }
       t.params = sampler.propose(done, static_cast<uint64_t>(k));
     }
     auto e = eval(t.params, opts.requests, opts.seed * 7919ULL + static_cast<uint64_t>(k));

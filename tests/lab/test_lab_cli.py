@@ -109,7 +109,8 @@ def ks_two_sample_p(a, b):
 
 def proposal_tests(coda, work, seeds=200):
     """Optuna writes a 20-trial zdt1 history (10 random, 10 crowded near the front); coda resumes it
-    and proposes trial 20 under `seeds` sampler seeds, Optuna's TPESampler the same. The proposals
+    and proposes trial 20 under `seeds` sampler seeds, Optuna's TPESampler the same, coda with
+    Optuna's settings (24 candidates, no denoising; its defaults depart there on purpose). The proposals
     must share one distribution per parameter: a sampler that scores or splits differently moves
     them (with the exact Parzen density, which Optuna 3.1.0 does not use, x2 gives p = 6e-37)."""
     import math
@@ -143,7 +144,8 @@ def proposal_tests(coda, work, seeds=200):
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         shutil.copy(base, os.path.join(d, "study.log"))
-        run([coda, "tune", "--test-problem", "zdt1", "--trials", "21", "--tune-seed", str(seed), "-o", d])
+        run([coda, "tune", "--test-problem", "zdt1", "--trials", "21", "--tune-seed", str(seed), "-o", d,
+             "--n-ei-candidates", "24", "--denoise", "0"])
         last = json.load(open(os.path.join(d, "pareto.json")))["trials"][20]
         for k in ("x1", "x2"):
             theirs[k].append(t.params[k])
