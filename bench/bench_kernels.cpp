@@ -99,7 +99,7 @@ void BM_Gemm(benchmark::State& state, DType t, bool paired) {
   std::vector<uint8_t> group(static_cast<size_t>(gb * rows / kPackRows));
   for (int h = 0; h < rows / kPackRows; ++h)
     repack_group(t, q.data() + h * kPackRows * row_bytes, cols, group.data() + h * gb);
-  const ActFormat at = packed_act_format(t);
+  const ActFormat at = gemm_act_format(*k, t);
   const int64_t act_bytes = act_row_bytes(at, cols);
   std::vector<uint8_t> act(static_cast<size_t>(act_bytes * tokens));
   for (int64_t b = 0; b < tokens; ++b) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
@@ -16,7 +17,9 @@ namespace coda {
 // weights, ActRowQ8 (8 bits per 32 values) for Q8_0 (Q4_0: with paired blocks interleaved, see
 // q4_0_paired_index), ActBlockK (8 bits per 256) for K-quants. Q8_32_BLOCKED holds the same values
 // as Q8_32 in ActBlockQ8 form, for packed Q8_0 and Q4_0 weights (repack.h: packed_act_format).
-enum class ActFormat { F32, Q8_32, Q8_32_PAIRED, Q8_32_BLOCKED, Q8_256 };
+// BF16 rounds each value to bfloat16 (bf16_round_flush), two bytes each, the row padded to an even
+// count with a zero: the form the AVX512_BF16 GEMM of BF16 weights takes (gemm_act_format).
+enum class ActFormat { F32, Q8_32, Q8_32_PAIRED, Q8_32_BLOCKED, Q8_256, BF16 };
 
 constexpr ActFormat act_format(DType t) {
   switch (t) {
@@ -137,6 +140,16 @@ constexpr int64_t q8_value_offset(int64_t j, int64_t d, int64_t hd) {
 // weight 0) before it is written.
 void store_q8_value_row(const uint8_t* row, uint8_t* values, uint16_t* scales, int64_t stride, int64_t j, int64_t hd);
 
+// bfloat16 rounding as vcvtne2ps2bf16 does it: nearest even, a denormal input to a signed zero,
+// NaN to a quiet NaN.
+inline uint16_t bf16_round_flush(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7f800000u) == 0) return static_cast<uint16_t>((x >> 16) & 0x8000u);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 struct KernelTable {
   const char* name;  // "avx2" or "scalar"
   DotFn dot[40];     // indexed by DType id; nullptr where unsupported
@@ -146,6 +159,11 @@ struct KernelTable {
   // Two adjacent packed groups (32 rows; the second packed_group_bytes() after the first), y rows
   // 0..31; nullptr: call gemm once per group.
   GemmFn gemm2[40];
+  // True where gemm[BF16] / gemm2[BF16] take activations rounded to bfloat16 (ActFormat::BF16;
+  // gemm_bf16.cpp, AVX512_BF16), as llama.cpp does for BF16 weights: every product is then exact
+  // in float, and the sums add pairs of columns. Elsewhere the BF16 GEMM widens the weights and
+  // multiplies the float activations as they are. repack.h: gemm_act_format.
+  bool gemm_bf16_rounds_activations;
   // Whether loading a model repacks this type by default (a GEMM above must exist). Where the
   // one-token tile streams weights from memory slower than the unpacked dot kernel, repacking
   // trades decode speed for prefill speed, so the type keeps the file's layout unless asked

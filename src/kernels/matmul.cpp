@@ -82,8 +82,8 @@ void quantize_rows(ThreadPool& pool, const KernelTable& k, ActFormat f, const fl
 }
 
 // The activation form a matrix takes: packed groups have their own (repack.h), rows the type's.
-ActFormat input_format(const WeightView& w) {
-  return w.packed ? packed_act_format(w.type) : act_format(w.type);
+ActFormat input_format(const KernelTable& k, const WeightView& w) {
+  return w.packed ? gemm_act_format(k, w.type) : act_format(w.type);
 }
 
 // The rows of one matrix in units of 16 (a packed group, or a tile of unpacked rows), [u0, u1).
@@ -145,9 +145,9 @@ void matmul_multi(ThreadPool& pool, const KernelTable& k, const std::vector<Matm
   // region, whatever their types: Q4_K_M files mix Q4_K, Q5_K and Q6_K in Q/K/V (all per-256
   // blocks), and in separate regions each matrix paid its own hand-off and quantization. Other
   // mixes run one by one.
-  const ActFormat f = input_format(*outs[0].w);
+  const ActFormat f = input_format(k, *outs[0].w);
   for (size_t i = 1; i < outs.size(); ++i) {
-    if (input_format(*outs[i].w) != f || outs[i].w->cols != outs[0].w->cols) {
+    if (input_format(k, *outs[i].w) != f || outs[i].w->cols != outs[0].w->cols) {
       for (const MatmulOut& m : outs) matmul_multi(pool, k, {m}, x, in_stride, n_tokens, scratch);
       return;
     }

@@ -436,6 +436,8 @@ int64_t act_row_bytes(ActFormat f, int64_t n) {
       return n + n / kQK * 8;
     case ActFormat::Q8_256:
       return n / kQKK * static_cast<int64_t>(sizeof(ActBlockK));
+    case ActFormat::BF16:
+      return (n + 1) / 2 * 4;
     default:
       return n * static_cast<int64_t>(sizeof(float));
   }
@@ -467,6 +469,12 @@ void prepare_act(ActFormat f, const float* x, void* out, int64_t n) {
     case ActFormat::Q8_256:
       ref::quantize_act_k(x, static_cast<ActBlockK*>(out), n);
       break;
+    case ActFormat::BF16: {
+      auto* h = static_cast<uint16_t*>(out);
+      for (int64_t i = 0; i < n; ++i) h[i] = bf16_round_flush(x[i]);
+      if (n % 2 != 0) h[n] = 0;
+      break;
+    }
     default:
       std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
       break;

@@ -188,6 +188,10 @@ int64_t packed_group_bytes(DType t, int64_t cols) {
   return kPackRows * dtype_row_bytes(t, cols);
 }
 
+ActFormat gemm_act_format(const KernelTable& k, DType t) {
+  return t == DType::BF16 && k.gemm_bf16_rounds_activations ? ActFormat::BF16 : packed_act_format(t);
+}
+
 ActFormat packed_act_format(DType t) {
   if (is_half_type(t)) return ActFormat::F32;
   return act_format(t) == ActFormat::Q8_256 ? act_format(t) : ActFormat::Q8_32_BLOCKED;

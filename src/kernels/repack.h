@@ -80,6 +80,9 @@ void unpack_row(DType t, const uint8_t* group, int64_t cols, int r, uint8_t* dst
 // The activation form packed weights of type `t` take: Q8_0 and Q4_0 per-32 quants in natural
 // order, block by block (ActBlockQ8), the K-quants their own per-256 blocks, F16 and BF16 floats.
 ActFormat packed_act_format(DType t);
+// The activation form table k's GEMM for packed `t` takes: packed_act_format(t), except BF16 where
+// the table rounds activations to bfloat16 (KernelTable::gemm_bf16_rounds_activations).
+ActFormat gemm_act_format(const KernelTable& k, DType t);
 
 namespace ref {
 // The scalar reference of every GemmFn: unpacks each row and takes ref::dot.
@@ -89,6 +92,9 @@ void gemm_packed(DType t, const uint8_t* group, int64_t cols, const void* act, i
 
 // Fills t.gemm with the AVX-512 VNNI kernels (gemm_avx512.cpp; run only where the CPU has them).
 void install_gemm_avx512(KernelTable& t);
+// Replaces the AVX-512 table's BF16 GEMM with vdpbf16ps (gemm_bf16.cpp; run only where the CPU
+// has AVX512_BF16): activations rounded to bfloat16 (KernelTable::gemm_bf16_rounds_activations).
+void install_gemm_bf16(KernelTable& t);
 // Fills t.gemm with the AVX2 kernels (gemm_avx2.cpp; run only where the CPU has AVX2, FMA and F16C).
 void install_gemm_avx2(KernelTable& t);
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
@@ -46,6 +47,17 @@ class Packed : public ::testing::TestWithParam<DType> {};
 
 // Any bytes are a valid block as far as the layout goes, so random bytes exercise every bit of the
 // scales fields (Q4_K's 6-bit scales and mins included), not just what a quantizer writes.
+// Whether table k's GEMM for t rounds the activations to bfloat16 first (AVX512_BF16's BF16 GEMM).
+bool rounds_activations(const KernelTable& k, DType t) {
+  return t == DType::BF16 && k.gemm_bf16_rounds_activations;
+}
+
+// The activations as such a GEMM sees them: each float rounded to bfloat16 and widened back.
+std::vector<float> bf16_rounded(std::vector<float> x) {
+  for (float& v : x) v = bf16_to_float(bf16_round_flush(v));
+  return x;
+}
+
 TEST_P(Packed, RoundTripsToTheOriginalBlocks) {
   const DType t = GetParam();
   for (int64_t cols : {256, 512, 2048}) {
@@ -109,26 +121,35 @@ TEST_P(Packed, GemmMatchesTheReference) {
     const ActFormat at = packed_act_format(t);
     const int64_t stride = act_row_bytes(at, cols);
     const int64_t max_tokens = 19;
-    std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
+    std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride)), rounded_acts(acts.size());
+    // The activations of a table that rounds them to bfloat16 (ActFormat::BF16).
+    const int64_t bf16_stride = act_row_bytes(ActFormat::BF16, cols);
+    std::vector<uint8_t> bf16_acts(static_cast<size_t>(max_tokens * bf16_stride));
     std::vector<float> mags(static_cast<size_t>(max_tokens * kPackRows));
     for (int64_t b = 0; b < max_tokens; ++b) {
       const auto x = random_vec(cols, 100 + static_cast<uint32_t>(b), 1.0f + 0.25f * static_cast<float>(b % 5));
       prepare_act(at, x.data(), acts.data() + b * stride, cols);
+      if (at == ActFormat::F32) prepare_act(at, bf16_rounded(x).data(), rounded_acts.data() + b * stride, cols);
+      if (t == DType::BF16) prepare_act(ActFormat::BF16, x.data(), bf16_acts.data() + b * bf16_stride, cols);
       for (int r = 0; r < kPackRows; ++r)
         mags[b * kPackRows + r] = product_magnitude(t, q.data() + r * dtype_row_bytes(t, cols), x.data(), cols);
     }
-    std::vector<float> want(static_cast<size_t>(max_tokens * kPackRows));
-    ref::gemm_packed(t, group.data(), cols, acts.data(), stride, max_tokens, want.data(), kPackRows);
+    std::vector<float> want_plain(static_cast<size_t>(max_tokens * kPackRows)), want_rounded(want_plain.size());
+    ref::gemm_packed(t, group.data(), cols, acts.data(), stride, max_tokens, want_plain.data(), kPackRows);
+    ref::gemm_packed(t, group.data(), cols, rounded_acts.data(), stride, max_tokens, want_rounded.data(), kPackRows);
     int tables = 0;
     for (const KernelTable* k : available_kernels()) {
       const GemmFn gemm = k->gemm[static_cast<int>(t)];
       if (gemm == nullptr) continue;
       ++tables;
+      const std::vector<float>& want = rounds_activations(*k, t) ? want_rounded : want_plain;
+      const uint8_t* a = rounds_activations(*k, t) ? bf16_acts.data() : acts.data();
+      const int64_t as = rounds_activations(*k, t) ? bf16_stride : stride;
       for (int64_t n : {1, 2, 3, 7, 8, 9, 16, 19}) {
         // A y stride wider than 16 with a guard value after each row block: nothing else is written.
         const int64_t ys = kPackRows + 3;
         std::vector<float> y(static_cast<size_t>(n * ys), -7.0f);
-        gemm(group.data(), cols, acts.data(), stride, n, y.data(), ys);
+        gemm(group.data(), cols, a, as, n, y.data(), ys);
         for (int64_t b = 0; b < n; ++b) {
           for (int r = 0; r < kPackRows; ++r)
             ASSERT_NEAR(y[b * ys + r], want[b * kPackRows + r], 2e-6 * mags[b * kPackRows + r] + 1e-6)
@@ -153,26 +174,36 @@ TEST_P(Packed, PairedGemmMatchesTheReference) {
     const ActFormat at = packed_act_format(t);
     const int64_t stride = act_row_bytes(at, cols);
     const int64_t max_tokens = 11;
-    std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
+    std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride)), rounded_acts(acts.size());
+    const int64_t bf16_stride = act_row_bytes(ActFormat::BF16, cols);
+    std::vector<uint8_t> bf16_acts(static_cast<size_t>(max_tokens * bf16_stride));
     // The float types' 2,048-product sums cancel: their error scale is product_magnitude.
     std::vector<float> mags(static_cast<size_t>(max_tokens * 2 * kPackRows), 0.0f);
     for (int64_t b = 0; b < max_tokens; ++b) {
       const auto x = random_vec(cols, 300 + static_cast<uint32_t>(b), 1.0f + 0.5f * static_cast<float>(b % 3));
       prepare_act(at, x.data(), acts.data() + b * stride, cols);
+      if (at == ActFormat::F32) prepare_act(at, bf16_rounded(x).data(), rounded_acts.data() + b * stride, cols);
+      if (t == DType::BF16) prepare_act(ActFormat::BF16, x.data(), bf16_acts.data() + b * bf16_stride, cols);
       for (int r = 0; r < 2 * kPackRows && is_half_type(t); ++r)
         mags[b * 2 * kPackRows + r] = product_magnitude(t, q.data() + r * rb, x.data(), cols);
     }
-    std::vector<float> want(static_cast<size_t>(max_tokens * 2 * kPackRows));
-    for (int h = 0; h < 2; ++h)
-      ref::gemm_packed(t, groups.data() + h * gb, cols, acts.data(), stride, max_tokens, want.data() + h * kPackRows,
-                       2 * kPackRows);
+    std::vector<float> want_plain(static_cast<size_t>(max_tokens * 2 * kPackRows)), want_rounded(want_plain.size());
+    for (int h = 0; h < 2; ++h) {
+      ref::gemm_packed(t, groups.data() + h * gb, cols, acts.data(), stride, max_tokens,
+                       want_plain.data() + h * kPackRows, 2 * kPackRows);
+      ref::gemm_packed(t, groups.data() + h * gb, cols, rounded_acts.data(), stride, max_tokens,
+                       want_rounded.data() + h * kPackRows, 2 * kPackRows);
+    }
     for (const KernelTable* k : available_kernels()) {
       const GemmFn gemm2 = k->gemm2[static_cast<int>(t)];
       if (gemm2 == nullptr) continue;
+      const std::vector<float>& want = rounds_activations(*k, t) ? want_rounded : want_plain;
+      const uint8_t* a = rounds_activations(*k, t) ? bf16_acts.data() : acts.data();
+      const int64_t as = rounds_activations(*k, t) ? bf16_stride : stride;
       for (int64_t n : {1, 3, 4, 5, 8, 11}) {
         const int64_t ys = 2 * kPackRows + 1;
         std::vector<float> y(static_cast<size_t>(n * ys), -7.0f);
-        gemm2(groups.data(), cols, acts.data(), stride, n, y.data(), ys);
+        gemm2(groups.data(), cols, a, as, n, y.data(), ys);
         for (int64_t b = 0; b < n; ++b) {
           for (int r = 0; r < 2 * kPackRows; ++r) {
             const float v = want[b * 2 * kPackRows + r];
@@ -201,7 +232,8 @@ TEST_P(Packed, MatmulOnPackedWeightsMatchesUnpacked) {
   EXPECT_FALSE(packable(k, packed));
   EXPECT_FALSE(packable(k, WeightView{t, q.data(), 40, cols, dtype_row_bytes(t, cols)}));  // not whole groups
 
-  const auto x = random_vec(tokens * cols, 5);
+  // A GEMM that rounds activations to bfloat16 is held to the unpacked rows on rounded inputs.
+  const auto x = rounds_activations(k, t) ? bf16_rounded(random_vec(tokens * cols, 5)) : random_vec(tokens * cols, 5);
   ThreadPool pool(2);
   MatmulScratch scratch;
   std::vector<float> y_plain(static_cast<size_t>(tokens * rows * 2)), y_packed(y_plain.size());
@@ -248,7 +280,7 @@ TEST(PackedHalf, EveryTileIsOneFmaChainInColumnOrder) {
     int tables = 0;
     for (const KernelTable* k : available_kernels()) {
       const GemmFn gemm = k->gemm[static_cast<int>(t)];
-      if (gemm == nullptr) continue;
+      if (gemm == nullptr || rounds_activations(*k, t)) continue;  // PackedBf16 below
       ++tables;
       for (int64_t n : {1, 2, 5, 6, 7, 8, 9, 13}) {
         std::vector<float> y(static_cast<size_t>(n * 2 * kPackRows), -7.0f);
@@ -270,6 +302,82 @@ TEST(PackedHalf, EveryTileIsOneFmaChainInColumnOrder) {
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, Packed, ::testing::ValuesIn(kPacked),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ActFormat::BF16 by hand: bfloat16 keeps 7 fraction bits, so 1 + 2^-8 is a tie between 1 and
+// 1 + 2^-7 and goes to the even 1 (0x3F80); 1 + 3 x 2^-8 ties between 0x3F81 and 0x3F82 and goes
+// to 0x3F82; 1 + 2^-8 + 2^-20 is past the tie (0x3F81). A denormal becomes a signed zero (what
+// vdpbf16ps would make of it anyway), a NaN stays a NaN, and an odd row gets a zero partner.
+TEST(ActFormatBf16, RoundsToNearestEvenFlushesDenormalsAndPads) {
+  const float x[] = {1.0f, 1.00390625f, 1.01171875f, 1.0f + 0x1p-8f + 0x1p-20f, -2.5f, 1e-39f, -1e-39f, std::nanf("")};
+  const uint16_t want[] = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xC020, 0x0000, 0x8000};
+  ASSERT_EQ(act_row_bytes(ActFormat::BF16, 7), 16);
+  for (const KernelTable* k : available_kernels()) {
+    uint16_t out[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    k->prepare_act(ActFormat::BF16, x, out, 7);
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(out[i], want[i]) << k->name << " value " << i;
+    EXPECT_EQ(out[7], 0) << k->name << ": the odd row's padding";
+    k->prepare_act(ActFormat::BF16, x + 7, out, 1);
+    EXPECT_TRUE(std::isnan(bf16_to_float(out[0]))) << k->name;
+  }
+}
+
+// The vdpbf16ps GEMM (AVX512_BF16): activations rounded to bfloat16 (prepare_act, ActFormat::BF16:
+// nearest even, a denormal to zero, an odd row padded), then every product exact, so
+// the result is the double-precision sum of those products up to float rounding of the partial
+// sums; and a token's result does not depend on the tokens beside it (decode, prefill and any
+// batch give the same bits), in one group or two, for an odd column count too.
+TEST(PackedBf16, RoundedActivationsAndTheSameBitsForAnyBatch) {
+  const DType t = DType::BF16;
+  int tables = 0;
+  for (const KernelTable* k : available_kernels()) {
+    if (!rounds_activations(*k, t)) continue;
+    ++tables;
+    for (int64_t cols : {200, 201, 2048}) {
+      const int64_t rb = dtype_row_bytes(t, cols), gb = packed_group_bytes(t, cols);
+      const auto q = quantized_rows(t, 2 * kPackRows, cols, 11 + static_cast<uint32_t>(cols));
+      std::vector<uint8_t> groups(static_cast<size_t>(2 * gb));
+      repack_group(t, q.data(), cols, groups.data());
+      repack_group(t, q.data() + kPackRows * rb, cols, groups.data() + gb);
+      const int64_t max_tokens = 13;
+      auto x = random_vec(max_tokens * cols, 21, 2.0f);
+      x[3] = 1e-39f;  // a denormal activation counts as zero
+      const auto xr = bf16_rounded(x);
+      ASSERT_EQ(xr[3], 0.0f);
+      const int64_t stride = act_row_bytes(ActFormat::BF16, cols);
+      std::vector<uint8_t> acts(static_cast<size_t>(max_tokens * stride));
+      for (int64_t b = 0; b < max_tokens; ++b)
+        k->prepare_act(ActFormat::BF16, x.data() + b * cols, acts.data() + b * stride, cols);
+      const uint8_t* act = acts.data();
+      std::vector<float> w(static_cast<size_t>(cols)), one(static_cast<size_t>(max_tokens * 2 * kPackRows));
+      for (int64_t b = 0; b < max_tokens; ++b)
+        k->gemm2[static_cast<int>(t)](groups.data(), cols, act + b * stride, stride, 1, one.data() + b * 2 * kPackRows,
+                                      2 * kPackRows);
+      for (int r = 0; r < 2 * kPackRows; ++r) {
+        ref::dequantize_row(t, q.data() + r * rb, w.data(), cols);
+        for (int64_t b = 0; b < max_tokens; ++b) {
+          double want = 0, mag = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            want += static_cast<double>(w[c]) * xr[b * cols + c];
+            mag += std::fabs(static_cast<double>(w[c]) * xr[b * cols + c]);
+          }
+          ASSERT_NEAR(one[b * 2 * kPackRows + r], want, 2e-6 * mag + 1e-30) << "cols=" << cols << " row " << r;
+        }
+      }
+      for (int64_t n : {1, 2, 5, 8, 9, 13}) {
+        std::vector<float> y(static_cast<size_t>(n * 2 * kPackRows), -7.0f);
+        for (int h = 0; h < 2; ++h)
+          k->gemm[static_cast<int>(t)](groups.data() + h * gb, cols, act, stride, n, y.data() + h * kPackRows,
+                                       2 * kPackRows);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], one[i]) << "cols=" << cols << " n=" << n << " at " << i;
+        std::fill(y.begin(), y.end(), -7.0f);
+        k->gemm2[static_cast<int>(t)](groups.data(), cols, act, stride, n, y.data(), 2 * kPackRows);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], one[i]) << "pair cols=" << cols << " n=" << n << " at " << i;
+      }
+    }
+  }
+  if (tables == 0) GTEST_SKIP() << "no kernel table on this CPU rounds BF16 activations (no AVX512_BF16)";
+}
 
 }  // namespace
 }  // namespace coda

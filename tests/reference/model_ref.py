@@ -10,8 +10,20 @@ from gguf_ref import Reader
 ROW_BLOCK = 256  # query rows per attention block (a multiple of _attend_bf16's key chunk)
 
 
+def bf16_round(x):
+    """x as float32, rounded to bfloat16 (nearest even; a denormal to a signed zero), in float64:
+    the activations coda's AVX512_BF16 GEMM gives BF16 weights (kernels.h, bf16_round_flush)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    r = np.where((u & 0x7F800000) == 0, u & 0x80000000, r)
+    return r.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
 class RefModel:
-    def __init__(self, path):
+    def __init__(self, path, bf16_act=False):
+        # bf16_act: round the activations of BF16 matrices to bfloat16, as coda does where its
+        # kernels say so (`coda logits` prints it).
+        self.bf16_act = bf16_act
         r = Reader(path)
         self.r = r
         arch = r.kv["general.architecture"]
@@ -48,7 +60,9 @@ class RefModel:
             self.layers.append(L)
 
     def _mm(self, x, w, name):
-        return x @ w.T  # `name` is kept for debugging a single matrix
+        if self.bf16_act and self.r.tensors[name][0] == 30:  # a BF16 matrix
+            x = bf16_round(x)
+        return x @ w.T
 
     def _norm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w

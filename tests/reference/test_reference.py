@@ -75,6 +75,7 @@ def test_logits(coda, work, quick):
         for wtype in TYPES:
             path = synth(coda, work, shape, wtype)
             ref = RefModel(path)
+            ref_bf16 = RefModel(path, bf16_act=True) if wtype == "BF16" else ref
             n_vocab = ref.embd.shape[0]
             tokens = rng.integers(0, n_vocab, size=POSITIONS[-1] + 1)
             tok_file = os.path.join(work, "tokens.txt")
@@ -85,24 +86,39 @@ def test_logits(coda, work, quick):
             # one that rounds K, V and the queries as Q8_0 (for Q8_0 weights too).
             # Q8_0 keys with BF16 values too: the weights rounded to bfloat16 as coda's chunked
             # softmax produces them.
-            caches = [("f16", "f16")]
+            caches = [("f16", "f16", None)]
             if wtype == "F32":
-                caches += [("f32", "f32"), ("q8_0", "q8_0"), ("q8_0", "bf16")]
+                caches += [("f32", "f32", None), ("q8_0", "q8_0", None), ("q8_0", "bf16", None)]
             elif wtype == "Q8_0":
-                caches += [("q8_0", "q8_0")]
-            for ck, cv in caches:
-                run([coda, "logits", "-m", path, "--tokens", tok_file, "--positions", "0-31,2048-2079", "-o", out,
-                     "--batch", "100", "--decode-from", "2048", "--cache-type-k", ck, "--cache-type-v", cv])
+                caches += [("q8_0", "q8_0", None)]
+            elif wtype == "BF16":  # the float tile too, where the CPU would take vdpbf16ps
+                caches += [("f16", "f16", "float")]
+            for ck, cv, bf16_gemm in caches:
+                env = dict(os.environ, CODA_BF16_GEMM=bf16_gemm) if bf16_gemm else None
+                said = run([coda, "logits", "-m", path, "--tokens", tok_file, "--positions", "0-31,2048-2079", "-o",
+                            out, "--batch", "100", "--decode-from", "2048", "--cache-type-k", ck, "--cache-type-v", cv],
+                           env=env)
                 got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(POSITIONS), n_vocab)
-                want = ref.logits(tokens, POSITIONS, kv_f16=ck != "f32", cache=ck, cache_v=cv)
+                # BF16 weights on an AVX512_BF16 CPU meet activations rounded to bfloat16 (as in
+                # llama.cpp); the reference rounds them the same way. Rounding to 8 significant bits
+                # is chaotic at the boundaries: a 1e-7 relative change of the activations before it
+                # moves these models' logits by 2e-3, so float32 (coda) against float64 (the
+                # reference) agree to about that, and the tolerance is the 8-bit types' kind. The
+                # kernel itself is held to 2e-6 in the unit tests (PackedBf16), and the float tile
+                # to 1e-4 here (CODA_BF16_GEMM=float).
+                rounded = (wtype == "BF16" and "bf16 activations for packed BF16: yes" in said
+                           and " 0 matrices repacked" not in said)
+                want = (ref_bf16 if rounded else ref).logits(tokens, POSITIONS, kv_f16=ck != "f32", cache=ck,
+                                                             cache_v=cv)
+                tol = 1e-2 if rounded else LOGIT_TOL[wtype]
                 cache = ck if ck == cv else ck + "/" + cv
                 for label, rows in (("pos 0-31", slice(0, 32)), ("pos 2048-2079", slice(32, 64))):
                     g, w = got[rows], want[rows]
                     rel = np.linalg.norm(g - w) / np.linalg.norm(w)
                     top1 = np.mean(np.argmax(g, axis=1) == np.argmax(w, axis=1))
-                    check(rel <= LOGIT_TOL[wtype],
-                          "logits %-11s %-5s kv %s %-13s rel rms err %.2e (tol %.0e), top-1 agreement %.0f%%" %
-                          (shape, wtype, cache, label, rel, LOGIT_TOL[wtype], 100 * top1))
+                    check(rel <= tol,
+                          "logits %-11s %-6s kv %s %-13s rel rms err %.2e (tol %.0e), top-1 agreement %.0f%%" %
+                          (shape, wtype + ("*" if rounded else ""), cache, label, rel, tol, 100 * top1))
 
 
 def test_long_context(coda, work):
