@@ -41,6 +41,15 @@ Expected<double> neutral_value(const std::string& p) {
   return it->second;
 }
 
+namespace {
+// A trial as the sampler sees it: a value with a sampling interval (a rate) is noisy.
+CompletedTrial completed(const TuneTrial& t) {
+  CompletedTrial c{t.params, t.eval.values, {}};
+  for (const auto& [lo, hi] : t.eval.intervals) c.noisy.push_back(lo != hi);
+  return c;
+}
+}  // namespace
+
 Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
                               const std::function<void(const TuneTrial&, int, int)>& on_trial,
                               const std::atomic<bool>* stop) {
@@ -100,11 +109,7 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
     } else {
       std::vector<CompletedTrial> done;
       for (const auto& x : res.trials)
-        if (x.phase == 1) {
-          CompletedTrial c{x.params, x.eval.values, {}};
-          for (const auto& [lo, hi] : x.eval.intervals) c.noisy.push_back(lo != hi);
-          done.push_back(std::move(c));
-        }
+        if (x.phase == 1) done.push_back(completed(x));
       t.params = sampler.propose(done, static_cast<uint64_t>(k));
     }
     auto e = eval(t.params, opts.requests, opts.seed * 7919ULL + static_cast<uint64_t>(k));
@@ -128,17 +133,22 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
     const auto rank = nondomination_ranks(v);
     for (size_t i = 0; i < p1.size(); ++i) p1[i]->on_front = rank[i] == 0;
   }
-  // Phase 2: the baseline and the top K, by rank then first objective then age.
+  // Phase 2: the baseline and the top K, by rank then first objective then age, on the values
+  // the sampler splits on: noisy rates smoothed over neighbouring trials (--denoise), so a trial
+  // that drew 0 failures among failing neighbours does not take a phase-2 place on luck alone. On
+  // the failure test problem (200 seeds, 24 trials, top 5 x 600 requests) this turned 141
+  // recommendations into 184, with a true failure rate of 0.76% instead of 1.16% (docs/lab.md).
   if (opts.phase2_top > 0 && !res.interrupted && phase1_count() >= opts.n_trials) {
-    std::vector<std::vector<double>> v;
-    for (auto* t : p1) v.push_back(t->eval.values);
+    std::vector<CompletedTrial> done;
+    for (auto* x : p1) done.push_back(completed(*x));
+    const std::vector<std::vector<double>> v = sampler.split_values(done);
     const auto rank = nondomination_ranks(v);
     std::vector<size_t> order;
     for (size_t i = 0; i < p1.size(); ++i)
       if (!p1[i]->baseline) order.push_back(i);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       if (rank[a] != rank[b]) return rank[a] < rank[b];
-      return p1[a]->eval.values[0] < p1[b]->eval.values[0];
+      return v[a][0] < v[b][0];
     });
     std::vector<TuneTrial*> chosen;
     for (auto* t : p1)
