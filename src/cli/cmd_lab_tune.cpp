@@ -129,6 +129,10 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
   sub->add_flag("--exact-density", f->tune.tpe.exact_density,
                 "Score candidates with the exact Parzen density (default: Optuna 3.1.0's, kernels weighed by "
                 "bandwidth; docs/lab.md)");
+  sub->add_option("--gamma", f->tune.tpe.gamma,
+                  "Share of the trials in TPE's good group, ceil(share x n) up to 25 (Optuna's: 0.1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
   sub->add_option("--denoise", f->tune.tpe.denoise_bandwidth,
                   "Smooth noisy objectives (failure rates) over neighbouring trials before the good/bad split: "
                   "the kernel bandwidth as a share of each range, 0 = off (Optuna's)")

@@ -204,8 +204,9 @@ std::vector<double> local_linear(const std::vector<std::vector<double>>& xs, con
 MotpeSampler::MotpeSampler(SearchSpace space, TpeOptions opts, uint64_t seed)
     : space_(std::move(space)), opts_(opts), seed_(seed) {}
 
-size_t MotpeSampler::gamma(size_t n) {
-  return std::min<size_t>(static_cast<size_t>(std::ceil(0.1 * static_cast<double>(n))), 25);
+size_t MotpeSampler::gamma(size_t n, double share) {
+  const auto k = static_cast<size_t>(std::ceil(share * static_cast<double>(n)));
+  return std::clamp<size_t>(k, std::min<size_t>(n, 1), 25);
 }
 
 std::vector<size_t> MotpeSampler::split_below(const std::vector<std::vector<double>>& values, size_t n_below) {
@@ -332,7 +333,7 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
     return out;
   }
   const std::vector<std::vector<double>> values = split_values(trials);
-  std::vector<size_t> below = split_below(values, gamma(n));
+  std::vector<size_t> below = split_below(values, gamma(n, opts_.gamma));
   std::vector<bool> is_below(n, false);
   for (size_t i : below) is_below[i] = true;
   std::vector<size_t> above;

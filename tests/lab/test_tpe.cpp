@@ -21,6 +21,18 @@ TEST(Motpe, GammaIsOptunasDefault) {
   EXPECT_EQ(MotpeSampler::gamma(1000), 25u);
 }
 
+TEST(Motpe, GammaShareIsCeiledAndCapped) {
+  // coda's default share, 0.25 (hyperopt's): ceil(0.25 x 11) = 3, ceil(0.25 x 24) = 6, ceil(0.25 x
+  // 47) = 12, capped at 25 from 97 trials on; never below one trial while there is one.
+  EXPECT_EQ(TpeOptions{}.gamma, 0.25);
+  EXPECT_EQ(MotpeSampler::gamma(11, 0.25), 3u);
+  EXPECT_EQ(MotpeSampler::gamma(24, 0.25), 6u);
+  EXPECT_EQ(MotpeSampler::gamma(47, 0.25), 12u);
+  EXPECT_EQ(MotpeSampler::gamma(97, 0.25), 25u);
+  EXPECT_EQ(MotpeSampler::gamma(3, 0.01), 1u);
+  EXPECT_EQ(MotpeSampler::gamma(0, 0.25), 0u);
+}
+
 TEST(Motpe, SplitTakesWholeRanksThenTheLargestHypervolumeContribution) {
   // Rank 0: (1,1), (0.5,3), (3,0.5), (2.9,0.6); rank 1: (2,2); rank 2: (4,4).
   const std::vector<std::vector<double>> v = {{1, 1}, {0.5, 3}, {2, 2}, {3, 0.5}, {2.9, 0.6}, {4, 4}};
