@@ -84,6 +84,11 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
            std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
            std::printf("load       %.2f s (%d matrices repacked for the GEMM kernels, %.1f MiB, in %.2f s)\n", load_s,
                        rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), rs.seconds);
+           if (rs.f16_as_bf16 > 0)
+             std::printf(
+                 "           %d F16 matrices hold bfloat16 values: multiplied as BF16 (vdpbf16ps; "
+                 "CODA_BF16_GEMM=float keeps the float tile)\n",
+                 rs.f16_as_bf16);
            if (f->opt.depth > 0)
              std::printf("depth      %lld tokens of context before the timed runs (KV cache: keys %s, values %s)\n",
                          static_cast<long long>(f->opt.depth), kv_type_name(f->ctk), kv_type_name(f->ctv));

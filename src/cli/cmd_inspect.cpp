@@ -201,9 +201,11 @@ void add_inspect(CLI::App& app, std::vector<Command>& out) {
                      if (!o) return fail("cannot write '" + f->out + "'");
                      // What the reference must reproduce: BF16 weights in the AVX512_BF16 GEMM meet
                      // activations rounded to bfloat16 (tests/reference/test_reference.py).
-                     std::printf("kernels %s, %d matrices repacked, bf16 activations for packed BF16: %s\n",
-                                 kernels().name, m.repack_stats().matrices,
-                                 kernels().gemm_bf16_rounds_activations ? "yes" : "no");
+                     std::printf(
+                         "kernels %s, %d matrices repacked, %d F16 matrices multiplied as BF16, bf16 activations for "
+                         "packed BF16: %s\n",
+                         kernels().name, m.repack_stats().matrices, m.repack_stats().f16_as_bf16,
+                         kernels().gemm_bf16_rounds_activations ? "yes" : "no");
                      return 0;
                    }});
   }

@@ -137,6 +137,11 @@ int serve(ServeFlags& f) {
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
+  if (const RepackStats& rs = loaded->model->repack_stats(); rs.f16_as_bf16 > 0)
+    std::fprintf(stderr,
+                 "coda serve: %d F16 matrices hold bfloat16 values and multiply as BF16 (CODA_BF16_GEMM=float keeps "
+                 "the float tile)\n",
+                 rs.f16_as_bf16);
   std::printf("coda serve: listening on %s://%s:%d\n", f.server.tls.enabled() ? "https" : "http", f.server.host.c_str(),
               *port);
   std::fflush(stdout);

@@ -164,6 +164,11 @@ struct KernelTable {
   // in float, and the sums add pairs of columns. Elsewhere the BF16 GEMM widens the weights and
   // multiplies the float activations as they are. repack.h: gemm_act_format.
   bool gemm_bf16_rounds_activations;
+  // Converts n F16 values in place to bfloat16 when every one of them is a bfloat16 value (the F16
+  // file of a checkpoint trained in bfloat16), and returns true; otherwise leaves them as they were
+  // and returns false. Set where gemm[BF16] is the vdpbf16ps GEMM, which then multiplies such
+  // F16 matrices (matmul.h: repack_weight_for). nullptr elsewhere.
+  bool (*half_to_bf16_exact)(uint16_t* v, int64_t n);
   // Whether loading a model repacks this type by default (a GEMM above must exist). Where the
   // one-token tile streams weights from memory slower than the unpacked dot kernel, repacking
   // trades decode speed for prefill speed, so the type keeps the file's layout unless asked

@@ -127,6 +127,18 @@ WeightView repack_weight(const WeightView& w, uint8_t* dst) {
   return out;
 }
 
+WeightView repack_weight_for(const KernelTable& k, const WeightView& w, uint8_t* dst) {
+  WeightView out = repack_weight(w, dst);
+  WeightView as_bf16 = w;
+  as_bf16.type = DType::BF16;
+  // The packed halves are converted in place, value by value (so the packed order does not
+  // matter), or left as they are when one is not a bfloat16 value.
+  if (w.type == DType::F16 && k.half_to_bf16_exact != nullptr && packable(k, as_bf16) &&
+      k.half_to_bf16_exact(reinterpret_cast<uint16_t*>(dst), packed_bytes(w) / 2))
+    out.type = DType::BF16;
+  return out;
+}
+
 void dequantize_weight_row(const WeightView& w, int64_t r, float* out) {
   if (!w.packed) {
     ref::dequantize_row(w.type, w.row(r), out, w.cols);

@@ -32,6 +32,13 @@ int64_t packed_bytes(const WeightView& w);
 // Writes the repacked form of `w` (which must be packable) to `dst` (packed_bytes(w) bytes) and
 // returns the view of it.
 WeightView repack_weight(const WeightView& w, uint8_t* dst);
+// repack_weight for table `k`, except that an F16 matrix whose every value is a bfloat16 value too
+// is packed as BF16 where the table's BF16 GEMM is vdpbf16ps (KernelTable::half_to_bf16_exact):
+// the same values, multiplied as the BF16 file of them would be, activations rounded to bfloat16.
+// Most published F16 files are such (their checkpoints were trained in bfloat16, and bfloat16 ->
+// float16 keeps all 8 significant bits); an F16 file of float32 weights stays F16, exact
+// activations and all. `CODA_BF16_GEMM=float` keeps every F16 matrix F16.
+WeightView repack_weight_for(const KernelTable& k, const WeightView& w, uint8_t* dst);
 // Row r of a weight, packed or not, as n = w.cols floats (embedding lookups).
 void dequantize_weight_row(const WeightView& w, int64_t r, float* out);
 

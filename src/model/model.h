@@ -76,6 +76,7 @@ struct LoadOptions {
 // What repacking did at load: how many matrices, their bytes, and the time it took.
 struct RepackStats {
   int matrices = 0;
+  int f16_as_bf16 = 0;  // F16 matrices holding bfloat16 values, multiplied as BF16 (matmul.h)
   int64_t bytes = 0;
   double seconds = 0;
 };

@@ -140,10 +140,12 @@ void Model::repack_weights(bool all_types) {
   }
   // Repacking reads the whole file once; the cores share the matrices.
   std::atomic<size_t> next{0};
+  std::atomic<int> as_bf16_count{0};
   auto worker = [&] {
     for (size_t i = next++; i < jobs.size(); i = next++) {
       const WeightView src = *jobs[i].w;
-      *jobs[i].w = repack_weight(src, jobs[i].dst);
+      *jobs[i].w = repack_weight_for(k, src, jobs[i].dst);
+      if (jobs[i].w->type != src.type) ++as_bf16_count;  // an F16 matrix holding bfloat16 values
       if (file_.file_backed()) release_mapped(src.data, src.rows * src.row_bytes);
     }
   };
@@ -153,6 +155,7 @@ void Model::repack_weights(bool all_types) {
   worker();
   for (std::thread& t : threads) t.join();
   if (w_.tied_output) w_.output = w_.token_embd;
+  repack_.f16_as_bf16 = as_bf16_count;
   repack_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -379,5 +379,102 @@ TEST(PackedBf16, RoundedActivationsAndTheSameBitsForAnyBatch) {
   if (tables == 0) GTEST_SKIP() << "no kernel table on this CPU rounds BF16 activations (no AVX512_BF16)";
 }
 
+// The scalar definition: an F16 value is a bfloat16 value when its float's low 16 bits are zero.
+bool half_is_bf16(uint16_t h) {
+  return (float_to_bits(fp16_to_float(h)) & 0xffffu) == 0;
+}
+
+// KernelTable::half_to_bf16_exact against that definition, on every one of the 65,536 halves: alone
+// (in a run of bfloat16 values, at a vector lane and in the scalar tail) it converts exactly what
+// the definition accepts, to the bits of the exact conversion, and refuses the rest untouched.
+TEST(F16HoldingBf16, EveryHalfConvertsExactlyOrIsRefused) {
+  int tables = 0;
+  for (const KernelTable* k : available_kernels()) {
+    if (k->half_to_bf16_exact == nullptr) continue;
+    ++tables;
+    int accepted = 0;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      for (const int64_t at : {int64_t{5}, int64_t{70}}) {  // a vector lane; the tail of 75
+        std::vector<uint16_t> v(75, 0x3C00);                // 1.0
+        v[static_cast<size_t>(at)] = static_cast<uint16_t>(h);
+        const auto before = v;
+        const bool ok = k->half_to_bf16_exact(v.data(), static_cast<int64_t>(v.size()));
+        ASSERT_EQ(ok, half_is_bf16(static_cast<uint16_t>(h))) << k->name << std::hex << " h=" << h;
+        if (!ok) {
+          ASSERT_EQ(v, before) << std::hex << h;
+          continue;
+        }
+        ASSERT_EQ(v[0], 0x3F80) << std::hex << h;  // 1.0 in bfloat16
+        ASSERT_EQ(v[static_cast<size_t>(at)], float_to_bits(fp16_to_float(static_cast<uint16_t>(h))) >> 16)
+            << std::hex << h;
+        accepted += at == 5;
+      }
+    }
+    // 8 of the 1,024 mantissas of each of 30 normal exponents, with both signs; both zeros; the
+    // infinities and NaNs with 3 low zero bits; and the subnormals of at most 8 significant bits.
+    EXPECT_GT(accepted, 2 * 30 * 128);
+  }
+  if (tables == 0) GTEST_SKIP() << "no kernel table on this CPU has the vdpbf16ps GEMM (no AVX512_BF16)";
+}
+
+// Through repack_weight_for: a bfloat16 checkpoint written as F16 (as convert scripts write it,
+// through float) is packed as BF16 and gives, bit for bit, the BF16 matrix of the same values; one
+// value with a bit bfloat16 lacks keeps the matrix F16.
+TEST(F16HoldingBf16, PackedAsBf16AndMultipliedAsTheBf16Matrix) {
+  const int64_t rows = 48, cols = 256, tokens = 9;
+  std::vector<uint16_t> bf(static_cast<size_t>(rows * cols)), half(bf.size());
+  auto v = random_vec(rows * cols, 31, 1.5f);
+  v[5] = 3e-6f;  // F16 subnormals: rounding to 2^-24 steps leaves at most 8 significant bits
+  v[8] = 5e-5f;
+  v[9] = -2e-5f;
+  v[6] = 0.0f;
+  v[7] = -1e-9f;  // below F16's range: -0
+  for (size_t i = 0; i < bf.size(); ++i) {
+    half[i] = float_to_fp16(bf16_to_float(float_to_bf16(v[i])));
+    bf[i] = float_to_bf16(fp16_to_float(half[i]));
+    ASSERT_TRUE(half_is_bf16(half[i])) << i;
+    ASSERT_EQ(bf16_to_float(bf[i]), fp16_to_float(half[i])) << i;
+  }
+  const WeightView hv{DType::F16, reinterpret_cast<const uint8_t*>(half.data()), rows, cols, cols * 2};
+  const WeightView bv{DType::BF16, reinterpret_cast<const uint8_t*>(bf.data()), rows, cols, cols * 2};
+  auto odd = half;
+  odd.back() = 0x3C01;  // 1 + 2^-10
+  const WeightView ov{DType::F16, reinterpret_cast<const uint8_t*>(odd.data()), rows, cols, cols * 2};
+  int tables = 0;
+  for (const KernelTable* k : available_kernels()) {
+    if (!packable(*k, hv)) continue;
+    std::vector<uint8_t> hbuf(static_cast<size_t>(packed_bytes(hv))), bbuf(hbuf.size()), obuf(hbuf.size());
+    const WeightView hp = repack_weight_for(*k, hv, hbuf.data());
+    const WeightView op = repack_weight_for(*k, ov, obuf.data());
+    EXPECT_EQ(op.type, DType::F16) << k->name;
+    std::vector<uint8_t> plain(obuf.size());
+    repack_weight(ov, plain.data());
+    EXPECT_EQ(obuf, plain) << k->name;  // refused: the F16 packing, untouched
+    if (k->half_to_bf16_exact == nullptr) {
+      EXPECT_EQ(hp.type, DType::F16) << k->name;
+      continue;
+    }
+    ++tables;
+    ASSERT_EQ(hp.type, DType::BF16) << k->name;
+    EXPECT_TRUE(hp.packed);
+    const WeightView bp = repack_weight(bv, bbuf.data());
+    EXPECT_EQ(hbuf, bbuf);
+    const auto x = random_vec(tokens * cols, 8);
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    std::vector<float> yh(static_cast<size_t>(tokens * rows)), yb(yh.size());
+    matmul(pool, *k, hp, x.data(), cols, tokens, yh.data(), rows, scratch);
+    matmul(pool, *k, bp, x.data(), cols, tokens, yb.data(), rows, scratch);
+    EXPECT_EQ(yh, yb) << k->name;
+    std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+    for (int64_t r : {0, 17, 47}) {  // embedding rows read back: the F16 values
+      dequantize_weight_row(hv, r, a.data());
+      dequantize_weight_row(hp, r, b.data());
+      ASSERT_EQ(a, b) << "row " << r;
+    }
+  }
+  if (tables == 0) GTEST_SKIP() << "no kernel table on this CPU has the vdpbf16ps GEMM (no AVX512_BF16)";
+}
+
 }  // namespace
 }  // namespace coda

@@ -9,6 +9,7 @@ Usage: /usr/bin/python3 test_reference.py CODA_BINARY WORK_DIR [--quick]
 Tolerances and their justification: docs/reference-tests.md.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -18,15 +19,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_ref import Reader, dequantize  # noqa: E402
 from model_ref import RefModel  # noqa: E402
 
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K",
-         "IQ4_NL", "IQ4_XS"]
+# "F16-BF16": an F16 file whose values are all bfloat16 values, as the F16 conversions of checkpoints
+# trained in bfloat16 are (the BF16 file written again by `coda quantize ... F16`); an AVX512_BF16
+# CPU multiplies it as BF16.
+TYPES = ["F32", "F16", "BF16", "F16-BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q3_K",
+         "Q2_K", "IQ4_NL", "IQ4_XS"]
 SHAPES = ["tiny", "tiny-llama3", "tiny-qwen2"]
 
 # Relative RMS error of the logits, ||coda - ref|| / ||ref||. Float weight types compute with
 # float32 activations (expected error ~1e-6); quantized types multiply with activations quantized
 # to 8 bits per 32 values (coda, like llama.cpp, does integer dot products), ~0.4% per matmul,
 # compounded over the layers. See docs/reference-tests.md.
-LOGIT_TOL = {"F32": 1e-4, "F16": 1e-4, "BF16": 1e-4, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_K": 3e-2, "Q5_K": 3e-2,
+LOGIT_TOL = {"F32": 1e-4, "F16": 1e-4, "BF16": 1e-4, "F16-BF16": 1e-4, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_K": 3e-2, "Q5_K": 3e-2,
              "Q6_K": 3e-2, "Q3_K": 3e-2, "Q2_K": 3e-2,
              "IQ4_NL": 3e-2, "IQ4_XS": 3e-2, "Q4_1": 3e-2, "Q5_0": 3e-2, "Q5_1": 3e-2}
 POSITIONS = list(range(0, 32)) + list(range(2048, 2080))
@@ -50,7 +54,10 @@ def check(ok, msg):
 def synth(coda, work, shape, wtype):
     path = os.path.join(work, "%s-%s.gguf" % (shape, wtype))
     if not os.path.exists(path):
-        run([coda, "synth", "--shape", shape, "--type", wtype, "--seed", "7", "-o", path])
+        if wtype == "F16-BF16":
+            run([coda, "quantize", synth(coda, work, shape, "BF16"), path, "F16"])
+        else:
+            run([coda, "synth", "--shape", shape, "--type", wtype, "--seed", "7", "-o", path])
     return path
 
 
@@ -75,9 +82,11 @@ def test_logits(coda, work, quick):
         for wtype in TYPES:
             path = synth(coda, work, shape, wtype)
             ref = RefModel(path)
-            ref_bf16 = RefModel(path, bf16_act=True) if wtype == "BF16" else ref
+            ref_bf16 = RefModel(path, bf16_act=True) if wtype in ("BF16", "F16-BF16") else ref
             n_vocab = ref.embd.shape[0]
-            tokens = rng.integers(0, n_vocab, size=POSITIONS[-1] + 1)
+            # F16-BF16 draws its own tokens, so the other rows keep the tokens they always had.
+            own = np.random.default_rng(4321) if wtype == "F16-BF16" else rng
+            tokens = own.integers(0, n_vocab, size=POSITIONS[-1] + 1)
             tok_file = os.path.join(work, "tokens.txt")
             np.savetxt(tok_file, tokens[None, :], fmt="%d")
             out = os.path.join(work, "logits.f32")
@@ -91,7 +100,7 @@ def test_logits(coda, work, quick):
                 caches += [("f32", "f32", None), ("q8_0", "q8_0", None), ("q8_0", "bf16", None)]
             elif wtype == "Q8_0":
                 caches += [("q8_0", "q8_0", None)]
-            elif wtype == "BF16":  # the float tile too, where the CPU would take vdpbf16ps
+            elif wtype in ("BF16", "F16-BF16"):  # the float tile too, where the CPU would take vdpbf16ps
                 caches += [("f16", "f16", "float")]
             for ck, cv, bf16_gemm in caches:
                 env = dict(os.environ, CODA_BF16_GEMM=bf16_gemm) if bf16_gemm else None
@@ -106,8 +115,9 @@ def test_logits(coda, work, quick):
                 # reference) agree to about that, and the tolerance is the 8-bit types' kind. The
                 # kernel itself is held to 2e-6 in the unit tests (PackedBf16), and the float tile
                 # to 1e-4 here (CODA_BF16_GEMM=float).
-                rounded = (wtype == "BF16" and "bf16 activations for packed BF16: yes" in said
-                           and " 0 matrices repacked" not in said)
+                rounded = ((wtype == "BF16" and "bf16 activations for packed BF16: yes" in said
+                            and " 0 matrices repacked" not in said)
+                           or (wtype == "F16-BF16" and re.search(r"\b[1-9][0-9]* F16 matrices multiplied as BF16", said)))
                 want = (ref_bf16 if rounded else ref).logits(tokens, POSITIONS, kv_f16=ck != "f32", cache=ck,
                                                              cache_v=cv)
                 tol = 1e-2 if rounded else LOGIT_TOL[wtype]
