@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/repack.h"
 #include "kernels/unroll.h"
@@ -97,45 +98,30 @@ void run(const uint8_t* g, int64_t cols, const void* act, int64_t act_stride, in
   }
 }
 
-// An F16 value as bfloat16 bits, exactly, where it is one (ref: float_to_bits(fp16_to_float(h))
-// >> 16 when the low 16 bits are zero). Normal halves: the 3 low mantissa bits must be zero; the
-// sign, the exponent rebiased (15 -> 127) and the top 7 mantissa bits make the bfloat16. Inf and
-// NaN likewise with an all-ones exponent. Zeros and subnormals (a tiny weight; rare) go one by one.
+// An F16 value as bfloat16 bits where it is one: its float's low 16 bits are zero. For the lanes
+// the vector passes below leave aside (zeros, subnormals, the tail), so the exact scalar
+// conversion is cheap enough.
 bool half_lane_to_bf16(uint16_t h, uint16_t* out) {
-  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, sign = h & 0x8000u;
-  if (e != 0) {
-    if ((m & 7u) != 0) return false;
-    *out = static_cast<uint16_t>(sign | ((e == 0x1f ? 0xffu : e + 112u) << 7) | (m >> 3));
-    return true;
-  }
-  if (m == 0) {
-    *out = static_cast<uint16_t>(sign);
-    return true;
-  }
-  // m x 2^-24 with m < 1024: normalised, its float mantissa keeps the bits below m's top bit, and
-  // bfloat16 keeps 7 of them.
-  const int top = 31 - __builtin_clz(m);  // m's top bit, 0..9
-  const uint32_t frac = m & ((1u << top) - 1);
-  if (top > 7 && (frac & ((1u << (top - 7)) - 1)) != 0) return false;
-  const uint32_t mant7 = top >= 7 ? frac >> (top - 7) : frac << (7 - top);
-  *out = static_cast<uint16_t>(sign | ((static_cast<uint32_t>(top) + 103u) << 7) | mant7);
+  const uint32_t f = float_to_bits(fp16_to_float(h));
+  if ((f & 0xffffu) != 0) return false;
+  *out = static_cast<uint16_t>(f >> 16);
   return true;
 }
 
 bool half_to_bf16_exact(uint16_t* v, int64_t n) {
   const __m512i low3 = _mm512_set1_epi16(7), exp_mask = _mm512_set1_epi16(0x7c00);
-  // Pass 1: every value must be one. 32 halves per step; a step with a zero or subnormal exponent
-  // or a set low bit looks closer, lane by lane.
+  // Pass 1: every value must be one. A normal (or inf/NaN) half is one when its 3 low mantissa bits
+  // are zero; so is a subnormal with them zero (at most 7 significant bits); a subnormal with one
+  // set is looked at alone.
   int64_t i = 0;
   uint16_t scratch;
   for (; i + 32 <= n; i += 32) {
     const __m512i x = _mm512_loadu_si512(v + i);
     const __mmask32 low = _mm512_test_epi16_mask(x, low3);
     const __mmask32 sub = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, exp_mask), _mm512_setzero_si512());
-    if ((low & ~sub) != 0) return false;  // a normal (or inf/NaN) half with bits bfloat16 lacks
-    if ((low & sub) != 0)
-      for (int l = 0; l < 32; ++l)
-        if (!half_lane_to_bf16(v[i + l], &scratch)) return false;
+    if ((low & ~sub) != 0) return false;
+    for (__mmask32 m = low & sub; m != 0; m &= m - 1)
+      if (!half_lane_to_bf16(v[i + __builtin_ctz(m)], &scratch)) return false;
   }
   for (int64_t j = i; j < n; ++j)
     if (!half_lane_to_bf16(v[j], &scratch)) return false;
@@ -153,7 +139,10 @@ bool half_to_bf16_exact(uint16_t* v, int64_t n) {
     const __m512i y = _mm512_or_si512(_mm512_or_si512(_mm512_and_si512(x, sign), be),
                                       _mm512_srli_epi16(_mm512_and_si512(x, mant), 3));
     _mm512_mask_storeu_epi16(v + i, static_cast<__mmask32>(~sub), y);
-    for (__mmask32 m = sub; m != 0; m &= m - 1) half_lane_to_bf16(v[i + __builtin_ctz(m)], &v[i + __builtin_ctz(m)]);
+    for (__mmask32 m = sub; m != 0; m &= m - 1) {
+      uint16_t& lane = v[i + __builtin_ctz(m)];
+      half_lane_to_bf16(lane, &lane);
+    }
   }
   for (int64_t j = i; j < n; ++j) half_lane_to_bf16(v[j], &v[j]);
   return true;

@@ -86,7 +86,9 @@ class MotpeSampler {
   static std::vector<size_t> split_below(const std::vector<std::vector<double>>& values, size_t n_below);
   // Hypervolume contribution weights of the below trials, normalised to max 1.
   static std::vector<double> below_weights(const std::vector<std::vector<double>>& below_values);
-  static size_t gamma(size_t n, double share = 0.1);
+  // The good group's size for n trials: ceil(share x n), at least one trial while there is one, at
+  // most 25 (TpeOptions::gamma is the share; Optuna's is 0.1).
+  static size_t gamma(size_t n, double share);
   // The objective values the split ranks: the trials' own, with noisy ones smoothed
   // (`denoise_bandwidth`). Exposed for tests.
   std::vector<std::vector<double>> split_values(const std::vector<CompletedTrial>& trials) const;

@@ -15,10 +15,10 @@ namespace coda::lab {
 namespace {
 
 TEST(Motpe, GammaIsOptunasDefault) {
-  EXPECT_EQ(MotpeSampler::gamma(10), 1u);
-  EXPECT_EQ(MotpeSampler::gamma(11), 2u);
-  EXPECT_EQ(MotpeSampler::gamma(24), 3u);
-  EXPECT_EQ(MotpeSampler::gamma(1000), 25u);
+  EXPECT_EQ(MotpeSampler::gamma(10, 0.1), 1u);
+  EXPECT_EQ(MotpeSampler::gamma(11, 0.1), 2u);
+  EXPECT_EQ(MotpeSampler::gamma(24, 0.1), 3u);
+  EXPECT_EQ(MotpeSampler::gamma(1000, 0.1), 25u);
 }
 
 TEST(Motpe, GammaShareIsCeiledAndCapped) {
