@@ -9,6 +9,29 @@ from gguf_ref import Reader
 
 ROW_BLOCK = 256  # query rows per attention block (a multiple of _attend_bf16's key chunk)
 
+# Q8_0 rounding decisions that float32 (coda) and float64 (this reference) cannot be expected to
+# take alike: a value within Q8_TIE_MARGIN quant units of a rounding boundary (coda's keys, values
+# and queries differ from these by about 1e-6 of a block's largest value, 1.3e-4 quant units), and
+# a block scale within HALF_TIE_MARGIN (relative) of the boundary between two half floats. One such
+# value taken the other way moves a short prefix's logits by up to about 1e-3 (a value of the first
+# position, which every later row attends to), ten times the float tolerance: see Rounding.
+Q8_TIE_MARGIN = 5e-4
+HALF_TIE_MARGIN = 3e-6
+# The same for bfloat16 values and attention weights: within this many float32 units in the last
+# place of the midpoint between two bfloat16 neighbours (64 ulps, 3.8e-6 relative).
+BF16_TIE_ULPS = 64
+
+
+class Rounding:
+    """What RefModel.logits does with Q8_0 near-ties: `record` lists them as keys (layer, "q" | "k" |
+    "v", "quant" | "scale", flat index); the keys in `flip` are rounded to the other neighbour. The
+    reference test uses both to bound how far coda may be from the reference when it rounds some of
+    them the other way (test_reference.py, tie_allowance)."""
+
+    def __init__(self, record=False, flip=()):
+        self.near = [] if record else None
+        self.flip = set(flip)
+
 
 def bf16_round(x):
     """x as float32, rounded to bfloat16 (nearest even; a denormal to a signed zero), in float64:
@@ -83,7 +106,7 @@ class RefModel:
             y[..., 1:self.n_rot:2] = a * sin + b * cos
         return y
 
-    def logits(self, tokens, positions=None, kv_f16=True, cache="f16", cache_v=None):
+    def logits(self, tokens, positions=None, kv_f16=True, cache="f16", cache_v=None, rounding=None):
         """Logits [len(positions), vocab] for a token sequence evaluated from position 0.
 
         kv_f16 rounds the keys (after RoPE) and values to IEEE half floats, as coda's default F16 KV
@@ -91,7 +114,8 @@ class RefModel:
         kv_f16 True) rounds them as llama.cpp's Q8_0 blocks instead, and the queries as the 8-bit
         activations that meet Q8_0 keys (_q8). cache_v, when given, is the values' type on its own
         ("f16", "q8_0" or "bf16"); "bf16" values also take the attention weights rounded to bfloat16,
-        which coda rounds as its online softmax produces them (_attend_bf16)."""
+        which coda rounds as its online softmax produces them (_attend_bf16). rounding (a Rounding)
+        records or flips the Q8_0 near-ties."""
         tokens = np.asarray(tokens)
         T = len(tokens)
         if positions is None:
@@ -102,7 +126,7 @@ class RefModel:
         pos = np.arange(T)
         x = self.embd[tokens].copy()
         group = self.n_heads // self.n_kv
-        for L in self.layers:
+        for li, L in enumerate(self.layers):
             h = self._norm(x, L["attn_norm"])
             p = L["prefix"]
             q = self._mm(h, L["attn_q"], p + "attn_q.weight")
@@ -115,14 +139,13 @@ class RefModel:
             v = v.reshape(T, self.n_kv, self.hd)
             vtype = cache_v or cache
             if kv_f16 and cache == "q8_0":
-                q, k = _q8(q, False), _q8(k, True)
+                q, k = _q8(q, False, rounding, (li, "q")), _q8(k, True, rounding, (li, "k"))
             elif kv_f16:
                 k = k.astype(np.float16).astype(np.float64)
             if kv_f16 and vtype == "q8_0":
-                v_quants, v_scales = _q8_parts(v)
-                v = _q8(v, True)
+                v_quants, v_scales = _q8_parts(v, rounding, (li, "v"))
             elif kv_f16 and vtype == "bf16":
-                v = _bf16(v)
+                v = _bf16(v, rounding, (li, "v"))
             elif kv_f16:
                 v = v.astype(np.float16).astype(np.float64)
             att = np.empty((T, self.n_heads, self.hd))
@@ -136,7 +159,8 @@ class RefModel:
                     kv = hh // group
                     s = q[r0:r1, hh, :] @ k[:r1, kv, :].T / np.sqrt(self.hd) + mask
                     if kv_f16 and vtype == "bf16":
-                        att[r0:r1, hh, :] = _attend_bf16(s, v[:r1, kv, :])
+                        att[r0:r1, hh, :] = _attend_bf16(s, v[:r1, kv, :], rounding=rounding,
+                                                         tag=(li, "w", hh, r0))
                         continue
                     if kv_f16 and vtype == "q8_0":
                         att[r0:r1, hh, :] = _attend_q8(s, v_quants[:r1, kv, :], v_scales[:r1, kv, :])
@@ -153,29 +177,51 @@ class RefModel:
         return self._mm(xs, self.out, self.out_name)
 
 
-def _q8(x, half_scale):
+def _q8_round(x, half_scale, rounding=None, tag=None):
     """x [..., hd] rounded per 32 values of each head: scale amax / 127, quants rint(x / scale) in
     [-127, 127], computed in float32 as coda does. Cached keys and values keep the scale as a half
-    float (Q8_0 blocks); queries keep it as a float32 (coda's 8-bit activation rows)."""
-    shape = x.shape
+    float (Q8_0 blocks); queries keep it as a float32 (coda's 8-bit activation rows). Returns the
+    quants [n, 32] and the scales [n, 1] as float64; `rounding` records or flips the near-ties."""
     b = x.astype(np.float32).reshape(-1, 32)
     d = (np.max(np.abs(b), axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
     inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
-    qv = np.clip(np.rint(b * inv), -127, 127)
-    if half_scale:
-        d = d.astype(np.float16)
-    return (qv.astype(np.float64) * d.astype(np.float64)).reshape(shape)
+    r = b * inv
+    qv = np.clip(np.rint(r), -127, 127)
+    scale = d.astype(np.float16).astype(np.float64) if half_scale else d.astype(np.float64)
+    if rounding is not None:
+        dist = np.abs(r - np.trunc(r))  # the distance past the last integer towards zero
+        for i, j in np.argwhere(np.abs(dist - 0.5) < Q8_TIE_MARGIN):
+            key = tag + ("quant", int(i) * 32 + int(j))
+            if rounding.near is not None:
+                rounding.near.append(key)
+            if key in rounding.flip:
+                qv[i, j] += 1 if r[i, j] > qv[i, j] else -1
+        if half_scale:
+            d64 = d[:, 0].astype(np.float64)
+            down = np.where(scale[:, 0] <= d64, scale[:, 0],
+                            np.nextafter(scale[:, 0].astype(np.float16), np.float16(-np.inf)).astype(np.float64))
+            up = np.nextafter(down.astype(np.float16), np.float16(np.inf)).astype(np.float64)
+            mid = 0.5 * (down + up)
+            for i in np.argwhere((d64 > 0) & (np.abs(d64 - mid) < HALF_TIE_MARGIN * d64))[:, 0]:
+                key = tag + ("scale", int(i))
+                if rounding.near is not None:
+                    rounding.near.append(key)
+                if key in rounding.flip:
+                    scale[i, 0] = up[i] if scale[i, 0] == down[i] else down[i]
+    return qv.astype(np.float64), scale
 
 
-def _q8_parts(x):
+def _q8(x, half_scale, rounding=None, tag=None):
+    """x with the Q8_0 rounding of _q8_round, as float64 of x's shape."""
+    qv, scale = _q8_round(x, half_scale, rounding, tag)
+    return (qv * scale).reshape(x.shape)
+
+
+def _q8_parts(x, rounding=None, tag=None):
     """The Q8_0 rounding of _q8 as its parts: the int8 quants [..., hd] and the half-float scales
     [..., hd / 32], both as float64."""
-    shape = x.shape
-    b = x.astype(np.float32).reshape(-1, 32)
-    d = (np.max(np.abs(b), axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
-    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
-    qv = np.clip(np.rint(b * inv), -127, 127)
-    return qv.reshape(shape), d.astype(np.float16).astype(np.float64).reshape(shape[:-1] + (shape[-1] // 32,))
+    qv, scale = _q8_round(x, True, rounding, tag)
+    return qv.reshape(x.shape), scale.reshape(x.shape[:-1] + (x.shape[-1] // 32,))
 
 
 def _attend_q8(s, quants, scales, chunk=256):
@@ -216,14 +262,25 @@ def _attend_q8(s, quants, scales, chunk=256):
     return out / total[:, None]
 
 
-def _bf16(x):
-    """x rounded to bfloat16 (via float32, nearest even), as float64."""
+def _bf16(x, rounding=None, tag=None, key=None):
+    """x rounded to bfloat16 (via float32, nearest even), as float64. `rounding` records or flips
+    the near-ties (BF16_TIE_ULPS); their keys are tag + ("bf16", flat index), or key(flat index)."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    if rounding is not None:
+        flat_u, flat_r = u.reshape(-1), r.reshape(-1)
+        for i in np.flatnonzero(np.abs((flat_u & 0xFFFF).astype(np.int64) - 0x8000) < BF16_TIE_ULPS):
+            k = key(int(i)) if key is not None else tag + ("bf16", int(i))
+            if rounding.near is not None:
+                rounding.near.append(k)
+            if k in rounding.flip:  # the other neighbour: truncated if it rounded up, else one up
+                t = (int(flat_u[i]) >> 16) << 16
+                flat_r[i] = t if int(flat_r[i]) != t else t + 0x10000
+        r = flat_r.reshape(u.shape)
+    return r.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def _attend_bf16(s, v, chunk=256):
+def _attend_bf16(s, v, chunk=256, rounding=None, tag=None):
     """softmax(s) @ v as coda computes it over a BF16 value cache: keys in chunks of 256 from
     position 0, each chunk's weights exp(s - running max) rounded to bfloat16 before they meet the
     values, the output and the (unrounded) sum of weights rescaled when the running max grows."""
@@ -237,7 +294,10 @@ def _attend_bf16(s, v, chunk=256):
         with np.errstate(invalid="ignore"):
             f = np.where(np.isfinite(m), np.exp(m - mc), 0.0)
             p = np.where(np.isfinite(sc), np.exp(sc - np.where(np.isfinite(mc), mc, 0.0)[:, None]), 0.0)
-        out = out * f[:, None] + _bf16(p) @ v[c0:c0 + chunk]
+        # A weight's key: (layer, "w", head, "bf16", row, key position), rows counted from tag's r0.
+        key = None if tag is None else (
+            lambda i, c0=c0, C=p.shape[1]: tag[:3] + ("bf16", tag[3] + i // C, c0 + i % C))
+        out = out * f[:, None] + _bf16(p, rounding, key=key) @ v[c0:c0 + chunk]
         total = total * f + p.sum(axis=1)
         m = mc
     return out / total[:, None]

@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_ref import Reader, dequantize  # noqa: E402
-from model_ref import RefModel  # noqa: E402
+from model_ref import RefModel, Rounding  # noqa: E402
 
 # "F16-BF16": an F16 file whose values are all bfloat16 values, as the F16 conversions of checkpoints
 # trained in bfloat16 are (the BF16 file written again by `coda quantize ... F16`); an AVX512_BF16
@@ -126,9 +126,74 @@ def test_logits(coda, work, quick):
                     g, w = got[rows], want[rows]
                     rel = np.linalg.norm(g - w) / np.linalg.norm(w)
                     top1 = np.mean(np.argmax(g, axis=1) == np.argmax(w, axis=1))
+                    how = ""
+                    if rel > tol and label == "pos 0-31" and "q8_0" in (ck, cv) and tol == LOGIT_TOL["F32"]:
+                        rel, flips = explain_by_ties(ref, tokens[:32], g, ck, cv, tol)
+                        how = ", %d near-tie(s) rounded the other way: %s" % (len(flips), flips)
                     check(rel <= tol,
-                          "logits %-11s %-6s kv %s %-13s rel rms err %.2e (tol %.0e), top-1 agreement %.0f%%" %
-                          (shape, wtype + ("*" if rounded else ""), cache, label, rel, tol, 100 * top1))
+                          "logits %-11s %-6s kv %s %-13s rel rms err %.2e (tol %.0e), top-1 agreement %.0f%%%s" %
+                          (shape, wtype + ("*" if rounded else ""), cache, label, rel, tol, 100 * top1, how))
+
+
+def explain_by_ties(ref, tokens, got, ck, cv, tol, max_flips=3):
+    """The error of coda's logits `got` for `tokens` (positions 0..31) against the reference with at
+    most `max_flips` of its near-tie roundings taken the other way, chosen greedily, and those ties.
+
+    A Q8_0 cache rounds keys, values and queries to 8 bits, a BF16 one values and attention weights
+    to 8 significant bits. A value that lies within float32's reach of a rounding boundary
+    (model_ref: Q8_TIE_MARGIN, HALF_TIE_MARGIN, BF16_TIE_ULPS) may round up in coda and down here,
+    and in a 32-token prefix one such value moves the logits by up to about 1e-3 (a value of
+    position 0 weighs in every row): whether a token draw has one is luck, about one draw in ten
+    for these models. Over 2,048 positions (the decode rows) it is diluted below the tolerance. So
+    where the prefix misses the float tolerance, the check is that a few of those roundings, taken
+    the other way, account for all of the difference: an error in the cache's arithmetic leaves a
+    residual that no near-tie removes. Ties are listed again after each flip, since a flip in one
+    layer moves the values of the next."""
+    positions = list(range(len(tokens)))
+    flips = []
+    rec = Rounding(record=True)
+    base = ref.logits(tokens, positions, cache=ck, cache_v=cv, rounding=rec)
+    norm = np.linalg.norm(base)
+    err = np.linalg.norm(got - base) / norm
+    while err > tol and len(flips) < max_flips:
+        best_err, best_key = err, None
+        for key in dict.fromkeys(rec.near):
+            if key in flips:
+                continue
+            alt = ref.logits(tokens, positions, cache=ck, cache_v=cv, rounding=Rounding(flip=flips + [key]))
+            e = np.linalg.norm(got - alt) / norm
+            if e < best_err:
+                best_err, best_key = e, key
+        if best_key is None:
+            break
+        err, flips = best_err, flips + [best_key]
+        rec = Rounding(record=True, flip=flips)
+        ref.logits(tokens, positions, cache=ck, cache_v=cv, rounding=rec)
+    return err, flips
+
+
+def test_tie_explainer(coda, work):
+    """explain_by_ties itself, reference against reference: logits with one of the reference's own
+    near-ties rounded the other way (as float32, as coda writes them) are explained by that tie,
+    and logits of an arithmetic that differs (F16 values where the reference rounds them as Q8_0)
+    are not."""
+    ref = RefModel(synth(coda, work, "tiny", "F32"))
+    tokens = np.random.default_rng(3).integers(0, ref.embd.shape[0], size=32)
+    positions = list(range(32))
+    rec = Rounding(record=True)
+    base = ref.logits(tokens, positions, cache="q8_0", rounding=rec)
+    moved = {key: ref.logits(tokens, positions, cache="q8_0", rounding=Rounding(flip=[key])) for key in rec.near}
+    key = max(moved, key=lambda k: np.linalg.norm(moved[k] - base))
+    shift = np.linalg.norm(moved[key] - base) / np.linalg.norm(base)
+    got = moved[key].astype(np.float32).astype(np.float64)
+    err, flips = explain_by_ties(ref, tokens, got, "q8_0", "q8_0", LOGIT_TOL["F32"])
+    check(shift > LOGIT_TOL["F32"] and err <= LOGIT_TOL["F32"] and flips == [key],
+          "near-tie explainer: one tie of %d moves the logits by %.2e; explained by %s (left %.2e)" %
+          (len(rec.near), shift, flips, err))
+    other = ref.logits(tokens, positions, cache="q8_0", cache_v="f16").astype(np.float32).astype(np.float64)
+    err, flips = explain_by_ties(ref, tokens, other, "q8_0", "q8_0", LOGIT_TOL["F32"])
+    check(err > LOGIT_TOL["F32"], "near-tie explainer: F16 values against Q8_0 values stay %.2e apart after %d flips"
+          % (err, len(flips)))
 
 
 def test_long_context(coda, work):
@@ -154,8 +219,12 @@ def test_long_context(coda, work):
                             ("pos 8192-8223", slice(64, 96))):
             g, w = got[rows], want[rows]
             rel = np.linalg.norm(g - w) / np.linalg.norm(w)
-            check(rel <= LOGIT_TOL["F32"], "logits tiny-llama3 F32 ctx 8448 kv %-9s %-13s rel rms err %.2e (tol %.0e)" %
-                  (ck if ck == cv else ck + "/" + cv, label, rel, LOGIT_TOL["F32"]))
+            how = ""
+            if rel > LOGIT_TOL["F32"] and label == "pos 0-31" and ck == "q8_0":
+                rel, flips = explain_by_ties(ref, tokens[:32], g, ck, cv, LOGIT_TOL["F32"])
+                how = ", %d near-tie(s) rounded the other way: %s" % (len(flips), flips)
+            check(rel <= LOGIT_TOL["F32"], "logits tiny-llama3 F32 ctx 8448 kv %-9s %-13s rel rms err %.2e (tol %.0e)%s" %
+                  (ck if ck == cv else ck + "/" + cv, label, rel, LOGIT_TOL["F32"], how))
 
 
 def decode_text(r, ids):
@@ -217,6 +286,7 @@ def main():
     test_vocab_import(coda, work, root)
     test_dequant(coda, work)
     test_logits(coda, work, quick)
+    test_tie_explainer(coda, work)
     if not quick:
         test_long_context(coda, work)
     print("%d failure(s)" % len(failures))
