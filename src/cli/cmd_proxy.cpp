@@ -17,6 +17,7 @@ struct ProxyFlags {
   int repair_window = 256;
   std::vector<std::string> upstreams;  // --upstream, repeated or comma-separated
   std::string affinity = "prefix";
+  ApiKeyFlags api_keys;
   proxy::ProxyOptions opts;
 };
 
@@ -35,6 +36,9 @@ int run_proxy(ProxyFlags& f) {
     return fail("--upstream-affinity: '" + f.affinity + "' is not one of prefix, none");
   f.opts.prefix_affinity = f.affinity == "prefix";
   if (Status s = set_guard_policy(f.guard, f.opts.guard); !s.ok()) return fail("--guard: " + s.message());
+  auto keys = resolve_api_keys(f.api_keys);
+  if (!keys) return fail(keys.message());
+  f.opts.api_keys = std::move(*keys);
   f.opts.guard.max_repairs = f.max_repairs;
   f.opts.guard.stream_delay_tokens = f.repair_window;
   tune_allocator_for_server();
@@ -88,7 +92,7 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::ExistingFile);
   sub->add_option("--host", f->opts.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->opts.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
-  sub->add_option("--api-key", f->opts.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  add_api_key_flags(sub, f->api_keys);
   sub->add_option("--ssl-certfile,--ssl-cert-file", f->opts.tls.cert,
                   "Serve https with this PEM certificate (chain); with --ssl-keyfile")
       ->check(CLI::ExistingFile);

@@ -34,6 +34,7 @@ struct ServeFlags {
   std::string tool_parser = "auto";          // the chat template's tool-call format
   std::string reasoning_parser = "auto";     // the chat template's <think> block
   bool enable_auto_tool_choice = false;      // vLLM's flag; coda parses whenever the format is known
+  ApiKeyFlags api_keys;
   ServerOptions server;
 };
 
@@ -48,6 +49,9 @@ int serve(ServeFlags& f) {
   opts.kv_type_k = f.ctk;
   opts.kv_type_v = f.ctv;
   if (Status s = set_guard_policy(f.guard, f.server.defaults.guard); !s.ok()) return fail("--guard: " + s.message());
+  auto keys = resolve_api_keys(f.api_keys);
+  if (!keys) return fail(keys.message());
+  f.server.api_keys = std::move(*keys);
   const auto named_parser = tool_call_format_named(f.tool_parser);
   if (f.tool_parser != "auto" && !named_parser)
     return fail(
@@ -165,13 +169,14 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
   sub->add_option("--host", f->server.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->server.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
-  sub->add_option("--api-key", f->server.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  add_api_key_flags(sub, f->api_keys);
   sub->add_option("--ssl-certfile,--ssl-cert-file", f->server.tls.cert,
                   "Serve https with this PEM certificate (chain); with --ssl-keyfile")
       ->check(CLI::ExistingFile);
   sub->add_option("--ssl-keyfile,--ssl-key-file", f->server.tls.key, "The PEM private key of --ssl-certfile")
       ->check(CLI::ExistingFile);
-  sub->add_option("--served-model-name", f->server.defaults.model_id, "The model id clients use")
+  sub->add_option("--served-model-name,--alias", f->server.defaults.model_id,
+                  "The model id clients use (--alias is llama-server's name)")
       ->capture_default_str();
   sub->add_option("--max-queue", f->server.max_queue, "Waiting requests before 429")->capture_default_str();
   sub->add_option("--max-num-seqs,--parallel", f->server.max_batch,
@@ -200,6 +205,9 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
                 "Do not reuse the KV cache of earlier requests that share a prompt prefix");
   sub->add_flag("--enable-prefix-caching")
       ->description("Accepted for vLLM command lines; the prefix cache is on by default");
+  sub->add_flag("--metrics")->description("Accepted for llama-server command lines; GET /metrics is always served");
+  sub->add_flag("--cont-batching")
+      ->description("Accepted for llama-server command lines; batching is always continuous (--max-num-seqs)");
   sub->add_flag("--jinja")->description(
       "Accepted for llama-server command lines; coda always renders the chat template as Jinja");
   sub->add_option("--prefix-cache-tokens", f->prefix_cache_tokens,

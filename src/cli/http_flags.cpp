@@ -1,5 +1,8 @@
 #include "cli/http_flags.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include "cli/commands.h"
 #include "core/malloc_tuning.h"
 
@@ -21,6 +24,64 @@ void add_request_limit_flags(CLI::App* sub, RequestLimits& l) {
   sub->add_option("--max-stop", l.max_list, "Entries in stop, stop_token_ids, bad_words and logit_bias (400 beyond)")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+}
+
+void add_api_key_flags(CLI::App* sub, ApiKeyFlags& f) {
+  sub->add_option("--api-key", f.keys,
+                  "Require 'Authorization: Bearer KEY' on /v1/*; several keys comma-separated or repeated (default: "
+                  "$CODA_API_KEY)")
+      ->delimiter(',');
+  sub->add_option("--api-key-file", f.file, "Read the keys from a file, one per line (kept out of the process list)");
+}
+
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+// A key travels in an HTTP header: no whitespace or control characters inside it.
+Status check_key(const std::string& key, const std::string& where) {
+  for (unsigned char c : key)
+    if (c <= 0x20 || c == 0x7F)
+      return Error(where + ": a key contains a space or a control character; an Authorization header cannot carry it");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<std::vector<std::string>> resolve_api_keys(const ApiKeyFlags& f) {
+  std::vector<std::string> keys;
+  for (const std::string& k : f.keys) {
+    const std::string key = trimmed(k);
+    if (key.empty()) return Error("--api-key: an empty key; give KEY or KEY1,KEY2");
+    if (Status s = check_key(key, "--api-key"); !s.ok()) return s.error();
+    keys.push_back(key);
+  }
+  if (!f.file.empty()) {
+    std::ifstream in(f.file);
+    if (!in) return Error("--api-key-file: cannot read " + f.file);
+    std::string line;
+    size_t found = 0;
+    while (std::getline(in, line)) {
+      const std::string key = trimmed(line);
+      if (key.empty() || key[0] == '#') continue;  // blank lines and comments
+      if (Status s = check_key(key, "--api-key-file " + f.file); !s.ok()) return s.error();
+      keys.push_back(key);
+      ++found;
+    }
+    if (found == 0) return Error("--api-key-file: " + f.file + " holds no key (one key per line; # starts a comment)");
+  }
+  if (keys.empty() && f.file.empty()) {
+    if (const char* env = std::getenv("CODA_API_KEY"); env != nullptr && *env != 0) {
+      const std::string key = trimmed(env);
+      if (Status s = check_key(key, "CODA_API_KEY"); !s.ok()) return s.error();
+      if (!key.empty()) keys.push_back(key);
+    }
+  }
+  return keys;
 }
 
 void tune_allocator_for_server() {

@@ -429,7 +429,7 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 
 void ProxyServer::routes() {
   install_api_handlers(
-      *http_, {opts_.api_key, {"/v1/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
+      *http_, {opts_.api_keys, {"/v1/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
       [this](int status) {
         metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
       });

@@ -38,7 +38,7 @@ struct ProxyOptions {
   std::string host = "127.0.0.1";
   int port = 8081;  // 0: any free port
   TlsFiles tls;     // serve https (--ssl-certfile, --ssl-keyfile)
-  std::string api_key;
+  std::vector<std::string> api_keys;  // empty: no key needed
   GuardConfig guard;                  // the operator's policy and thresholds
   bool finish_reason_compat = false;  // repetition/degenerate reported as "stop"
   int64_t default_max_tokens = 8192;

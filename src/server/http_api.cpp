@@ -1,7 +1,9 @@
 #include "server/http_api.h"
 
+#include <cctype>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <variant>
 
 #include "server/openai_api.h"
@@ -52,6 +54,24 @@ std::optional<std::variant<uint64_t, std::string>> declared_length(const httplib
 
 }  // namespace
 
+bool authorized(const std::string& authorization, const std::vector<std::string>& keys) {
+  constexpr std::string_view kScheme = "bearer ";
+  if (authorization.size() < kScheme.size()) return false;
+  for (size_t i = 0; i < kScheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
+  const std::string_view given = std::string_view(authorization).substr(kScheme.size());
+  // Every byte of every key is compared, whatever matched before: how long a refusal takes says
+  // nothing about how much of a key a guess got right. (A key's length can still show.)
+  bool any = false;
+  for (const std::string& key : keys) {
+    unsigned diff = given.size() == key.size() ? 0u : 1u;
+    for (size_t i = 0; i < key.size(); ++i)
+      diff |= static_cast<unsigned char>(key[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0);
+    any |= diff == 0;
+  }
+  return any;
+}
+
 void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function<void(int)> on_reject) {
   http.set_pre_routing_handler([o, on_reject](const httplib::Request& req, httplib::Response& res) {
     if (const auto declared = declared_length(req)) {
@@ -70,10 +90,10 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
         return httplib::Server::HandlerResponse::Handled;
       }
     }
-    if (o.api_key.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (o.api_keys.empty()) return httplib::Server::HandlerResponse::Unhandled;
     bool guarded = false;
     for (const auto& p : o.guarded_prefixes) guarded = guarded || req.path.rfind(p, 0) == 0;
-    if (!guarded || req.get_header_value("Authorization") == "Bearer " + o.api_key)
+    if (!guarded || authorized(req.get_header_value("Authorization"), o.api_keys))
       return httplib::Server::HandlerResponse::Unhandled;
     on_reject(401);
     send_api_error(res, 401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.",

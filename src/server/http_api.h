@@ -16,7 +16,7 @@ void send_api_error(httplib::Response& res, int status, const std::string& messa
                     const std::string& code = "", const std::string& param = "");
 
 struct HttpApiOptions {
-  std::string api_key;                        // empty: no key needed
+  std::vector<std::string> api_keys;          // any one of them opens the guarded routes; none: no key needed
   std::vector<std::string> guarded_prefixes;  // routes behind the key, e.g. "/v1/"
   size_t max_body_bytes = 0;                  // larger bodies: 413
   int read_timeout_s = 30;                    // named in the 408 message
@@ -27,10 +27,14 @@ struct HttpApiOptions {
 //   413, before a byte of the body is read (cpp-httplib 0.11 would otherwise try to read or skip
 //   it and leave the client without an answer); the connection is closed after the answer, since
 //   the body that may follow is not read;
-// - the key check on the guarded routes (401);
+// - the key check on the guarded routes (401): 'Authorization: Bearer KEY' (the scheme in any case)
+//   with one of the keys, compared in time independent of where a wrong key differs;
 // and, for what cpp-httplib answers by itself, OpenAI-shaped bodies: 404, 413, 408 for a body that
 // stopped short of its Content-Length within the read timeout, 400 otherwise; 500 for an exception
 // that escaped a handler. `on_reject` is told the status of every request refused there.
 void install_api_handlers(httplib::Server& http, HttpApiOptions options, std::function<void(int)> on_reject);
+
+// Whether an Authorization header value carries one of `keys` (see install_api_handlers).
+bool authorized(const std::string& authorization, const std::vector<std::string>& keys);
 
 }  // namespace coda

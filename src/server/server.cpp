@@ -90,7 +90,7 @@ void Server::routes() {
   // API key on /v1/*, /admin/* and the tokenizer routes; /health, /metrics and /version stay open.
   install_api_handlers(
       *http_,
-      {opts_.api_key, {"/v1/", "/admin/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
+      {opts_.api_keys, {"/v1/", "/admin/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");

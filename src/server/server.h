@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/generator.h"
@@ -25,7 +26,7 @@ namespace coda {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port
-  std::string api_key;
+  std::vector<std::string> api_keys;  // empty: no key needed
   size_t max_body_bytes = size_t{8} << 20;
   int read_timeout_s = 30;
   int write_timeout_s = 30;

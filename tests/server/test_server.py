@@ -13,6 +13,7 @@ import os
 import random
 import socket
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -82,9 +83,9 @@ def sse_parser_tests():
 
 
 class Server:
-    def __init__(self, coda, *args):
+    def __init__(self, coda, *args, env=None):
         self.proc = subprocess.Popen([coda, "serve", "--port", "0", "-t", "1", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
         if "listening on" not in line:
             raise RuntimeError("server did not start: " + line + self.proc.stderr.read())
@@ -449,6 +450,48 @@ def auth_tests(coda):
     finally:
         err = s.stop()
         check("Sanitizer" not in err and "runtime error" not in err, "auth server stderr clean: " + err[-300:])
+    # Several keys (a new one live before the old one is retired), from the flag and from a file.
+    with tempfile.TemporaryDirectory() as d:
+        key_file = os.path.join(d, "keys")
+        with open(key_file, "w") as f:
+            f.write("# rotated monthly\n\n  from-file  \n")
+        s = Server(coda, "--api-key", "old-key,new-key", "--api-key", "third", "--api-key-file", key_file)
+        try:
+            body = {"prompt": "x", "max_tokens": 1}
+            for key in ("old-key", "new-key", "third", "from-file"):
+                st, _, _ = s.json("POST", "/v1/completions", body, {"Authorization": "Bearer " + key})
+                check(st == 200, "key %s -> 200" % key)
+            st, _, _ = s.json("POST", "/v1/completions", body, {"Authorization": "bearer new-key"})
+            check(st == 200, "the Bearer scheme in any case (RFC 6750) -> 200")
+            for wrong in ("new-ke", "new-keyy", "old-key,new-key", "# rotated monthly", ""):
+                st, _, _ = s.json("POST", "/v1/completions", body, {"Authorization": "Bearer " + wrong})
+                check(st == 401, "near miss %r -> 401" % wrong)
+            st, _, _ = s.json("POST", "/v1/completions", body, {"Authorization": "Basic new-key"})
+            check(st == 401, "another scheme -> 401")
+        finally:
+            err = s.stop()
+            check("Sanitizer" not in err and "runtime error" not in err, "key file server stderr clean: " + err[-300:])
+        # $CODA_API_KEY when no flag names a key.
+        env = dict(os.environ, CODA_API_KEY="from-env")
+        s = Server(coda, env=env)
+        try:
+            st, _, _ = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
+            check(st == 401, "CODA_API_KEY guards the server")
+            st, _, _ = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                              {"Authorization": "Bearer from-env"})
+            check(st == 200, "CODA_API_KEY's key -> 200")
+        finally:
+            s.stop()
+        # Bad key sources are refused at start with a message that names them.
+        empty = os.path.join(d, "empty")
+        with open(empty, "w") as f:
+            f.write("# nothing yet\n")
+        for args, says in ((["--api-key-file", os.path.join(d, "missing")], "cannot read"),
+                           (["--api-key-file", empty], "holds no key"),
+                           (["--api-key", ""], "an empty key"),
+                           (["--api-key", "two words"], "space or a control character")):
+            r = subprocess.run([coda, "serve", "--port", "0", *args], capture_output=True, text=True, timeout=60)
+            check(r.returncode != 0 and says in r.stderr, "serve %s refused: %s" % (" ".join(args), r.stderr.strip()))
 
 
 def tokenizer_tests(s):
