@@ -14,7 +14,9 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
                   "An OpenAI-compatible server (vLLM, llama.cpp, SGLang, coda serve): http(s)://HOST:PORT[/v1] (a bare "
                   "HOST:PORT means http://)");
   sub->add_option("--model", f.model_name, "The model name sent in requests (--url targets)");
-  sub->add_option("--api-key", f.api_key, "Sent as 'Authorization: Bearer KEY' (--url targets)");
+  sub->add_option("--api-key", f.api_key,
+                  "Sent as 'Authorization: Bearer KEY' (--url targets; default: $OPENAI_API_KEY, which vLLM's "
+                  "benchmark and the OpenAI SDKs read)");
   sub->add_option("--ca-cert", f.ca_cert,
                   "https --url targets: PEM file of the certificate authorities to trust (a private CA or a "
                   "self-signed server)")
@@ -71,6 +73,7 @@ Expected<BuiltTarget> make_target(const TargetFlags& f) {
     client::Endpoint ep;
     ep.url = f.url;
     ep.api_key = f.api_key;
+    if (const char* env = std::getenv("OPENAI_API_KEY"); ep.api_key.empty() && env != nullptr) ep.api_key = env;
     ep.ca_cert = f.ca_cert;
     ep.read_timeout_s = f.timeout_s;
     auto c = client::OpenAIClient::create(ep);

@@ -33,8 +33,8 @@ def check(cond, what):
         failures.append(what)
 
 
-def run(args, ok=True):
-    p = subprocess.run(args, capture_output=True, text=True)
+def run(args, ok=True, env=None):
+    p = subprocess.run(args, capture_output=True, text=True, env=env)
     if ok and p.returncode != 0:
         raise RuntimeError(f"{args} -> {p.returncode}: {p.stderr[-2000:]}")
     return p
@@ -209,6 +209,27 @@ def bench_http_tests(coda, work):
         srv.wait(timeout=30)
 
 
+def bench_api_key_tests(coda, work):
+    """A target behind a key: without one every request is refused (a clear error, a non-zero exit);
+    $OPENAI_API_KEY is sent when --api-key is not given, as vLLM's benchmark sends it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "CODA_API_KEY")}
+    srv = subprocess.Popen([coda, "serve", "--port", "0", "-t", "1", "--api-key", "lab-key"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = srv.stdout.readline().strip().rsplit(" ", 1)[1]
+        args = [coda, "bench", "--url", url, "--rate", "0", "--requests", "2", "-n", "4"]
+        p = run(args + ["-o", os.path.join(work, "bench-nokey")], ok=False, env=env)
+        s = json.load(open(os.path.join(work, "bench-nokey", "summary.json")))
+        check(p.returncode != 0 and s["completed"] == 0, "no key: every request refused, non-zero exit: " +
+              p.stderr.strip()[-160:])
+        run(args + ["-o", os.path.join(work, "bench-envkey")], env=dict(env, OPENAI_API_KEY="lab-key"))
+        s = json.load(open(os.path.join(work, "bench-envkey", "summary.json")))
+        check(s["completed"] == 2, f"$OPENAI_API_KEY is sent: {s['completed']} of 2 completed")
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
 THRESHOLD_PROMPTS = [("kjv-en", p) for p in ("And the LORD said unto", "And Moses went up to", "The king spake unto",
                                                "And the people came to", "And David took", "In the beginning God")] + \
     [("fortune-it", p) for p in ("La vita è come", "Il tempo non aspetta", "L'amore vale più di",
@@ -336,6 +357,7 @@ def main():
     tune_report = tune_tests(coda, work)
     proposal_tests(coda, work)
     bench_report = bench_http_tests(coda, work)
+    bench_api_key_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
     render(tune_report, work)
