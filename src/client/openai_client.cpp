@@ -253,7 +253,8 @@ std::string failure_text(httplib::Error err) {
 }  // namespace
 
 Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta,
-                                  const std::atomic<bool>* cancel, const std::function<bool()>& caller_gone) const {
+                                  const std::atomic<bool>* cancel, const std::function<bool()>& caller_gone,
+                                  const std::string& request_id) const {
   Completion c;
   const bool streaming =
       body.is_object() && body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
@@ -266,6 +267,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   req.body = body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   req.set_header("Content-Type", "application/json");
   req.set_header("Accept", streaming ? "text/event-stream" : "application/json");
+  if (!request_id.empty()) req.set_header("X-Request-Id", request_id);
 
   const auto t0 = Clock::now();
   auto last_token = t0;      // the last event that carried a generated token

@@ -105,10 +105,12 @@ class OpenAIClient {
   // left to it (not also gathered into the result, which a long generation would make large); without
   // it they are gathered. `cancel` and `caller_gone`, when given, are checked as bytes arrive and
   // every kCancelPollMs while the server is silent (a long prefill, a hung upstream): either one
-  // closes the connection and the result is ErrorKind::Cancelled.
+  // closes the connection and the result is ErrorKind::Cancelled. `request_id`, when not empty, is
+  // sent as X-Request-Id (vLLM names the request by it in its logs and ids).
   // Thread-safe: each call opens its own connection.
   Completion complete(const nlohmann::ordered_json& body, bool chat, const OnDelta& on_delta = {},
-                      const std::atomic<bool>* cancel = nullptr, const std::function<bool()>& caller_gone = {}) const;
+                      const std::atomic<bool>* cancel = nullptr, const std::function<bool()>& caller_gone = {},
+                      const std::string& request_id = {}) const;
   static constexpr int kCancelPollMs = 100;
 
   // The requests below (side requests: models, tokenizer, metrics, passed-through routes) read at

@@ -572,6 +572,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
 
   // The guard for this request: the operator's, with what the request may choose clamped to it.
   SessionOptions so;
+  so.request_id = request_id_for(req);
+  res.set_header("X-Request-Id", so.request_id);
   so.guard = opts_.guard;
   so.top_logprobs = opts_.top_logprobs;
   so.hot_tokens = opts_.hot_tokens;

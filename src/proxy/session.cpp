@@ -281,7 +281,10 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       return release(false, r.last_chunk);
     };
     ++r.upstream_requests;
-    const client::Completion c = upstream.complete(request, chat, on_delta, nullptr, opt.client_left);
+    const std::string id = opt.request_id.empty() || r.upstream_requests == 1
+                               ? opt.request_id
+                               : opt.request_id + "-r" + std::to_string(r.upstream_requests - 1);
+    const client::Completion c = upstream.complete(request, chat, on_delta, nullptr, opt.client_left, id);
     if (c.error_kind == client::ErrorKind::Cancelled && !r.client_gone && !acted && opt.client_left &&
         opt.client_left())
       r.client_gone = true;  // left while the upstream was silent

@@ -33,6 +33,10 @@ struct SessionOptions {
   // Whether the client has left, asked while the upstream is silent (a long prefill): then the
   // upstream connection closes and the result is client_gone. Empty: only a failed emit tells.
   std::function<bool()> client_left;
+  // The client's X-Request-Id (or the proxy's own), sent upstream: as it is on the first request,
+  // with "-r1", "-r2", ... on the requests that continue after a repair (a server such as vLLM may
+  // still be aborting the earlier one, and refuses an id that is running).
+  std::string request_id;
 };
 
 // What the client asked to see.

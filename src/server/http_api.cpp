@@ -1,8 +1,11 @@
 #include "server/http_api.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
+#include <random>
 #include <string_view>
 #include <variant>
 
@@ -54,6 +57,18 @@ std::optional<std::variant<uint64_t, std::string>> declared_length(const httplib
 
 }  // namespace
 
+std::string request_id_for(const httplib::Request& req) {
+  const std::string given = req.get_header_value("X-Request-Id");
+  const bool usable = !given.empty() && given.size() <= 128 &&
+                      std::all_of(given.begin(), given.end(), [](char ch) { return ch > 0x20 && ch < 0x7F; });
+  if (usable) return given;
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return hex;
+}
+
 bool authorized(const std::string& authorization, const std::vector<std::string>& keys) {
   constexpr std::string_view kScheme = "bearer ";
   if (authorization.size() < kScheme.size()) return false;
@@ -99,6 +114,9 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
     send_api_error(res, 401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.",
                    "invalid_request_error", "invalid_api_key");
     return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.has_header("X-Request-Id")) res.set_header("X-Request-Id", request_id_for(req));
   });
   http.set_error_handler([o, on_reject](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

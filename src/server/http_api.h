@@ -31,8 +31,15 @@ struct HttpApiOptions {
 //   with one of the keys, compared in time independent of where a wrong key differs;
 // and, for what cpp-httplib answers by itself, OpenAI-shaped bodies: 404, 413, 408 for a body that
 // stopped short of its Content-Length within the read timeout, 400 otherwise; 500 for an exception
-// that escaped a handler. `on_reject` is told the status of every request refused there.
+// that escaped a handler; and on every answer an X-Request-Id (request_id_for). `on_reject` is told
+// the status of every request refused there.
 void install_api_handlers(httplib::Server& http, HttpApiOptions options, std::function<void(int)> on_reject);
+
+// The request's X-Request-Id when it is one a response may echo (1 to 128 visible ASCII
+// characters), else a new random one (32 hex digits, as vLLM makes them). install_api_handlers
+// sets it on every answer that a handler has not given one; a handler that passes the id on (the
+// proxy, to its upstream, so both servers' logs name the request alike) sets it itself.
+std::string request_id_for(const httplib::Request& req);
 
 // Whether an Authorization header value carries one of `keys` (see install_api_handlers).
 bool authorized(const std::string& authorization, const std::vector<std::string>& keys);

@@ -26,7 +26,8 @@ Flags: --refuse-logprobs answers any request asking for logprobs with 400, as so
 --tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls);
 --hang-models holds GET /v1/models without an answer (a hung replica under a health probe).
 GET /v1/endless sends a JSON body without end; GET /v1/trickle one byte every 50 ms.
-GET /stats reports requests, streams open now and streams the client closed (cancellations).
+GET /stats reports requests, streams open now and streams the client closed (cancellations);
+GET /last-bodies and /last-request-ids the last ten generation requests' bodies and X-Request-Id.
 Prints "listening on PORT" when ready.
 """
 import argparse
@@ -41,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOOP = " The cat sat on the mat and looked at the door."
 INTRO = " Once upon a time there was a house."
 TEXT = " It is a fine day, and the work is done."
-STATS = {"requests": 0, "open": 0, "cancelled": 0, "completed": 0, "bodies": []}
+STATS = {"requests": 0, "open": 0, "cancelled": 0, "completed": 0, "bodies": [], "request_ids": []}
 LOCK = threading.Lock()
 STOP = threading.Event()
 
@@ -121,6 +122,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/last-bodies":
             with LOCK:
                 return self.send_json(200, STATS["bodies"][-10:])
+        if self.path == "/last-request-ids":
+            with LOCK:
+                return self.send_json(200, STATS["request_ids"][-10:])
         self.send_json(404, {"error": {"message": "no route", "type": "invalid_request_error"}})
 
     def chunk(self, data):
@@ -142,6 +146,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATS["requests"] += 1
             STATS["bodies"].append(body)
+            STATS["request_ids"].append(self.headers.get("X-Request-Id"))
         if chat:
             msgs = body.get("messages", [])
             user = " ".join(m.get("content") or "" for m in msgs if m.get("role") == "user")

@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -323,6 +324,19 @@ def scripted_tests(coda, work):
         check(st == 200 and body["choices"][0]["finish_reason"] == "stop" and text.endswith(" The end."),
               f"scripted repair: {body['choices'][0]}")
         check(text.count("The cat sat on the mat") <= 3, f"repair kept at most the copies before the loop: {text!r}")
+        # X-Request-Id: the client's goes upstream, with -r1, -r2 on the requests after a repair (vLLM
+        # refuses an id still running), and comes back on the answer; without one the proxy makes one.
+        st, hdrs, body = px.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
+                                                             "coda": {"guard": "repair"}}, {"X-Request-Id": "trace-42"})
+        ids = up.json("GET", "/last-request-ids")[2]
+        mine = ids[ids.index("trace-42"):] if "trace-42" in ids else []
+        check(st == 200 and hdrs.get("X-Request-Id") == "trace-42" and len(mine) >= 2 and
+              mine == ["trace-42"] + [f"trace-42-r{i}" for i in range(1, len(mine))],
+              f"X-Request-Id through a repair: answered {hdrs.get('X-Request-Id')}, upstream saw {ids}")
+        st, hdrs, _ = px.json("POST", "/v1/completions", {"prompt": "[text] hi|"})
+        made = hdrs.get("X-Request-Id", "")
+        check(st == 200 and re.fullmatch(r"[0-9a-f]{32}", made) and up.json("GET", "/last-request-ids")[2][-1] == made,
+              f"X-Request-Id made by the proxy and sent upstream: {made!r}")
         st, events, done = px.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "[loop] go|"}],
                                                               "max_tokens": 400, "stream": True,
                                                               "coda": {"guard": "repair"}})

@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import tempfile
@@ -447,6 +448,18 @@ def auth_tests(coda):
         check(st == 401, "/tokenize needs the key")
         st, _, body = s.json("GET", "/version")
         check(st == 200 and body.get("version"), "/version needs no key")
+        # X-Request-Id comes back as sent (vLLM's habit), on refusals too; without one, a new one.
+        st, hdrs, _ = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                             {"Authorization": "Bearer sekret", "X-Request-Id": "trace-7"})
+        check(st == 200 and hdrs.get("X-Request-Id") == "trace-7", f"X-Request-Id echoed: {hdrs.get('X-Request-Id')}")
+        st, hdrs, _ = s.json("POST", "/v1/completions", {"prompt": "x"}, {"X-Request-Id": "trace-8"})
+        check(st == 401 and hdrs.get("X-Request-Id") == "trace-8", "X-Request-Id on a 401")
+        st, hdrs, _ = s.json("GET", "/health")
+        check(re.fullmatch(r"[0-9a-f]{32}", hdrs.get("X-Request-Id", "")) is not None,
+              f"a new X-Request-Id: {hdrs.get('X-Request-Id')}")
+        st, hdrs, _ = s.json("GET", "/health", headers={"X-Request-Id": "x" * 200})
+        check(re.fullmatch(r"[0-9a-f]{32}", hdrs.get("X-Request-Id", "")) is not None,
+              "an X-Request-Id over 128 characters is replaced, not echoed")
     finally:
         err = s.stop()
         check("Sanitizer" not in err and "runtime error" not in err, "auth server stderr clean: " + err[-300:])
