@@ -30,7 +30,8 @@ void add_api_key_flags(CLI::App* sub, ApiKeyFlags& f) {
   sub->add_option("--api-key", f.keys,
                   "Require 'Authorization: Bearer KEY' on /v1/*; several keys comma-separated or repeated (default: "
                   "$CODA_API_KEY)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);
   sub->add_option("--api-key-file", f.file, "Read the keys from a file, one per line (kept out of the process list)");
 }
 
