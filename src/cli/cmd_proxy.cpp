@@ -18,6 +18,7 @@ struct ProxyFlags {
   std::vector<std::string> upstreams;  // --upstream, repeated or comma-separated
   std::string affinity = "prefix";
   ApiKeyFlags api_keys;
+  std::string upstream_key_file;  // --upstream-api-key-file
   proxy::ProxyOptions opts;
 };
 
@@ -39,6 +40,12 @@ int run_proxy(ProxyFlags& f) {
   auto keys = resolve_api_keys(f.api_keys);
   if (!keys) return fail(keys.message());
   f.opts.api_keys = std::move(*keys);
+  if (!f.upstream_key_file.empty()) {
+    if (!f.opts.upstream.api_key.empty()) return fail("give --upstream-api-key or --upstream-api-key-file, not both");
+    auto upstream_keys = read_key_file(f.upstream_key_file, "--upstream-api-key-file");
+    if (!upstream_keys) return fail(upstream_keys.message());
+    f.opts.upstream.api_key = upstream_keys->front();
+  }
   f.opts.guard.max_repairs = f.max_repairs;
   f.opts.guard.stream_delay_tokens = f.repair_window;
   tune_allocator_for_server();
@@ -86,6 +93,8 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
                   "Seconds an upstream that refused a connection is passed over (while another is up)")
       ->capture_default_str();
   sub->add_option("--upstream-api-key", f->opts.upstream.api_key, "Sent upstream as 'Authorization: Bearer KEY'");
+  sub->add_option("--upstream-api-key-file", f->upstream_key_file,
+                  "Read --upstream-api-key from a file (its first key line), kept out of the process list");
   sub->add_option("--upstream-ca-cert", f->opts.upstream.ca_cert,
                   "https upstreams: PEM file of the certificate authorities to trust (a private CA or a self-signed "
                   "server)")

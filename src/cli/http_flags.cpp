@@ -53,6 +53,21 @@ Status check_key(const std::string& key, const std::string& where) {
 
 }  // namespace
 
+Expected<std::vector<std::string>> read_key_file(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) return Error(flag + ": cannot read " + path);
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string key = trimmed(line);
+    if (key.empty() || key[0] == '#') continue;  // blank lines and comments
+    if (Status s = check_key(key, flag + " " + path); !s.ok()) return s.error();
+    keys.push_back(key);
+  }
+  if (keys.empty()) return Error(flag + ": " + path + " holds no key (one key per line; # starts a comment)");
+  return keys;
+}
+
 Expected<std::vector<std::string>> resolve_api_keys(const ApiKeyFlags& f) {
   std::vector<std::string> keys;
   for (const std::string& k : f.keys) {
@@ -62,18 +77,9 @@ Expected<std::vector<std::string>> resolve_api_keys(const ApiKeyFlags& f) {
     keys.push_back(key);
   }
   if (!f.file.empty()) {
-    std::ifstream in(f.file);
-    if (!in) return Error("--api-key-file: cannot read " + f.file);
-    std::string line;
-    size_t found = 0;
-    while (std::getline(in, line)) {
-      const std::string key = trimmed(line);
-      if (key.empty() || key[0] == '#') continue;  // blank lines and comments
-      if (Status s = check_key(key, "--api-key-file " + f.file); !s.ok()) return s.error();
-      keys.push_back(key);
-      ++found;
-    }
-    if (found == 0) return Error("--api-key-file: " + f.file + " holds no key (one key per line; # starts a comment)");
+    auto from_file = read_key_file(f.file, "--api-key-file");
+    if (!from_file) return from_file.error();
+    keys.insert(keys.end(), from_file->begin(), from_file->end());
   }
   if (keys.empty() && f.file.empty()) {
     if (const char* env = std::getenv("CODA_API_KEY"); env != nullptr && *env != 0) {

@@ -24,6 +24,9 @@ void add_api_key_flags(CLI::App* sub, ApiKeyFlags& f);
 // Every key the flags name (none: the server needs no key). An unreadable file, a file without a
 // key, or a key with whitespace or control characters inside is an error that says which.
 Expected<std::vector<std::string>> resolve_api_keys(const ApiKeyFlags& f);
+// The keys in a file, one per line (blank lines and # comments skipped); an error when it cannot be
+// read, holds none, or holds one an Authorization header cannot carry. `flag` names it in messages.
+Expected<std::vector<std::string>> read_key_file(const std::string& path, const std::string& flag);
 // Bounded malloc arenas and a fixed mmap threshold (see core/malloc_tuning.h), once at start.
 void tune_allocator_for_server();
 

@@ -27,7 +27,8 @@ Flags: --refuse-logprobs answers any request asking for logprobs with 400, as so
 --hang-models holds GET /v1/models without an answer (a hung replica under a health probe).
 GET /v1/endless sends a JSON body without end; GET /v1/trickle one byte every 50 ms.
 GET /stats reports requests, streams open now and streams the client closed (cancellations);
-GET /last-bodies and /last-request-ids the last ten generation requests' bodies and X-Request-Id.
+GET /last-bodies, /last-request-ids and /last-authorizations the last ten generation requests'
+bodies, X-Request-Id and Authorization headers.
 Prints "listening on PORT" when ready.
 """
 import argparse
@@ -42,7 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOOP = " The cat sat on the mat and looked at the door."
 INTRO = " Once upon a time there was a house."
 TEXT = " It is a fine day, and the work is done."
-STATS = {"requests": 0, "open": 0, "cancelled": 0, "completed": 0, "bodies": [], "request_ids": []}
+STATS = {"requests": 0, "open": 0, "cancelled": 0, "completed": 0, "bodies": [], "request_ids": [], "authorizations": []}
 LOCK = threading.Lock()
 STOP = threading.Event()
 
@@ -125,6 +126,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/last-request-ids":
             with LOCK:
                 return self.send_json(200, STATS["request_ids"][-10:])
+        if self.path == "/last-authorizations":
+            with LOCK:
+                return self.send_json(200, STATS["authorizations"][-10:])
         self.send_json(404, {"error": {"message": "no route", "type": "invalid_request_error"}})
 
     def chunk(self, data):
@@ -147,6 +151,7 @@ class Handler(BaseHTTPRequestHandler):
             STATS["requests"] += 1
             STATS["bodies"].append(body)
             STATS["request_ids"].append(self.headers.get("X-Request-Id"))
+            STATS["authorizations"].append(self.headers.get("Authorization"))
         if chat:
             msgs = body.get("messages", [])
             user = " ".join(m.get("content") or "" for m in msgs if m.get("role") == "user")

@@ -337,6 +337,22 @@ def scripted_tests(coda, work):
         made = hdrs.get("X-Request-Id", "")
         check(st == 200 and re.fullmatch(r"[0-9a-f]{32}", made) and up.json("GET", "/last-request-ids")[2][-1] == made,
               f"X-Request-Id made by the proxy and sent upstream: {made!r}")
+        # The upstream's key from a file (kept out of the process list): its first key line.
+        key_file = os.path.join(work, "upstream-key")
+        with open(key_file, "w") as f:
+            f.write("# the vLLM deployment's key\n\nup-key\nsecond\n")
+        px_key = proxy(coda, up.port, "--upstream-api-key-file", key_file)
+        try:
+            st, _, _ = px_key.json("POST", "/v1/completions", {"prompt": "[text] hi|"})
+            check(st == 200 and up.json("GET", "/last-authorizations")[2][-1] == "Bearer up-key",
+                  f"--upstream-api-key-file: upstream saw {up.json('GET', '/last-authorizations')[2][-1:]}")
+        finally:
+            px_key.stop()
+        r = subprocess.run([coda, "proxy", "--upstream", f"http://127.0.0.1:{up.port}", "--port", "0",
+                            "--upstream-api-key-file", os.path.join(work, "no-such-file")],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and "--upstream-api-key-file: cannot read" in r.stderr,
+              f"a missing upstream key file stops the proxy at start: {r.stderr.strip()}")
         st, events, done = px.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "[loop] go|"}],
                                                               "max_tokens": 400, "stream": True,
                                                               "coda": {"guard": "repair"}})
