@@ -58,6 +58,7 @@ int run_proxy(ProxyFlags& f) {
                "logprobs asked upstream\n",
                listed.c_str(), f.guard.c_str(), static_cast<long long>(f.opts.default_max_tokens),
                f.opts.max_connections, f.opts.top_logprobs);
+  print_access("coda proxy", f.opts.host, f.opts.api_keys.size());
   std::printf("coda proxy: listening on %s://%s:%d\n", f.opts.tls.enabled() ? "https" : "http", f.opts.host.c_str(),
               *port);
   std::fflush(stdout);

@@ -146,6 +146,7 @@ int serve(ServeFlags& f) {
                  "coda serve: %d F16 matrices hold bfloat16 values and multiply as BF16 (CODA_BF16_GEMM=float keeps "
                  "the float tile)\n",
                  rs.f16_as_bf16);
+  print_access("coda serve", f.server.host, f.server.api_keys.size());
   std::printf("coda serve: listening on %s://%s:%d\n", f.server.tls.enabled() ? "https" : "http", f.server.host.c_str(),
               *port);
   std::fflush(stdout);

@@ -1,5 +1,6 @@
 #include "cli/http_flags.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -89,6 +90,19 @@ Expected<std::vector<std::string>> resolve_api_keys(const ApiKeyFlags& f) {
     }
   }
   return keys;
+}
+
+void print_access(const char* who, const std::string& host, size_t n_keys) {
+  if (n_keys > 0) {
+    std::fprintf(stderr, "%s: /v1/* needs an API key (%zu key%s)\n", who, n_keys, n_keys == 1 ? "" : "s");
+    return;
+  }
+  const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (!loopback)
+    std::fprintf(stderr,
+                 "%s: warning: listening on %s without an API key: anyone who can reach the port can use it (give "
+                 "--api-key, --api-key-file or $CODA_API_KEY)\n",
+                 who, host.c_str());
 }
 
 void tune_allocator_for_server() {

@@ -27,6 +27,9 @@ Expected<std::vector<std::string>> resolve_api_keys(const ApiKeyFlags& f);
 // The keys in a file, one per line (blank lines and # comments skipped); an error when it cannot be
 // read, holds none, or holds one an Authorization header cannot carry. `flag` names it in messages.
 Expected<std::vector<std::string>> read_key_file(const std::string& path, const std::string& flag);
+// One stderr line at start on who may use the server: how many keys guard /v1/*, or a warning when
+// it listens beyond loopback with none (anyone who reaches the port can generate).
+void print_access(const char* who, const std::string& host, size_t n_keys);
 // Bounded malloc arenas and a fixed mmap threshold (see core/malloc_tuning.h), once at start.
 void tune_allocator_for_server();
 

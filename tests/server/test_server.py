@@ -484,8 +484,10 @@ def auth_tests(coda):
         finally:
             err = s.stop()
             check("Sanitizer" not in err and "runtime error" not in err, "key file server stderr clean: " + err[-300:])
+            check("/v1/* needs an API key (4 keys)" in err, "the start says how many keys guard the server")
         # $CODA_API_KEY when no flag names a key.
-        env = dict(os.environ, CODA_API_KEY="from-env")
+        env_nokey = {k: v for k, v in os.environ.items() if k != "CODA_API_KEY"}
+        env = dict(env_nokey, CODA_API_KEY="from-env")
         s = Server(coda, env=env)
         try:
             st, _, _ = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
@@ -495,6 +497,10 @@ def auth_tests(coda):
             check(st == 200, "CODA_API_KEY's key -> 200")
         finally:
             s.stop()
+        # Beyond loopback without a key: a warning at start.
+        s = Server(coda, "--host", "0.0.0.0", env=env_nokey)
+        err = s.stop()
+        check("warning: listening on 0.0.0.0 without an API key" in err, "no key beyond loopback warns: " + err[-300:])
         # Bad key sources are refused at start with a message that names them.
         empty = os.path.join(d, "empty")
         with open(empty, "w") as f:
