@@ -3,6 +3,7 @@
 
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
+#include "cli/llama_compat.h"
 #include "core/timer.h"
 #include "kernels/kernels.h"
 #include "lab/bench_model.h"
@@ -38,6 +39,7 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
   add_cache_type_flags(sub, f->ctk, f->ctv);
+  add_llama_device_flags(sub);
   sub->add_flag("--no-warmup", f->no_warmup, "Skip the untimed warm-up run");
   sub->add_flag("--no-repack", f->no_repack,
                 "Keep the weights in the file's layout (no 16-row repacking for the GEMM kernels)");

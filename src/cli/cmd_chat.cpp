@@ -8,6 +8,7 @@
 
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
+#include "cli/llama_compat.h"
 #include "cli/sampling_flags.h"
 #include "engine/generator.h"
 #include "guard/guard.h"
@@ -112,6 +113,7 @@ void add_chat(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
+  add_llama_device_flags(sub);
   sub->add_flag("--show-prompt", f->show_prompt, "Print each rendered prompt to stderr");
   sub->add_option("--guard", f->guard,
                   "Degeneration guard: observe, stop or repair, optionally for some detectors (stop:loop,flooding)")

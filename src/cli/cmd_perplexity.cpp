@@ -8,6 +8,7 @@
 
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
+#include "cli/llama_compat.h"
 #include "lab/perplexity.h"
 #include "tokenizer/vocab.h"
 
@@ -129,6 +130,7 @@ void add_perplexity(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str()
       ->check(CLI::Range(4, 1 << 20));
   add_cache_type_flags(sub, f->ctk, f->ctv);
+  add_llama_device_flags(sub);
   sub->add_option("--chunks", f->opts.max_chunks, "At most this many chunks (default: all)")
       ->check(CLI::Range(1, 1 << 30));
   sub->add_option("-b,--batch-size", f->opts.n_batch, "Tokens per forward pass")

@@ -5,6 +5,7 @@
 
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
+#include "cli/llama_compat.h"
 #include "cli/sampling_flags.h"
 #include "core/json_parse.h"
 #include "engine/generator.h"
@@ -195,6 +196,7 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
       ->check(CLI::Range(1, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
+  add_llama_device_flags(sub);
   sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");
   sub->add_flag("--json", f->json, "Print one JSON result (text, tokens, finish_reason, usage, timings)");
   add_sampling_flags(sub, f->request);

@@ -12,6 +12,7 @@
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
 #include "cli/http_flags.h"
+#include "cli/llama_compat.h"
 #include "engine/generator.h"
 #include "kernels/kernels.h"
 #include "server/server.h"
@@ -176,8 +177,8 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::ExistingFile);
   sub->add_option("--ssl-keyfile,--ssl-key-file", f->server.tls.key, "The PEM private key of --ssl-certfile")
       ->check(CLI::ExistingFile);
-  sub->add_option("--served-model-name,--alias", f->server.defaults.model_id,
-                  "The model id clients use (--alias is llama-server's name)")
+  sub->add_option("-a,--served-model-name,--alias", f->server.defaults.model_id,
+                  "The model id clients use (-a, --alias are llama-server's names)")
       ->capture_default_str();
   sub->add_option("--max-queue", f->server.max_queue, "Waiting requests before 429")->capture_default_str();
   sub->add_option("--max-num-seqs,--parallel", f->server.max_batch,
@@ -199,9 +200,21 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
                   "Context size (default: the model's trained context; --max-model-len is vLLM's name)")
       ->check(CLI::Range(1, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
+  add_llama_device_flags(sub);
   sub->add_option("--default-max-tokens", f->default_max_tokens, "max_tokens for requests that omit it")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
+  // llama-server's -n: -1 (its default, "until the end") keeps coda's bounded default, since a
+  // generation that never ends is what coda exists to prevent.
+  sub->add_option_function<int64_t>(
+         "-n,--n-predict,--predict",
+         [f](int64_t n) {
+           if (n == 0) throw CLI::ValidationError("--n-predict", "0 tokens: give a count, or -1 for coda's default");
+           if (n > 0) f->default_max_tokens = static_cast<int>(n);
+         },
+         "llama-server's name for --default-max-tokens; -1 keeps coda's default")
+      ->type_name("N")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24));
   sub->add_flag("--no-prefix-cache,--no-enable-prefix-caching", f->no_prefix_cache,
                 "Do not reuse the KV cache of earlier requests that share a prompt prefix");
   sub->add_flag("--enable-prefix-caching")

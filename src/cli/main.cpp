@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/llama_compat.h"
 #include "core/version.h"
 
 namespace coda::cli {
@@ -66,8 +67,12 @@ int main(int argc, char** argv) {
     std::fputs(app.help().c_str(), stdout);
     return 0;
   }
+  // llama.cpp's several-letter short options (-ngl, -np, -ctk) under their long names.
+  const std::vector<std::string> args = coda::cli::expand_llama_short_options(argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const auto& a : args) arg_ptrs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -4,6 +4,7 @@
 
 #include "cli/cache_flags.h"
 #include "cli/commands.h"
+#include "cli/llama_compat.h"
 #include "client/openai_client.h"
 #include "guard/guard.h"
 
@@ -32,6 +33,7 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
   sub->add_option("-c,--ctx-size", f.ctx, "Context size, in-process (default: the model's)")
       ->check(CLI::Range(1, 1 << 24));
   add_cache_type_flags(sub, f.ctk, f.ctv);
+  add_llama_device_flags(sub);
   sub->add_option("--max-num-seqs", f.max_num_seqs, "Sequences batched together, in-process")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

@@ -64,6 +64,18 @@ expect_fail "unknown weight type 'Q3_XX'" synth --type Q3_XX -o "$work/x.gguf"
 head -c 3000 "$("$coda" info 2>/dev/null | head -1 | cut -d: -f1)" >"$work/truncated.gguf" 2>/dev/null
 expect_fail "invalid GGUF" run -m "$work/truncated.gguf"
 
+# llama-cli's command line runs as written: -ngl and -fa (old style without a value, and on/off) are
+# accepted and noted, -ctk/-ctv reach the cache, and the greedy text is the same as without them.
+g=$("$coda" run -p "In the beginning God" -n 16 --temp 0 --ignore-eos -ngl 99 -fa -ctk q8_0 -ctv q8_0 2>"$work/err")
+[[ "$g" == "In the beginning God"* ]] || { echo "FAIL: run with llama.cpp flags: $g $(cat "$work/err")"; failures=$((failures + 1)); }
+grep -q "n-gpu-layers 99 ignored: coda runs every layer on the CPU" "$work/err" ||
+  { echo "FAIL: -ngl 99 not noted: $(cat "$work/err")"; failures=$((failures + 1)); }
+"$coda" run -n 2 -fa off 2>"$work/err" >/dev/null && grep -q "flash-attn off ignored" "$work/err" ||
+  { echo "FAIL: -fa off not noted: $(cat "$work/err")"; failures=$((failures + 1)); }
+expect_fail "--flash-attn: maybe not in {on,off,auto" run -n 2 -fa maybe
+expect_fail "--max-num-seqs: Value 0 not in range 1 to 256" serve -np 0
+expect_fail "--n-predict: 0 tokens" serve -n 0
+
 # Seeded sampling is reproducible.
 a=$("$coda" run -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos 2>/dev/null)
 b=$("$coda" run -n 24 --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos 2>/dev/null)

@@ -382,6 +382,24 @@ def other_engines_flag_tests(coda):
         check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
     s = Server(coda, "--enable-prefix-caching")
     s.stop()
+    # A llama-server line as its users write it: several-letter short options (-np, -ctk, -ngl, ...),
+    # GPU flags that a CPU engine notes and goes on without, -a for the model id, -n for max_tokens.
+    s = Server(coda, "-c", "1024", "-np", "2", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-cb",
+               "-a", "local-llama", "-to", "60", "-n", "24")
+    try:
+        st, _, models = s.json("GET", "/v1/models")
+        check(st == 200 and models["data"][0]["id"] == "local-llama" and models["data"][0]["max_model_len"] == 1024,
+              f"llama-server flags: -a names the model, -c sizes the context: {models}")
+        st, _, r = s.json("POST", "/v1/completions", {"model": "local-llama", "prompt": "Once upon a time",
+                                                      "ignore_eos": True, "coda": {"guard": "observe"}})
+        check(st == 200 and r["usage"]["completion_tokens"] == 24 and r["choices"][0]["finish_reason"] == "length",
+              f"llama-server's -n 24 is the max_tokens of requests that omit it: {r.get('usage')}")
+    finally:
+        err = s.stop()
+    check("keys q8_0, values q8_0" in err and "batches of up to 2 sequences" in err,
+          "-ctk/-ctv q8_0 and -np 2 reach the engine: " + err[:600])
+    check("--n-gpu-layers 99 ignored: coda runs every layer on the CPU" in err, "-ngl 99 is noted: " + err[:300])
+    check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
 
 
 def non_stream_disconnect_tests(coda):

@@ -1,0 +1,61 @@
+#include "cli/llama_compat.h"
+
+#include <array>
+#include <cstdio>
+#include <utility>
+
+namespace coda::cli {
+
+std::vector<std::string> expand_llama_short_options(int argc, const char* const* argv) {
+  static constexpr std::array<std::pair<const char*, const char*>, 7> kLong = {{
+      {"-ngl", "--n-gpu-layers"},
+      {"-fa", "--flash-attn"},
+      {"-ctk", "--cache-type-k"},
+      {"-ctv", "--cache-type-v"},
+      {"-np", "--parallel"},
+      {"-cb", "--cont-batching"},
+      {"-to", "--timeout"},
+  }};
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(argc));
+  bool options_ended = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && !options_ended) {
+      if (a == "--") {
+        options_ended = true;
+      } else {
+        for (const auto& [short_name, long_name] : kLong)
+          if (a == short_name) a = long_name;
+      }
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void add_llama_device_flags(CLI::App* sub) {
+  sub->add_option_function<int>(
+         "--n-gpu-layers,--gpu-layers",
+         [](int n) {
+           if (n != 0)
+             std::fprintf(stderr, "coda: note: --n-gpu-layers %d ignored: coda runs every layer on the CPU\n", n);
+         },
+         "Accepted for llama.cpp command lines (-ngl); coda runs every layer on the CPU")
+      ->type_name("N");
+  sub->add_option_function<std::string>(
+         "--flash-attn",
+         [](const std::string& v) {
+           if (v == "off" || v == "0" || v == "disabled")
+             std::fprintf(stderr,
+                          "coda: note: --flash-attn %s ignored: coda's attention always runs in chunks with an online "
+                          "softmax, flash attention's method\n",
+                          v.c_str());
+         },
+         "Accepted for llama.cpp command lines (-fa [on|off|auto]); coda's attention is always flash-style")
+      ->expected(0, 1)
+      ->type_name("[on|off|auto]")
+      ->check(CLI::IsMember({"on", "off", "auto", "1", "0", "-1", "enabled", "disabled"}));
+}
+
+}  // namespace coda::cli
