@@ -49,6 +49,14 @@ ApiError generation_error(const std::string& message) {
   return e;
 }
 
+// The answer's id and its X-Request-Id share one request id: the client's (vLLM builds
+// "chatcmpl-<X-Request-Id>" the same way), or a new random one, so a client's logs can join the two.
+std::string response_id(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const std::string request_id = request_id_for(req);
+  res.set_header("X-Request-Id", request_id);
+  return (chat ? "chatcmpl-" : "cmpl-") + request_id;
+}
+
 }  // namespace
 
 Server::Server(Generator& gen, ServerOptions opts)
@@ -161,8 +169,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         "The server is at capacity (" + std::to_string(opts_.max_queue) + " requests waiting); retry shortly.",
         "rate_limit_exceeded", "rate_limit_exceeded");
   }
-  const std::string id =
-      (chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(next_id_.fetch_add(1));
+  const std::string id = response_id(req, res, chat);
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
 
   if (!r.stream) {
@@ -391,8 +398,7 @@ void Server::serve_choices(ApiRequest r, bool chat, const httplib::Request& req,
     }
     tickets.push_back(std::move(t));
   }
-  const std::string id =
-      (chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(next_id_.fetch_add(1));
+  const std::string id = response_id(req, res, chat);
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   nlohmann::ordered_json body;
   auto choices = nlohmann::ordered_json::array();

@@ -67,7 +67,6 @@ class Server {
   std::unique_ptr<httplib::Server> http_;  // https when the options give a certificate
   std::string tls_error_;                  // a certificate that did not load (bind() reports it)
   int64_t started_ = 0;
-  std::atomic<uint64_t> next_id_{1};
 };
 
 }  // namespace coda

@@ -165,6 +165,10 @@ class Server:
 
 
 def api_tests(s):
+    status, events, _ = s.stream("/v1/completions", {"prompt": "x", "max_tokens": 2, "stream": True})
+    ids = {e.get("id") for e in events}
+    check(status == 200 and len(ids) == 1 and re.fullmatch(r"cmpl-[0-9a-f]{32}", ids.pop() or "") is not None,
+          f"a stream's chunks share one id, from the new X-Request-Id: {events[:2]}")
     st, _, body = s.json("GET", "/health")
     check(st == 200 and body == {"status": "ok"}, "/health")
     st, _, body = s.json("GET", "/v1/models")
@@ -467,9 +471,16 @@ def auth_tests(coda):
         st, _, body = s.json("GET", "/version")
         check(st == 200 and body.get("version"), "/version needs no key")
         # X-Request-Id comes back as sent (vLLM's habit), on refusals too; without one, a new one.
-        st, hdrs, _ = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
-                             {"Authorization": "Bearer sekret", "X-Request-Id": "trace-7"})
+        st, hdrs, body = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                                {"Authorization": "Bearer sekret", "X-Request-Id": "trace-7"})
         check(st == 200 and hdrs.get("X-Request-Id") == "trace-7", f"X-Request-Id echoed: {hdrs.get('X-Request-Id')}")
+        check(body.get("id") == "cmpl-trace-7", f"the answer's id is built from X-Request-Id, as vLLM builds it: {body}")
+        st, hdrs, body = s.json("POST", "/v1/chat/completions",
+                                {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+                                {"Authorization": "Bearer sekret"})
+        rid = hdrs.get("X-Request-Id", "")
+        check(st == 200 and re.fullmatch(r"[0-9a-f]{32}", rid) is not None and body.get("id") == "chatcmpl-" + rid,
+              f"without X-Request-Id, the new one names the answer too: {rid} {body.get('id')}")
         st, hdrs, _ = s.json("POST", "/v1/completions", {"prompt": "x"}, {"X-Request-Id": "trace-8"})
         check(st == 401 and hdrs.get("X-Request-Id") == "trace-8", "X-Request-Id on a 401")
         st, hdrs, _ = s.json("GET", "/health")
