@@ -492,6 +492,22 @@ void ProxyServer::routes() {
     res.set_content(dump(*answer), "application/json");
   };
   http_->Get("/v1/models", [pass](const httplib::Request&, httplib::Response& s) { pass("/v1/models", nullptr, s); });
+  // OpenAI's "retrieve model", answered from the upstream's list so that it works whether or not
+  // the engine serves the route. An upstream's error comes back as it is.
+  http_->Get(R"(/v1/models/(.+))", [pass](const httplib::Request& q, httplib::Response& s) {
+    pass("/v1/models", nullptr, s);
+    if (s.status != 200) return;
+    const json list = json::parse(s.body, nullptr, false);
+    if (list.is_object() && list.contains("data") && list["data"].is_array())
+      for (const auto& m : list["data"])
+        if (m.is_object() && m.value("id", json()) == q.matches[1].str())
+          return s.set_content(dump(m), "application/json");
+    send_api_error(s, 404,
+                   "The model `" + q.matches[1].str().substr(0, 200) +
+                       "` does not exist upstream; GET /v1/models lists "
+                       "what it serves.",
+                   "invalid_request_error", "model_not_found");
+  });
   for (const char* path : {"/tokenize", "/detokenize"})
     http_->Post(path, [pass, path](const httplib::Request& q, httplib::Response& s) { pass(path, &q.body, s); });
   http_->Get("/version", [pass](const httplib::Request&, httplib::Response& s) { pass("/version", nullptr, s); });

@@ -106,13 +106,24 @@ void Server::routes() {
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
   });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    nlohmann::ordered_json m{{"id", opts_.defaults.model_id},
-                             {"object", "model"},
-                             {"created", started_},
-                             {"owned_by", "coda"},
-                             {"max_model_len", gen_.n_ctx()}};
-    res.set_content(dump_json({{"object", "list"}, {"data", nlohmann::ordered_json::array({m})}}), "application/json");
+  auto model = [this] {
+    return nlohmann::ordered_json{{"id", opts_.defaults.model_id},
+                                  {"object", "model"},
+                                  {"created", started_},
+                                  {"owned_by", "coda"},
+                                  {"max_model_len", gen_.n_ctx()}};
+  };
+  http_->Get("/v1/models", [model](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json({{"object", "list"}, {"data", nlohmann::ordered_json::array({model()})}}),
+                    "application/json");
+  });
+  // OpenAI's "retrieve model" (the SDKs' models.retrieve); an id may hold '/' (org/name).
+  http_->Get(R"(/v1/models/(.+))", [this, model](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] == opts_.defaults.model_id) return res.set_content(dump_json(model()), "application/json");
+    send_api_error(res, 404,
+                   "The model `" + req.matches[1].str().substr(0, 200) + "` does not exist. This server serves `" +
+                       opts_.defaults.model_id + "`.",
+                   "invalid_request_error", "model_not_found");
   });
   if (opts_.admin_api) {
     auto state = [this](httplib::Response& res) {

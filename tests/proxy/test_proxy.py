@@ -229,6 +229,10 @@ def coda_upstream_tests(coda, up, px):
     # Routes: models from the upstream, health, metrics with upstream and model labels.
     st, _, body = px.json("GET", "/v1/models")
     check(st == 200 and body["data"][0]["id"] == "coda", f"/v1/models from the upstream: {body}")
+    st, _, one = px.json("GET", "/v1/models/coda")
+    check(st == 200 and one == body["data"][0], f"/v1/models/coda from the upstream's list: {one}")
+    st, _, err = px.json("GET", "/v1/models/other")
+    check(st == 404 and err["error"]["code"] == "model_not_found", f"/v1/models/other: 404 model_not_found: {err}")
     st, _, body = px.json("GET", "/health")
     check(st == 200 and body["status"] == "ok", f"/health: {body}")
     # The engine's tokenizer routes and version pass through, answers and errors alike.

@@ -173,6 +173,11 @@ def api_tests(s):
     check(st == 200 and body == {"status": "ok"}, "/health")
     st, _, body = s.json("GET", "/v1/models")
     check(st == 200 and body["data"][0]["id"] == "coda" and body["object"] == "list", "/v1/models")
+    st, _, one = s.json("GET", "/v1/models/coda")
+    check(st == 200 and one == body["data"][0], f"/v1/models/coda is the listed model (OpenAI's retrieve): {one}")
+    st, _, err = s.json("GET", "/v1/models/gpt-4o")
+    check(st == 404 and err["error"]["code"] == "model_not_found" and "serves `coda`" in err["error"]["message"],
+          f"/v1/models/gpt-4o: 404 model_not_found, naming what is served: {err}")
     # Completion, greedy: the bundled model's reference continuation.
     st, _, body = s.json("POST", "/v1/completions", {"model": "coda", "prompt": "In the beginning God",
                                                      "max_tokens": 12, "temperature": 0})
@@ -389,12 +394,15 @@ def other_engines_flag_tests(coda):
     # A llama-server line as its users write it: several-letter short options (-np, -ctk, -ngl, ...),
     # GPU flags that a CPU engine notes and goes on without, -a for the model id, -n for max_tokens.
     s = Server(coda, "-c", "1024", "-np", "2", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-cb",
-               "-a", "local-llama", "-to", "60", "-n", "24")
+               "-a", "acme/local-llama", "-to", "60", "-n", "24")
     try:
         st, _, models = s.json("GET", "/v1/models")
-        check(st == 200 and models["data"][0]["id"] == "local-llama" and models["data"][0]["max_model_len"] == 1024,
+        check(st == 200 and models["data"][0]["id"] == "acme/local-llama" and
+              models["data"][0]["max_model_len"] == 1024,
               f"llama-server flags: -a names the model, -c sizes the context: {models}")
-        st, _, r = s.json("POST", "/v1/completions", {"model": "local-llama", "prompt": "Once upon a time",
+        st, _, one = s.json("GET", "/v1/models/acme/local-llama")
+        check(st == 200 and one.get("id") == "acme/local-llama", f"/v1/models/ORG/NAME: an id with a slash: {one}")
+        st, _, r = s.json("POST", "/v1/completions", {"model": "acme/local-llama", "prompt": "Once upon a time",
                                                       "ignore_eos": True, "coda": {"guard": "observe"}})
         check(st == 200 and r["usage"]["completion_tokens"] == 24 and r["choices"][0]["finish_reason"] == "length",
               f"llama-server's -n 24 is the max_tokens of requests that omit it: {r.get('usage')}")
