@@ -6,22 +6,51 @@
 namespace coda::cli {
 
 void add_load_flags(CLI::App* sub, LoadFlags& f) {
-  sub->add_option(
-      "--prompts", f.prompts_file,
-      "Prompts: JSONL ({\"prompt\"|\"messages\", \"group\"} per line), a JSON array of them, or a ShareGPT dump");
+  sub->add_option("--prompts,--dataset-path", f.prompts_file,
+                  "Prompts: JSONL ({\"prompt\"|\"messages\", \"group\"} per line), a JSON array of them, or a "
+                  "ShareGPT dump (--dataset-path is vLLM's name)");
+  // vLLM's `bench serve` names the file's kind; coda reads it from the file itself.
+  sub->add_option("--dataset-name", f.dataset_name,
+                  "Accepted for vLLM's bench serve: sharegpt or custom (JSONL with \"prompt\"); coda reads the kind "
+                  "from the file given by --prompts/--dataset-path")
+      ->check(CLI::IsMember({"sharegpt", "custom"}));
   sub->add_option("--set", f.sets, "Built-in prompt sets: exam, narrative, technical or all (comma-separated)")
       ->capture_default_str();
   sub->add_option("--lang", f.languages, "Built-in prompt languages: en, it, fr (comma-separated)")->capture_default_str();
-  sub->add_option("--rate", f.load.rate_per_min, "Requests per minute (0: all at once)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  auto* per_min = sub->add_option("--rate", f.load.rate_per_min, "Requests per minute (0: all at once)")
+                      ->capture_default_str()
+                      ->check(CLI::NonNegativeNumber);
+  // vLLM's --request-rate counts per second, and "inf" sends everything at once.
+  sub->add_option_function<std::string>(
+         "--request-rate",
+         [&f](const std::string& v) {
+           if (v == "inf") {
+             f.load.rate_per_min = 0;
+             return;
+           }
+           double per_s = 0;
+           size_t used = 0;
+           try {
+             per_s = std::stod(v, &used);
+           } catch (const std::exception&) {
+             used = 0;
+           }
+           if (used != v.size() || !(per_s > 0) || per_s > 1e6)
+             throw CLI::ValidationError("--request-rate", "'" + v + "': give requests per second (> 0) or inf");
+           f.load.rate_per_min = per_s * 60;
+         },
+         "Requests per second, or inf for all at once (vLLM's bench serve flag; --rate counts per minute)")
+      ->type_name("RATE")
+      ->excludes(per_min);
   sub->add_option("--burstiness", f.load.burstiness, "Gamma shape of the arrival gaps; 1 is Poisson")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--max-concurrency", f.load.max_concurrency, "Requests in flight at most (0: unlimited)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--requests", f.load.requests, "Requests per set")->capture_default_str()->check(CLI::Range(1, 10000000));
+  sub->add_option("--requests,--num-prompts", f.load.requests, "Requests per set (--num-prompts is vLLM's name)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000000));
   sub->add_option("--sets", f.load.sets, "Independent sets")->capture_default_str()->check(CLI::Range(1, 10000));
   sub->add_option("-n,--max-tokens", f.load.max_tokens, "max_tokens of every request")
       ->capture_default_str()

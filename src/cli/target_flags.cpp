@@ -11,9 +11,9 @@
 namespace coda::cli {
 
 void add_target_flags(CLI::App* sub, TargetFlags& f) {
-  sub->add_option("--url", f.url,
+  sub->add_option("--url,--base-url", f.url,
                   "An OpenAI-compatible server (vLLM, llama.cpp, SGLang, coda serve): http(s)://HOST:PORT[/v1] (a bare "
-                  "HOST:PORT means http://)");
+                  "HOST:PORT means http://; --base-url is vLLM's bench name)");
   sub->add_option("--model", f.model_name, "The model name sent in requests (--url targets)");
   sub->add_option("--api-key", f.api_key,
                   "Sent as 'Authorization: Bearer KEY' (--url targets; default: $OPENAI_API_KEY, which vLLM's "

@@ -225,6 +225,22 @@ def bench_api_key_tests(coda, work):
         run(args + ["-o", os.path.join(work, "bench-envkey")], env=dict(env, OPENAI_API_KEY="lab-key"))
         s = json.load(open(os.path.join(work, "bench-envkey", "summary.json")))
         check(s["completed"] == 2, f"$OPENAI_API_KEY is sent: {s['completed']} of 2 completed")
+        # vLLM's `bench serve` spelling of the same run: --base-url, --dataset-name/--dataset-path,
+        # --num-prompts, --request-rate (per second; inf sends all at once).
+        sg = os.path.join(work, "vllm-sharegpt.json")
+        json.dump([{"id": "a", "conversations": [{"from": "human", "value": "Tell me a story."}]}], open(sg, "w"))
+        run([coda, "bench", "--base-url", url, "--dataset-name", "sharegpt", "--dataset-path", sg, "--num-prompts", "3",
+             "--request-rate", "inf", "-n", "4", "-o", os.path.join(work, "bench-vllm-flags")],
+            env=dict(env, OPENAI_API_KEY="lab-key"))
+        s = json.load(open(os.path.join(work, "bench-vllm-flags", "summary.json")))
+        check(s["completed"] == 3 and s["options"]["rate_per_min"] == 0 and "sharegpt" in json.dumps(s["groups"]),
+              f"vLLM's bench flags: 3 ShareGPT requests at once: {s['completed']}, {s['options']}")
+        run([coda, "bench", "--num-prompts", "2", "--request-rate", "2.5", "-n", "2", "-o",
+             os.path.join(work, "bench-per-second")])
+        s = json.load(open(os.path.join(work, "bench-per-second", "summary.json")))
+        check(s["options"]["rate_per_min"] == 150, f"--request-rate 2.5 per second is 150 per minute: {s['options']}")
+        p = run([coda, "bench", "--request-rate", "2", "--rate", "60", "-o", os.path.join(work, "bench-both")], ok=False)
+        check(p.returncode != 0 and "excludes" in p.stderr, "--request-rate and --rate together: " + p.stderr[-120:])
     finally:
         srv.terminate()
         srv.wait(timeout=30)
