@@ -31,6 +31,7 @@ struct RunFlags {
   bool json_object = false;
   std::string prompt_file;  // llama.cpp's -f
   bool prompt_given = false;
+  bool no_display_prompt = false;  // llama.cpp's --no-display-prompt: stdout holds the continuation only
 };
 
 // -f FILE: the prompt is the file's bytes, as llama.cpp reads it (a trailing newline included).
@@ -105,7 +106,7 @@ int run(RunFlags& f) {
   const Vocab& vocab = *loaded->vocab;
   if (f.n_predict >= 0) f.request.max_tokens = f.n_predict;  // -1: the default cap
 
-  if (!f.json) {
+  if (!f.json && !f.no_display_prompt) {
     std::fputs(f.request.prompt.c_str(), stdout);
     std::fflush(stdout);
   }
@@ -188,6 +189,12 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str()
       ->each([f](const std::string&) { f->prompt_given = true; });
   sub->add_option("-f,--file", f->prompt_file, "Read the prompt from a file");
+  sub->add_flag("--no-display-prompt", f->no_display_prompt,
+                "Print only the continuation, not the prompt before it (llama-cli's flag, for scripts)");
+  sub->add_flag("--no-conversation")
+      ->description(
+          "Accepted for llama-cli command lines (-no-cnv); coda run always continues the prompt as it is "
+          "(coda chat is the conversation)");
   sub->add_option("-n,--n-predict", f->n_predict,
                   "Tokens to generate (-1: the default cap of 4096, within the context)")
       ->capture_default_str()

@@ -7,7 +7,7 @@
 namespace coda::cli {
 
 std::vector<std::string> expand_llama_short_options(int argc, const char* const* argv) {
-  static constexpr std::array<std::pair<const char*, const char*>, 7> kLong = {{
+  static constexpr std::array<std::pair<const char*, const char*>, 8> kLong = {{
       {"-ngl", "--n-gpu-layers"},
       {"-fa", "--flash-attn"},
       {"-ctk", "--cache-type-k"},
@@ -15,6 +15,7 @@ std::vector<std::string> expand_llama_short_options(int argc, const char* const*
       {"-np", "--parallel"},
       {"-cb", "--cont-batching"},
       {"-to", "--timeout"},
+      {"-no-cnv", "--no-conversation"},
   }};
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(argc));

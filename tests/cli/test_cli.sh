@@ -73,6 +73,10 @@ grep -q "n-gpu-layers 99 ignored: coda runs every layer on the CPU" "$work/err" 
 "$coda" run -n 2 -fa off 2>"$work/err" >/dev/null && grep -q "flash-attn off ignored" "$work/err" ||
   { echo "FAIL: -fa off not noted: $(cat "$work/err")"; failures=$((failures + 1)); }
 expect_fail "--flash-attn: maybe not in {on,off,auto" run -n 2 -fa maybe
+# llama-cli's --no-display-prompt (and -no-cnv, accepted): the continuation alone on stdout.
+nd=$("$coda" run -p "In the beginning God" -n 16 --temp 0 --ignore-eos --no-display-prompt -no-cnv 2>/dev/null)
+[[ -n "$nd" && "In the beginning God$nd" == "$out" ]] ||
+  { echo "FAIL: --no-display-prompt: '$nd' is not the continuation of '$out'"; failures=$((failures + 1)); }
 expect_fail "--max-num-seqs: Value 0 not in range 1 to 256" serve -np 0
 expect_fail "--n-predict: 0 tokens" serve -n 0
 
