@@ -17,7 +17,13 @@ Then the corpora of bench/guard_corpus.py through `coda scan`: 247 texts that re
 Llama 3's tokenizer (tests/node, installed by npm ci), the bundled model's, and the proxy's word
 pieces (an upstream without logprobs).
 
+--prompts 1200 adds 1,000 prompts written for stop 52 from 20 more subjects and 10 more verbs per
+language (500 English, 500 Italian, alternating, so any prefix is balanced) after the first 200,
+which stay the default set. --settings and --policies run a subset (e.g. --policies observe, which
+is all the false-positive rate and recall need); the rows of what was not run are left out.
+
 Usage: /usr/bin/python3 bench/guard_eval.py build/coda OUT_DIR [--prompts N] [--jobs J] [--save-runs FILE]
+       [--settings greedy,temp 0.7,temp 1.0] [--policies observe,repair]
 Writes OUT_DIR/guard-eval.json and OUT_DIR/guard-eval.md.
 """
 import argparse
@@ -45,8 +51,44 @@ def prompts(n):
                 "diventa", "cambia", "somiglia a"]
     en = [f"{s} {v}" for s in en_subjects for v in en_verbs]
     it = [f"{s} {v}" for s in it_subjects for v in it_verbs]
-    half = n // 2
-    return [("en", p) for p in en[:half]] + [("it", p) for p in it[: n - half]]
+    if n <= 200:
+        half = n // 2
+        return [("en", p) for p in en[:half]] + [("it", p) for p in it[: n - half]]
+    if n > 1200:
+        raise SystemExit(f"--prompts {n}: at most 1200 (200 + the 1,000 of the extended set)")
+    return prompts(200) + extended_prompts()[: n - 200]
+
+
+def extended_prompts():
+    """1,000 prompts beyond the first 200, alternating English and Italian: 20 new subjects with the
+    old and 10 new verbs, and the old subjects with the new verbs, per language."""
+    en_subjects = ["And the LORD", "And Moses", "The king", "And the people", "Then Jesus", "And David", "The wise man",
+                   "A fool", "My son", "The children of Israel"]
+    en_verbs = ["said unto", "went up to", "spake unto", "came to", "looked upon", "gave unto", "took", "heard",
+                "sent", "remembered"]
+    it_subjects = ["La vita", "Il tempo", "L'amore", "Chi dorme", "Un amico", "La fortuna", "Il lavoro", "La donna",
+                   "Il saggio", "Ogni giorno"]
+    it_verbs = ["è come", "non aspetta", "vale più di", "porta sempre", "insegna che", "ci dice che", "sa bene che",
+                "diventa", "cambia", "somiglia a"]
+    en_new_s = ["The priest", "The servant", "The prophet", "The woman", "And Joseph", "And Abraham",
+                "The angel of the LORD", "And Samuel", "The elders", "And Solomon", "The rich man", "The shepherd",
+                "And Aaron", "The men of Judah", "And Pharaoh", "The stranger", "And Jacob", "The daughter of Zion",
+                "And Elijah", "The multitude"]
+    en_new_v = ["answered and said", "went forth unto", "built an altar to", "wrote unto", "commanded", "blessed",
+                "arose and went to", "called unto", "cried unto", "turned unto"]
+    it_new_s = ["La speranza", "Il mare", "La notte", "Un uomo", "La madre", "Il cuore", "La città", "Il vento",
+                "La guerra", "Il silenzio", "Un bambino", "La musica", "Il padre", "La luna", "Il fiume", "La verità",
+                "Il destino", "La paura", "Il ricordo", "La pace"]
+    it_new_v = ["non dimentica", "ricorda che", "nasconde", "trova sempre", "ha bisogno di", "parla di", "sembra",
+                "chiede a", "aspetta che", "racconta che"]
+    en = [f"{s} {v}" for s in en_new_s for v in en_verbs + en_new_v] + [f"{s} {v}" for s in en_subjects
+                                                                         for v in en_new_v]
+    it = [f"{s} {v}" for s in it_new_s for v in it_verbs + it_new_v] + [f"{s} {v}" for s in it_subjects
+                                                                         for v in it_new_v]
+    out = []
+    for e, i in zip(en, it):
+        out += [("en", e), ("it", i)]
+    return out
 
 
 def reference_loop(tokens, floor=64):
@@ -83,13 +125,15 @@ def run_one(coda, prompt, setting_args, seed, policy):
     return json.loads(r.stdout)
 
 
-def evaluate(coda, items, jobs):
+def evaluate(coda, items, jobs, settings=None, policies=("observe", "repair")):
     runs = []
     with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         futures = {}
         for si, (name, args) in enumerate(SETTINGS):
+            if settings is not None and name not in settings:
+                continue
             for pi, (lang, prompt) in enumerate(items):
-                for policy in ("observe", "repair"):
+                for policy in policies:
                     f = ex.submit(run_one, coda, prompt, args, 1000 * si + pi, policy)
                     futures[f] = (name, lang, prompt, policy)
         for f in cf.as_completed(futures):
@@ -103,6 +147,8 @@ def summarize(runs):
     table = []
     for name, _ in SETTINGS:
         obs = [x for x in runs if x["setting"] == name and x["policy"] == "observe"]
+        if not obs:
+            continue
         rep = {x["prompt"]: x for x in runs if x["setting"] == name and x["policy"] == "repair"}
         n = len(obs)
         hit_max = sum(1 for x in obs if x["result"]["finish_reason"] == "length")
@@ -157,6 +203,9 @@ def summarize(runs):
             "recall": tp / loops if loops else float("nan"),
             "false_positive_rate": fp / negatives if negatives else float("nan"),
             "false_positives": fp,
+            "negatives": negatives,
+            "false_positive_ci95": wilson(fp, negatives),
+            "repair_run": bool(rep),
             "delay_median": float(np.median(delays)) if delays else float("nan"),
             "delay_p90": float(np.percentile(delays, 90)) if delays else float("nan"),
             "events_by_type": events_by_type,
@@ -176,6 +225,26 @@ def summarize(runs):
             "looping_mean_entropy_after": mean(sig_rep, "mean_entropy"),
         })
     return table
+
+
+def wilson(k, n, z=1.959964):
+    """95% Wilson score interval of k successes in n trials ([nan, nan] for n = 0)."""
+    if n == 0:
+        return [float("nan"), float("nan")]
+    p, d = k / n, 1 + z * z / n
+    centre, half = (p + z * z / (2 * n)) / d, z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return [max(0.0, float(centre - half)), min(1.0, float(centre + half))]
+
+
+REPAIR_ROWS = {"ended_normally_repair", "loop_reference_after_repair", ("failed_observe", "failed_repair"), "repairs",
+               ("looping_mean_distinct2_before", "looping_mean_distinct2_after"),
+               ("looping_mean_surprisal_before", "looping_mean_surprisal_after"),
+               ("looping_mean_entropy_before", "looping_mean_entropy_after")}
+
+
+def false_positive_cell(t):
+    lo, hi = t["false_positive_ci95"]
+    return f"{t['false_positives']}/{t['negatives']} = {t['false_positive_rate']:.3f} (95% CI {lo:.3f}-{hi:.3f})"
 
 
 def markdown(table, n_prompts):
@@ -206,9 +275,13 @@ def markdown(table, n_prompts):
     out = [f"| {n_prompts} prompts | " + " | ".join(t["setting"] for t in table) + " |",
            "|---|" + "---|" * len(table)]
     for label, key, fmt in rows:
+        if key in REPAIR_ROWS and not any(t["repair_run"] for t in table):
+            continue
         cells = []
         for t in table:
-            if isinstance(key, tuple):
+            if key == "false_positive_rate":
+                cells.append(false_positive_cell(t))
+            elif isinstance(key, tuple):
                 cells.append(fmt.format(t[key[0]]) + " -> " + fmt.format(t[key[1]]))
             else:
                 cells.append(fmt.format(t[key]))
@@ -256,14 +329,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("coda")
     ap.add_argument("out")
-    ap.add_argument("--prompts", type=int, default=200)
+    ap.add_argument("--prompts", type=int, default=200, help="200 (the default set) or up to 1200 (the extended set)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--settings", default=",".join(name for name, _ in SETTINGS),
+                    help="comma-separated: greedy, temp 0.7, temp 1.0")
+    ap.add_argument("--policies", default="observe,repair", help="observe and/or repair")
     ap.add_argument("--save-runs", metavar="FILE.jsonl",
                     help="also write the observe runs' tokens, for `coda scan` to replay with other thresholds")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     items = prompts(a.prompts)
-    runs = evaluate(a.coda, items, a.jobs)
+    settings = a.settings.split(",")
+    if not set(settings) <= {name for name, _ in SETTINGS}:
+        sys.exit(f"--settings {a.settings!r}: choose among greedy, temp 0.7, temp 1.0")
+    policies = a.policies.split(",")
+    if "observe" not in policies or not set(policies) <= {"observe", "repair"}:
+        sys.exit(f"--policies {a.policies!r}: observe, and optionally repair")
+    runs = evaluate(a.coda, items, a.jobs, settings, policies)
     table = summarize(runs)
     if a.save_runs:
         with open(a.save_runs, "w") as f:
