@@ -110,8 +110,8 @@ void add_chat(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-n,--n-predict", f->n_predict, "Most tokens per reply (-1: the default cap of 4096)")
       ->capture_default_str();
   sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
-      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("-c,--ctx-size", f->ctx, "Context size (default and 0, as in llama.cpp: the model's trained context)")
+      ->check(CLI::Range(0, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
   add_llama_device_flags(sub);
   sub->add_flag("--show-prompt", f->show_prompt, "Print each rendered prompt to stderr");

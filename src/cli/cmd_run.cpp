@@ -200,8 +200,8 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 24));
   sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's trained context)")
-      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("-c,--ctx-size", f->ctx, "Context size (default and 0, as in llama.cpp: the model's trained context)")
+      ->check(CLI::Range(0, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
   add_llama_device_flags(sub);
   sub->add_option("--logprobs", f->request.logprobs, "With --json: log-probabilities and this many top alternatives");

@@ -196,9 +196,10 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::Range(2, 4096));
   add_request_limit_flags(sub, f->server.limits);
   sub->add_option("-t,--threads", f->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size,--max-model-len", f->ctx,
-                  "Context size (default: the model's trained context; --max-model-len is vLLM's name)")
-      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option(
+         "-c,--ctx-size,--max-model-len", f->ctx,
+         "Context size (default and 0, as in llama.cpp: the model's trained context; --max-model-len is vLLM's name)")
+      ->check(CLI::Range(0, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
   add_llama_device_flags(sub);
   sub->add_option("--default-max-tokens", f->default_max_tokens, "max_tokens for requests that omit it")

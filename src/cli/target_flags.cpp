@@ -30,8 +30,8 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
                   "A GGUF file run in this process (default without --url: the bundled model)");
   sub->add_option("-t,--threads", f.threads, "Compute threads, in-process (default: all cores)")
       ->check(CLI::Range(1, 256));
-  sub->add_option("-c,--ctx-size", f.ctx, "Context size, in-process (default: the model's)")
-      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("-c,--ctx-size", f.ctx, "Context size, in-process (default and 0: the model's)")
+      ->check(CLI::Range(0, 1 << 24));
   add_cache_type_flags(sub, f.ctk, f.ctv);
   add_llama_device_flags(sub);
   sub->add_option("--max-num-seqs", f.max_num_seqs, "Sequences batched together, in-process")

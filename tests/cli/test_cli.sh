@@ -77,6 +77,8 @@ expect_fail "--flash-attn: maybe not in {on,off,auto" run -n 2 -fa maybe
 nd=$("$coda" run -p "In the beginning God" -n 16 --temp 0 --ignore-eos --no-display-prompt -no-cnv 2>/dev/null)
 [[ -n "$nd" && "In the beginning God$nd" == "$out" ]] ||
   { echo "FAIL: --no-display-prompt: '$nd' is not the continuation of '$out'"; failures=$((failures + 1)); }
+"$coda" run -c 0 -n 2 >/dev/null 2>"$work/err" ||
+  { echo "FAIL: -c 0 (llama.cpp's 'the model's context'): $(cat "$work/err")"; failures=$((failures + 1)); }
 expect_fail "--max-num-seqs: Value 0 not in range 1 to 256" serve -np 0
 expect_fail "--n-predict: 0 tokens" serve -n 0
 
