@@ -168,7 +168,10 @@ int serve(ServeFlags& f) {
 void add_serve(CLI::App& app, std::vector<Command>& out) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible server (loopback by default)");
-  sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
+  auto* model_flag = sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
+  // `vllm serve MODEL` names the model as its first argument; coda serve takes that form too.
+  sub->add_option("model", f->model, "The GGUF model file as an argument, as `vllm serve MODEL` takes it")
+      ->excludes(model_flag);
   sub->add_option("--host", f->server.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", f->server.port, "Port (0: any free port, printed on stdout)")->capture_default_str();
   add_api_key_flags(sub, f->api_keys);

@@ -391,6 +391,18 @@ def other_engines_flag_tests(coda):
         check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
     s = Server(coda, "--enable-prefix-caching")
     s.stop()
+    # `vllm serve MODEL`: the model file as the first argument.
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "coda-tiny-en-it-f16.gguf")
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "positional.gguf")  # another path than the default model's
+        os.symlink(os.path.abspath(bundled), model)
+        s = Server(coda, model, "--served-model-name", "tiny")
+        try:
+            st, _, models = s.json("GET", "/v1/models")
+            check(st == 200 and models["data"][0]["id"] == "tiny", f"coda serve MODEL (vLLM's form): {models}")
+        finally:
+            err = s.stop()
+    check("positional.gguf" in err, "the positional model is the one loaded: " + err[:200])
     # A llama-server line as its users write it: several-letter short options (-np, -ctk, -ngl, ...),
     # GPU flags that a CPU engine notes and goes on without, -a for the model id, -n for max_tokens.
     s = Server(coda, "-c", "1024", "-np", "2", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-cb",
