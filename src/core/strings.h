@@ -1,6 +1,8 @@
 // Small string helpers shared by the command line and the lab.
 #pragma once
 
+#include <cstdio>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +27,17 @@ inline std::vector<std::string> split_list(std::string_view s) {
   for (auto& x : split(s, ','))
     if (!x.empty()) out.push_back(std::move(x));
   return out;
+}
+
+// 32 random hex digits (128 bits from a per-thread generator seeded by the OS): request ids and
+// tool-call ids, unique without coordination between threads or server restarts.
+inline std::string random_hex_id() {
+  static thread_local std::mt19937_64 rng{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                          std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return hex;
 }
 
 }  // namespace coda

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
-#include <random>
 #include <string_view>
 #include <variant>
 
+#include "core/strings.h"
 #include "server/openai_api.h"
 
 namespace coda {
@@ -62,11 +62,7 @@ std::string request_id_for(const httplib::Request& req) {
   const bool usable = !given.empty() && given.size() <= 128 &&
                       std::all_of(given.begin(), given.end(), [](char ch) { return ch > 0x20 && ch < 0x7F; });
   if (usable) return given;
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char hex[33];
-  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  return hex;
+  return random_hex_id();
 }
 
 bool authorized(const std::string& authorization, const std::vector<std::string>& keys) {

@@ -5,6 +5,7 @@
 
 #include "chat/reasoning.h"
 #include "core/json_parse.h"
+#include "core/strings.h"
 #include "sampling/output_grammar.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -667,7 +668,7 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   } else if (r.logprobs) {
     logprobs = logprobs_json(r, res.logprobs, vocab, offset);
   }
-  const ReplyParts parts = reply_parts(r, res, id);
+  const ReplyParts parts = reply_parts(r, res);
   if (r.chat && !parts.calls.is_null()) {
     choice["message"] = {
         {"role", "assistant"},
@@ -716,7 +717,7 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   return body;
 }
 
-ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g, const std::string& id) {
+ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g) {
   ReplyParts p;
   p.content = g.text;
   p.finish_reason = g.finish_reason;
@@ -728,7 +729,9 @@ ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g, const std
   }
   auto call = [&](const std::string& name, const std::string& arguments) {
     if (p.calls.is_null()) p.calls = nlohmann::ordered_json::array();
-    p.calls.push_back({{"id", "call_" + id + "_" + std::to_string(p.calls.size())},
+    // A fresh id per call: the response id may repeat (it carries the client's X-Request-Id), and a
+    // conversation must not hold two calls of one id.
+    p.calls.push_back({{"id", "call_" + random_hex_id().substr(0, 24)},
                        {"type", "function"},
                        {"function", {{"name", name}, {"arguments", arguments}}}});
   };

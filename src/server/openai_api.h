@@ -82,7 +82,7 @@ struct ReplyParts {
   nlohmann::ordered_json calls;
   std::string finish_reason;
 };
-ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g, const std::string& id);
+ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g);
 // Logprobs in the route's shape: chat `content[]`, or the legacy arrays with `text_offset` counted
 // from `text_offset` (advanced past these tokens, so a stream's chunks continue the count).
 nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& logprobs,

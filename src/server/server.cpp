@@ -246,7 +246,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         if (!out) {
           send(generation_error(out.message()).body());
         } else {
-          const ReplyParts parts = reply_parts(r, out->result, id);
+          const ReplyParts parts = reply_parts(r, out->result);
           if (!r.tool_choice.empty() || r.tool_parse != ToolCallFormat::None) {
             const nlohmann::ordered_json& calls = parts.calls;
             // What is left to send as content: a forced call's text if it is no call; with

@@ -10,6 +10,9 @@ try {
   const client = new OpenAI({ baseURL: url + "/v1", apiKey: "test-key", maxRetries: 0 });
   const models = await client.models.list();
   check(models.data.length === 1 && models.data[0].id === "coda", "models.list");
+  const one = await client.models.retrieve("coda");
+  check(one.id === "coda" && one.object === "model", "models.retrieve");
+  await expectError(client.models.retrieve("gpt-4o"), OpenAI.NotFoundError, 404, "models.retrieve of another model -> NotFoundError");
 
   const c = await client.completions.create({ model: "coda", prompt: "In the beginning God", max_tokens: 12, temperature: 0 });
   check(c.choices[0].text.startsWith(" of Israel, and the LORD God"), "completions.create: " + JSON.stringify(c.choices[0].text));

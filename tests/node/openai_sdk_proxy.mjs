@@ -24,6 +24,8 @@ try {
   const client = new OpenAI({ baseURL: proxy.url + "/v1", apiKey: "proxy-key", maxRetries: 0 });
   const models = await client.models.list();
   check(models.data.length === 1 && models.data[0].id === "coda", "models.list from the upstream");
+  const one = await client.models.retrieve("coda");
+  check(one.id === "coda" && one.object === "model", "models.retrieve from the upstream's list");
 
   const c = await client.completions.create({ model: "coda", prompt: "The king said", max_tokens: 12, temperature: 0 });
   check(typeof c.choices[0].text === "string" && c.choices[0].finish_reason === "length", "completions.create");

@@ -14,6 +14,7 @@ Usage: /usr/bin/python3 tests/server/test_tool_calls.py build/coda
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -75,6 +76,17 @@ def main():
             calls = c["message"].get("tool_calls") or []
             check(len(calls) == 2 and is_weather_call(calls[1], "Rome") and calls[0]["id"] != calls[1]["id"],
                   f"two calls: {calls}")
+        # Two requests under one X-Request-Id (a client's trace id per conversation): their answers
+        # share an id, their calls do not, so a conversation never holds two calls of one id.
+        ids = []
+        for _ in range(2):
+            body = {"messages": CHAT, "tools": TOOLS, "guided_choice": [CALL], "max_tokens": 200,
+                    "coda": {"guard": "observe"}}
+            st, _, out = s.json("POST", "/v1/chat/completions", body, {"X-Request-Id": "conversation-1"})
+            check(st == 200 and out["id"] == "chatcmpl-conversation-1", f"answer id from X-Request-Id: {out.get('id')}")
+            ids += [t["id"] for t in out["choices"][0]["message"].get("tool_calls") or []]
+        check(len(ids) == 2 and ids[0] != ids[1] and all(re.fullmatch(r"call_[0-9a-f]{24}", i) for i in ids),
+              f"tool call ids stay unique under one X-Request-Id: {ids}")
         # A call alone: content is null, as OpenAI sends it.
         c = ask(s, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
         if c:
