@@ -536,6 +536,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     r.reasoning = true;
     r.reasoning_opened = d.reasoning_opened;
   }
+  r.nine_char_call_ids = r.chat && d.tool_parser == ToolCallFormat::Mistral;
   if (r.chat && r.tool_choice.empty() && (!r.gen.sampling.grammar || choice_format) &&
       d.tool_parser != ToolCallFormat::None) {
     const auto* tools = rd.get("tools");
@@ -731,9 +732,10 @@ ReplyParts reply_parts(const ApiRequest& r, const GenerationResult& g) {
     if (p.calls.is_null()) p.calls = nlohmann::ordered_json::array();
     // A fresh id per call: the response id may repeat (it carries the client's X-Request-Id), and a
     // conversation must not hold two calls of one id.
-    p.calls.push_back({{"id", "call_" + random_hex_id().substr(0, 24)},
-                       {"type", "function"},
-                       {"function", {{"name", name}, {"arguments", arguments}}}});
+    p.calls.push_back(
+        {{"id", r.nine_char_call_ids ? random_hex_id().substr(0, 9) : "call_" + random_hex_id().substr(0, 24)},
+         {"type", "function"},
+         {"function", {{"name", name}, {"arguments", arguments}}}});
   };
   if (r.tool_parse != ToolCallFormat::None) {
     // The calls the model wrote in its own format (tool_choice "auto"): "tool_calls", as OpenAI

@@ -42,6 +42,9 @@ struct ApiRequest {
   // tool_choice "auto" (or absent) with tools: the format in which the model writes its calls, read
   // from its reply at the end and answered as `tool_calls` (chat/tool_calls.h); None: plain text.
   ToolCallFormat tool_parse = ToolCallFormat::None;
+  // Tool-call ids of 9 letters and digits: Mistral's chat templates refuse any other id when the
+  // conversation comes back with the calls (vLLM makes them so for Mistral too).
+  bool nine_char_call_ids = false;
   // The reply's <think> block goes out as `reasoning_content` (chat/reasoning.h); `reasoning_opened`:
   // the chat template's generation prompt opened it, so the reply starts inside.
   bool reasoning = false;

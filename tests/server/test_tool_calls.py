@@ -124,6 +124,23 @@ def main():
     finally:
         s.stop()
 
+    # Mistral Nemo's template (its format read by default) refuses a conversation whose tool-call
+    # ids are not 9 characters: the ids coda gives its calls must come back through it.
+    nemo = os.path.join(HERE, "..", "data", "templates", "mistralai-Mistral-Nemo-Instruct-2407.jinja")
+    s = Server(coda, "--chat-template", nemo)
+    try:
+        c = ask(s, '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}]')
+        calls = (c or {}).get("message", {}).get("tool_calls") or []
+        check(len(calls) == 1 and re.fullmatch(r"[0-9a-f]{9}", calls[0]["id"]) is not None and
+              calls[0]["function"]["name"] == "get_weather", f"mistral: one call with a 9-character id: {c}")
+        if calls:
+            turn = CHAT + [{"role": "assistant", "content": None, "tool_calls": calls},
+                           {"role": "tool", "tool_call_id": calls[0]["id"], "content": "sunny"}]
+            st, _, out = s.json("POST", "/v1/chat/completions", {"messages": turn, "tools": TOOLS, "max_tokens": 2})
+            check(st == 200, f"mistral: the call's id comes back through the template: {st} {out}")
+    finally:
+        s.stop()
+
     # llama3_json asked by flag: the whole reply is the call, with "parameters".
     s = Server(coda, "--chat-template", "chatml", "--tool-call-parser", "llama3_json", "--enable-auto-tool-choice")
     try:
