@@ -270,6 +270,26 @@ std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
   return std::nullopt;
 }
 
+// Mistral's chat templates refuse a tool-call id that is not 9 characters long. Ids that other
+// servers and client libraries make are longer ("call_" and 24 characters), so a conversation that
+// comes back with them keeps their last 9 characters, as vLLM does for Mistral; the calls and
+// their results still pair, since both ids shorten alike.
+void shorten_call_ids_for_mistral(nlohmann::ordered_json& messages) {
+  auto shorten = [](nlohmann::ordered_json& id) {
+    if (id.is_string() && id.get_ref<const std::string&>().size() > 9)
+      id = id.get<std::string>().substr(id.get_ref<const std::string&>().size() - 9);
+  };
+  if (!messages.is_array()) return;
+  for (auto& m : messages) {
+    if (!m.is_object()) continue;
+    if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array())
+      for (auto& c : *calls)
+        if (c.is_object())
+          if (auto id = c.find("id"); id != c.end()) shorten(*id);
+    if (auto id = m.find("tool_call_id"); id != m.end()) shorten(*id);
+  }
+}
+
 }  // namespace
 
 std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d) {
@@ -297,6 +317,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   if (chat) {
     if (!rd.get("messages")) return bad("messages", "messages: required");
     g.messages = std::move(j["messages"]);  // moved, not copied: a long conversation is parsed once
+    if (d.tool_parser == ToolCallFormat::Mistral) shorten_call_ids_for_mistral(*g.messages);
   } else {
     const auto* p = rd.get("prompt");
     if (!p) return bad("prompt", "prompt: required");

@@ -138,6 +138,19 @@ def main():
                            {"role": "tool", "tool_call_id": calls[0]["id"], "content": "sunny"}]
             st, _, out = s.json("POST", "/v1/chat/completions", {"messages": turn, "tools": TOOLS, "max_tokens": 2})
             check(st == 200, f"mistral: the call's id comes back through the template: {st} {out}")
+        # A conversation carried over from another server, with OpenAI-style ids: kept to their last
+        # 9 characters (as vLLM does for Mistral) instead of a 400 from the template.
+        long_id = "call_Zx81fUPq2m0Yb7TnLw4s9aRc"
+        turn = CHAT + [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": long_id, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+                       {"role": "tool", "tool_call_id": long_id, "content": "sunny"}]
+        st, _, out = s.json("POST", "/v1/chat/completions", {"messages": turn, "tools": TOOLS, "max_tokens": 2})
+        check(st == 200, f"mistral: a conversation with 28-character call ids is answered: {st} {out}")
+        st, _, tok = s.json("POST", "/tokenize", {"messages": turn, "tools": TOOLS})
+        ids = tok.get("tokens", [])
+        st2, _, text = s.json("POST", "/detokenize", {"tokens": ids})
+        check(st == 200 and st2 == 200 and long_id[-9:] in text.get("prompt", "") and long_id not in text.get("prompt", ""),
+              f"mistral: the prompt holds the id's last 9 characters: {text.get('prompt', '')[-300:]}")
     finally:
         s.stop()
 
