@@ -276,8 +276,9 @@ std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
 // their results still pair, since both ids shorten alike.
 void shorten_call_ids_for_mistral(nlohmann::ordered_json& messages) {
   auto shorten = [](nlohmann::ordered_json& id) {
-    if (id.is_string() && id.get_ref<const std::string&>().size() > 9)
-      id = id.get<std::string>().substr(id.get_ref<const std::string&>().size() - 9);
+    if (!id.is_string()) return;
+    std::string s = id.get<std::string>();
+    if (s.size() > 9) id = s.substr(s.size() - 9);
   };
   if (!messages.is_array()) return;
   for (auto& m : messages) {
