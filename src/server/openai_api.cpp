@@ -291,6 +291,16 @@ void shorten_call_ids_for_mistral(nlohmann::ordered_json& messages) {
   }
 }
 
+// OpenAI renamed the system role "developer" for its newer models, and its SDKs and agents (Codex
+// CLI among them) send it; chat templates know only "system" (the strict ones refuse any other
+// role, the lenient ones lose the instructions), so it is read as "system".
+void developer_role_as_system(nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) return;
+  for (auto& m : messages)
+    if (m.is_object())
+      if (auto role = m.find("role"); role != m.end() && *role == "developer") *role = "system";
+}
+
 }  // namespace
 
 std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d) {
@@ -318,6 +328,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   if (chat) {
     if (!rd.get("messages")) return bad("messages", "messages: required");
     g.messages = std::move(j["messages"]);  // moved, not copied: a long conversation is parsed once
+    developer_role_as_system(*g.messages);
     if (d.tool_parser == ToolCallFormat::Mistral) shorten_call_ids_for_mistral(*g.messages);
   } else {
     const auto* p = rd.get("prompt");

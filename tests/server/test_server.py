@@ -580,6 +580,13 @@ def tokenizer_tests(s):
     st, _, ct = s.json("POST", "/tokenize", {"messages": msgs})
     _, _, cgen = s.json("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 1})
     check(st == 200 and ct["count"] == cgen["usage"]["prompt_tokens"], f"tokenize messages: {ct['count']} vs {cgen['usage']}")
+    # OpenAI's "developer" role (its newer name for "system") renders as the system message it is;
+    # the bundled model's template refuses any role it does not know.
+    dev = [dict(msgs[0], role="developer"), msgs[1]]
+    st, _, dt = s.json("POST", "/tokenize", {"messages": dev})
+    st2, _, dgen = s.json("POST", "/v1/chat/completions", {"messages": dev, "max_tokens": 1})
+    check(st == 200 and dt["tokens"] == ct["tokens"] and st2 == 200,
+          f"a developer message is a system message: {st} {st2} {dgen if st2 != 200 else ''}")
     # The conversation continued: a final assistant message adds its tokens.
     st, _, more = s.json("POST", "/tokenize", {"messages": msgs + [{"role": "assistant", "content": "God did"}],
                                                "continue_final_message": True, "add_generation_prompt": False})
