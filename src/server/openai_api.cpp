@@ -499,6 +499,11 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     if (rd.error) return *rd.error;
     if (best_of != 1) return bad("best_of", "best_of: " + std::to_string(best_of) + " is not supported; only 1");
     if (r.echo && r.stream) return bad("echo", "echo: not supported with stream; send stream: false");
+    // OpenAI's insert mode: text that must come after the completion. Ignoring it would answer a
+    // fill-in-the-middle request with a plain continuation, so it is refused (as vLLM refuses it).
+    if (const auto* sfx = rd.get("suffix");
+        sfx && !sfx->is_null() && !(sfx->is_string() && sfx->get_ref<const std::string&>().empty()))
+      return bad("suffix", "suffix: fill-in-the-middle is not supported; send the text before the gap as the prompt");
     // With logprobs, echo also scores the prompt: each prompt token's logprob given those before it.
     if (r.echo && r.logprobs) g.prompt_logprobs = r.top_logprobs;
   }

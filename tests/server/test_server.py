@@ -251,6 +251,8 @@ def api_tests(s):
         ("POST", "/v1/completions", {"prompt": "x", "temperature": "hot"}, 400, "temperature"),
         ("POST", "/v1/completions", {"prompt": "x", "stop": 5}, 400, "stop"),
         ("POST", "/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+        ("POST", "/v1/completions", {"prompt": "def f(", "suffix": "    return x"}, 400, "suffix"),
+        ("POST", "/v1/completions", {"prompt": "x", "best_of": 3}, 400, "best_of"),
         ("POST", "/v1/completions", {"prompt": ""}, 400, "prompt"),
         ("POST", "/v1/completions", {}, 400, "prompt"),
         ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 5000}, 400, "prompt"),
