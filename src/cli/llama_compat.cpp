@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace coda::cli {
@@ -36,14 +38,28 @@ std::vector<std::string> expand_llama_short_options(int argc, const char* const*
 }
 
 void add_llama_device_flags(CLI::App* sub) {
-  sub->add_option_function<int>(
+  // A count, or the words newer llama.cpp builds also take for "as many as fit".
+  sub->add_option_function<std::string>(
          "--n-gpu-layers,--gpu-layers",
-         [](int n) {
-           if (n != 0)
-             std::fprintf(stderr, "coda: note: --n-gpu-layers %d ignored: coda runs every layer on the CPU\n", n);
+         [](const std::string& v) {
+           if (v != "0")
+             std::fprintf(stderr, "coda: note: --n-gpu-layers %s ignored: coda runs every layer on the CPU\n",
+                          v.c_str());
          },
          "Accepted for llama.cpp command lines (-ngl); coda runs every layer on the CPU")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "auto" || v == "all") return "";
+            size_t used = 0;
+            try {
+              (void)std::stoll(v, &used);
+            } catch (const std::exception&) {
+              used = 0;
+            }
+            return used == v.size() && !v.empty() ? "" : "'" + v + "' is not a layer count (or auto, all)";
+          },
+          "N", "layer count"));
   sub->add_option_function<std::string>(
          "--flash-attn",
          [](const std::string& v) {

@@ -73,6 +73,8 @@ grep -q "n-gpu-layers 99 ignored: coda runs every layer on the CPU" "$work/err" 
 "$coda" run -n 2 -fa off 2>"$work/err" >/dev/null && grep -q "flash-attn off ignored" "$work/err" ||
   { echo "FAIL: -fa off not noted: $(cat "$work/err")"; failures=$((failures + 1)); }
 expect_fail "--flash-attn: maybe not in {on,off,auto" run -n 2 -fa maybe
+expect_fail "'x' is not a layer count (or auto, all)" run -n 2 -ngl x
+"$coda" run -n 2 -ngl all >/dev/null 2>&1 || { echo "FAIL: -ngl all"; failures=$((failures + 1)); }
 # llama-cli's --no-display-prompt (and -no-cnv, accepted): the continuation alone on stdout.
 nd=$("$coda" run -p "In the beginning God" -n 16 --temp 0 --ignore-eos --no-display-prompt -no-cnv 2>/dev/null)
 [[ -n "$nd" && "In the beginning God$nd" == "$out" ]] ||
