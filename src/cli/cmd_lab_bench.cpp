@@ -66,7 +66,10 @@ void add_lab_bench(CLI::App& app, std::vector<Command>& out) {
       "bench", "Load test: failure rate (generations that never end) with intervals, finish reasons, latency");
   add_target_flags(sub, f->target);
   add_load_flags(sub, f->load);
-  sub->add_option("-o,--out", f->out_dir, "Output directory: summary.json, requests.jsonl, report.html")->required();
+  sub->add_option("-o,--out,--result-dir", f->out_dir,
+                  "Output directory: summary.json, requests.jsonl, report.html (--result-dir is vLLM's bench name)")
+      ->required();
+  sub->add_flag("--save-result")->description("Accepted for vLLM's bench serve; coda bench always writes its results");
   out.push_back({sub, [f, sub] { return bench(*f, sub); }});
 }
 

@@ -226,11 +226,11 @@ def bench_api_key_tests(coda, work):
         s = json.load(open(os.path.join(work, "bench-envkey", "summary.json")))
         check(s["completed"] == 2, f"$OPENAI_API_KEY is sent: {s['completed']} of 2 completed")
         # vLLM's `bench serve` spelling of the same run: --base-url, --dataset-name/--dataset-path,
-        # --num-prompts, --request-rate (per second; inf sends all at once).
+        # --num-prompts, --request-rate (per second; inf sends all at once), --save-result --result-dir.
         sg = os.path.join(work, "vllm-sharegpt.json")
         json.dump([{"id": "a", "conversations": [{"from": "human", "value": "Tell me a story."}]}], open(sg, "w"))
         run([coda, "bench", "--base-url", url, "--dataset-name", "sharegpt", "--dataset-path", sg, "--num-prompts", "3",
-             "--request-rate", "inf", "-n", "4", "-o", os.path.join(work, "bench-vllm-flags")],
+             "--request-rate", "inf", "-n", "4", "--save-result", "--result-dir", os.path.join(work, "bench-vllm-flags")],
             env=dict(env, OPENAI_API_KEY="lab-key"))
         s = json.load(open(os.path.join(work, "bench-vllm-flags", "summary.json")))
         check(s["completed"] == 3 and s["options"]["rate_per_min"] == 0 and "sharegpt" in json.dumps(s["groups"]),
