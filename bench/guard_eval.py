@@ -40,17 +40,20 @@ SETTINGS = [("greedy", ["--temp", "0"]), ("temp 0.7", ["--temp", "0.7"]), ("temp
 LOOP_TYPES = {"loop", "near_loop", "flooding"}
 
 
+# The prompts' subjects and verbs: the default 200 are every subject with every verb.
+EN_SUBJECTS = ["And the LORD", "And Moses", "The king", "And the people", "Then Jesus", "And David", "The wise man",
+               "A fool", "My son", "The children of Israel"]
+EN_VERBS = ["said unto", "went up to", "spake unto", "came to", "looked upon", "gave unto", "took", "heard", "sent",
+            "remembered"]
+IT_SUBJECTS = ["La vita", "Il tempo", "L'amore", "Chi dorme", "Un amico", "La fortuna", "Il lavoro", "La donna",
+               "Il saggio", "Ogni giorno"]
+IT_VERBS = ["è come", "non aspetta", "vale più di", "porta sempre", "insegna che", "ci dice che", "sa bene che",
+            "diventa", "cambia", "somiglia a"]
+
+
 def prompts(n):
-    en_subjects = ["And the LORD", "And Moses", "The king", "And the people", "Then Jesus", "And David", "The wise man",
-                   "A fool", "My son", "The children of Israel"]
-    en_verbs = ["said unto", "went up to", "spake unto", "came to", "looked upon", "gave unto", "took", "heard",
-                "sent", "remembered"]
-    it_subjects = ["La vita", "Il tempo", "L'amore", "Chi dorme", "Un amico", "La fortuna", "Il lavoro", "La donna",
-                   "Il saggio", "Ogni giorno"]
-    it_verbs = ["è come", "non aspetta", "vale più di", "porta sempre", "insegna che", "ci dice che", "sa bene che",
-                "diventa", "cambia", "somiglia a"]
-    en = [f"{s} {v}" for s in en_subjects for v in en_verbs]
-    it = [f"{s} {v}" for s in it_subjects for v in it_verbs]
+    en = [f"{s} {v}" for s in EN_SUBJECTS for v in EN_VERBS]
+    it = [f"{s} {v}" for s in IT_SUBJECTS for v in IT_VERBS]
     if n <= 200:
         half = n // 2
         return [("en", p) for p in en[:half]] + [("it", p) for p in it[: n - half]]
@@ -62,14 +65,6 @@ def prompts(n):
 def extended_prompts():
     """1,000 prompts beyond the first 200, alternating English and Italian: 20 new subjects with the
     old and 10 new verbs, and the old subjects with the new verbs, per language."""
-    en_subjects = ["And the LORD", "And Moses", "The king", "And the people", "Then Jesus", "And David", "The wise man",
-                   "A fool", "My son", "The children of Israel"]
-    en_verbs = ["said unto", "went up to", "spake unto", "came to", "looked upon", "gave unto", "took", "heard",
-                "sent", "remembered"]
-    it_subjects = ["La vita", "Il tempo", "L'amore", "Chi dorme", "Un amico", "La fortuna", "Il lavoro", "La donna",
-                   "Il saggio", "Ogni giorno"]
-    it_verbs = ["è come", "non aspetta", "vale più di", "porta sempre", "insegna che", "ci dice che", "sa bene che",
-                "diventa", "cambia", "somiglia a"]
     en_new_s = ["The priest", "The servant", "The prophet", "The woman", "And Joseph", "And Abraham",
                 "The angel of the LORD", "And Samuel", "The elders", "And Solomon", "The rich man", "The shepherd",
                 "And Aaron", "The men of Judah", "And Pharaoh", "The stranger", "And Jacob", "The daughter of Zion",
@@ -81,9 +76,9 @@ def extended_prompts():
                 "Il destino", "La paura", "Il ricordo", "La pace"]
     it_new_v = ["non dimentica", "ricorda che", "nasconde", "trova sempre", "ha bisogno di", "parla di", "sembra",
                 "chiede a", "aspetta che", "racconta che"]
-    en = [f"{s} {v}" for s in en_new_s for v in en_verbs + en_new_v] + [f"{s} {v}" for s in en_subjects
+    en = [f"{s} {v}" for s in en_new_s for v in EN_VERBS + en_new_v] + [f"{s} {v}" for s in EN_SUBJECTS
                                                                          for v in en_new_v]
-    it = [f"{s} {v}" for s in it_new_s for v in it_verbs + it_new_v] + [f"{s} {v}" for s in it_subjects
+    it = [f"{s} {v}" for s in it_new_s for v in IT_VERBS + it_new_v] + [f"{s} {v}" for s in IT_SUBJECTS
                                                                          for v in it_new_v]
     out = []
     for e, i in zip(en, it):
