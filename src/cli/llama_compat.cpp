@@ -1,10 +1,12 @@
 #include "cli/llama_compat.h"
 
 #include <array>
+#include <cmath>
 #include <cstdio>
-#include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "core/strings.h"
 
 namespace coda::cli {
 
@@ -50,14 +52,9 @@ void add_llama_device_flags(CLI::App* sub) {
       ->type_name("N")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            if (v == "auto" || v == "all") return "";
-            size_t used = 0;
-            try {
-              (void)std::stoll(v, &used);
-            } catch (const std::exception&) {
-              used = 0;
-            }
-            return used == v.size() && !v.empty() ? "" : "'" + v + "' is not a layer count (or auto, all)";
+            double n = 0;
+            if (v == "auto" || v == "all" || (parse_number(v, n) && n == std::floor(n))) return "";
+            return "'" + v + "' is not a layer count (or auto, all)";
           },
           "N", "layer count"));
   sub->add_option_function<std::string>(

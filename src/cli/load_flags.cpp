@@ -29,13 +29,7 @@ void add_load_flags(CLI::App* sub, LoadFlags& f) {
              return;
            }
            double per_s = 0;
-           size_t used = 0;
-           try {
-             per_s = std::stod(v, &used);
-           } catch (const std::exception&) {
-             used = 0;
-           }
-           if (used != v.size() || !(per_s > 0) || per_s > 1e6)
+           if (!parse_number(v, per_s) || !(per_s > 0) || per_s > 1e6)
              throw CLI::ValidationError("--request-rate", "'" + v + "': give requests per second (> 0) or inf");
            f.load.rate_per_min = per_s * 60;
          },

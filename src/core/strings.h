@@ -1,7 +1,9 @@
 // Small string helpers shared by the command line and the lab.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <string_view>
@@ -27,6 +29,14 @@ inline std::vector<std::string> split_list(std::string_view s) {
   for (auto& x : split(s, ','))
     if (!x.empty()) out.push_back(std::move(x));
   return out;
+}
+
+// The whole of `s` as a finite number (strtod's syntax); false for "", "1x", "nan" or "inf".
+inline bool parse_number(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return *end == 0 && std::isfinite(out);
 }
 
 // 32 random hex digits (128 bits from a per-thread generator seeded by the OS): request ids and

@@ -1,23 +1,12 @@
 #include "lab/search_space.h"
 
-#include "core/strings.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
+#include "core/strings.h"
+
 namespace coda::lab {
-
-namespace {
-
-bool parse_double(const std::string& s, double& out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return *end == 0 && std::isfinite(out);
-}
-
-}  // namespace
 
 std::string ParamSpec::optuna_distribution() const {
   nlohmann::ordered_json j;
@@ -59,7 +48,7 @@ Expected<SearchSpace> parse_search_space(const std::string& spec) {
     ParamSpec p;
     p.name = item.substr(0, eq);
     const auto parts = split(item.substr(eq + 1), ':');
-    if (parts.size() < 2 || !parse_double(parts[0], p.low) || !parse_double(parts[1], p.high))
+    if (parts.size() < 2 || !parse_number(parts[0], p.low) || !parse_number(parts[1], p.high))
       return Error("space: '" + item + "': expected two numbers low:high");
     for (size_t i = 2; i < parts.size(); ++i) {
       double step = 0;
@@ -67,7 +56,7 @@ Expected<SearchSpace> parse_search_space(const std::string& spec) {
         p.log = true;
       } else if (parts[i] == "int") {
         p.integer = true;
-      } else if (parse_double(parts[i], step) && step > 0) {
+      } else if (parse_number(parts[i], step) && step > 0) {
         p.step = step;
       } else {
         return Error("space: '" + item + "': '" + parts[i] + "' is not log, int or a positive step");

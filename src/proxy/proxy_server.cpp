@@ -504,8 +504,7 @@ void ProxyServer::routes() {
           return s.set_content(dump(m), "application/json");
     send_api_error(s, 404,
                    "The model `" + q.matches[1].str().substr(0, 200) +
-                       "` does not exist upstream; GET /v1/models lists "
-                       "what it serves.",
+                       "` does not exist upstream; GET /v1/models lists what it serves.",
                    "invalid_request_error", "model_not_found");
   });
   for (const char* path : {"/tokenize", "/detokenize"})

@@ -303,6 +303,15 @@ void developer_role_as_system(nlohmann::ordered_json& messages) {
 
 }  // namespace
 
+ApiError model_not_found(const std::string& asked, const std::string& served) {
+  ApiError e;
+  e.status = 404;
+  e.param = "model";
+  e.code = "model_not_found";
+  e.message = "The model `" + asked.substr(0, 200) + "` does not exist. This server serves `" + served + "`.";
+  return e;
+}
+
 std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bool chat, const ServerDefaults& d) {
   auto j = parse_ordered_json(body);
   if (j.is_discarded()) return bad("", "The request body is not valid JSON.");
@@ -319,10 +328,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     if (!m->is_string()) return bad("model", "model: expected a string");
     r.model = m->get<std::string>();
     if (r.model != d.model_id) {
-      ApiError e = bad("model", "The model `" + r.model + "` does not exist. This server serves `" + d.model_id + "`.");
-      e.status = 404;
-      e.code = "model_not_found";
-      return e;
+      return model_not_found(r.model, d.model_id);
     }
   }
   if (chat) {

@@ -23,6 +23,10 @@ struct ApiError {
   nlohmann::ordered_json body() const;
 };
 
+// 404 model_not_found for a request (or GET /v1/models/{id}) that names another model than the one
+// served; the message names both (the asked name cut to 200 characters).
+ApiError model_not_found(const std::string& asked, const std::string& served);
+
 struct ApiRequest {
   bool chat = false;
   bool stream = false;

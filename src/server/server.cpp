@@ -120,10 +120,7 @@ void Server::routes() {
   // OpenAI's "retrieve model" (the SDKs' models.retrieve); an id may hold '/' (org/name).
   http_->Get(R"(/v1/models/(.+))", [this, model](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] == opts_.defaults.model_id) return res.set_content(dump_json(model()), "application/json");
-    send_api_error(res, 404,
-                   "The model `" + req.matches[1].str().substr(0, 200) + "` does not exist. This server serves `" +
-                       opts_.defaults.model_id + "`.",
-                   "invalid_request_error", "model_not_found");
+    send_error(res, model_not_found(req.matches[1].str(), opts_.defaults.model_id));
   });
   if (opts_.admin_api) {
     auto state = [this](httplib::Response& res) {
