@@ -102,7 +102,17 @@ Status Generator::check(const GenerationRequest& r) const {
 }
 
 Expected<Prompt> Generator::prepare(const GenerationRequest& request) const {
-  return prepare_prompt(request, vocab_, chat_template());
+  auto prompt = prepare_prompt(request, vocab_, chat_template());
+  if (!prompt || request.truncate_prompt_tokens == 0) return prompt;
+  const int64_t keep = request.truncate_prompt_tokens < 0 ? n_ctx_ : request.truncate_prompt_tokens;
+  if (keep > n_ctx_)
+    return Error("truncate_prompt_tokens: " + std::to_string(keep) + " is more than the context (" +
+                 std::to_string(n_ctx_) + " tokens); allowed -1 or 1.." + std::to_string(n_ctx_));
+  if (static_cast<int64_t>(prompt->tokens.size()) > keep) {
+    prompt->tokens.erase(prompt->tokens.begin(), prompt->tokens.end() - keep);
+    prompt->text = vocab_.decode(prompt->tokens);  // what the guard profiles is what the model sees
+  }
+  return prompt;
 }
 
 Expected<int> Generator::resolve_max_tokens(const GenerationRequest& r, int prompt_tokens, bool chat) const {

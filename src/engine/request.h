@@ -23,6 +23,9 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_tokens;
 
   SamplingParams sampling;
+  // vLLM's truncate_prompt_tokens: keep only the prompt's last K tokens (the start of a long
+  // conversation goes first); -1: the context's size; 0: no truncation (too long is an error).
+  int64_t truncate_prompt_tokens = 0;
   std::optional<int> max_tokens;  // omitted: the generator's default cap (4,096), within the context
   std::vector<std::string> stop;  // stop strings, matched across token boundaries, not in the text
   std::vector<int32_t> stop_token_ids;

@@ -570,6 +570,23 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                   "(echo) requests to the upstream directly",
                   "echo");
 
+  // vLLM's return_tokens_as_token_ids names each logprob's token "token_id:N", and the guard reads
+  // the tokens' text from the logprobs: it would fall back to text alone, and the client's logprobs
+  // would not line up with the text it gets. The client's own logprobs cannot be given as ids
+  // without the upstream's vocabulary, so that is refused; without them the flag changes nothing
+  // the client sees, so it is dropped and the upstream sends text.
+  if (body.contains("return_tokens_as_token_ids") && body["return_tokens_as_token_ids"].is_boolean() &&
+      body["return_tokens_as_token_ids"].get<bool>()) {
+    const bool wants_logprobs = chat ? body.value("logprobs", json(false)) == json(true)
+                                     : body.contains("logprobs") && body["logprobs"].is_number_integer();
+    if (wants_logprobs)
+      return reject(400,
+                    "return_tokens_as_token_ids: not supported through the guard proxy, which reads each token's "
+                    "text from the logprobs; send such requests to the upstream directly",
+                    "return_tokens_as_token_ids");
+  }
+  body.erase("return_tokens_as_token_ids");
+
   ClientView view;
   view.chat = chat;
   if (chat) {

@@ -79,6 +79,7 @@ Expected<SamplerChain> SamplerChain::create(const SamplingParams& p, const Sampl
   SamplerChain c;
   c.greedy_ = p.temperature == 0.0f;
   auto add = [&](auto proc) { c.processors_.push_back(std::make_shared<decltype(proc)>(std::move(proc))); };
+  if (!p.allowed_token_ids.empty()) add(AllowedTokens(p.allowed_token_ids, v.n_vocab));
   if (!p.logit_bias.empty()) add(LogitBias(p.logit_bias));
   // After logit_bias, so no bias can push a token the format rejects.
   if (p.grammar) {

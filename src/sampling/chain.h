@@ -1,7 +1,7 @@
 // The sampler chain: processors applied in a fixed, documented order, then a seeded draw.
 //
-// Order: logit_bias -> structured output -> ignore_eos -> min_tokens -> bad_words -> no_repeat_ngram ->
-// repetition_penalty -> frequency/presence -> DRY -> [greedy stops here: argmax] -> top_n_sigma ->
+// Order: allowed_token_ids -> logit_bias -> structured output -> ignore_eos -> min_tokens -> bad_words ->
+// no_repeat_ngram -> repetition_penalty -> frequency/presence -> DRY -> [greedy stops here: argmax] -> top_n_sigma ->
 // temperature (or dynamic temperature) -> top_k -> top_p -> typical_p -> min_p -> XTC -> draw.
 // Masks and penalties come first, so greedy decoding honours them too; temperature comes before
 // the truncations (vLLM/HF), so top_p and min_p see the probabilities the draw will use.

@@ -55,6 +55,14 @@ Status SamplingParams::validate(int32_t n_vocab) const {
   if (min_tokens < 0) return Error("min_tokens: " + std::to_string(min_tokens) + " is out of range; allowed >= 0");
   for (const auto& w : bad_words)
     if (w.empty()) return Error("bad_words: \"\" is not allowed; each word must be non-empty");
+  for (int32_t id : allowed_token_ids)
+    if (id < 0 || id >= n_vocab)
+      return Error("allowed_token_ids: token id " + std::to_string(id) + " is out of range; allowed 0.." +
+                   std::to_string(n_vocab - 1));
+  if (grammar && !allowed_token_ids.empty())
+    return Error(
+        "allowed_token_ids: cannot be combined with structured output (the format already decides which tokens may "
+        "follow)");
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= n_vocab)
       return Error("logit_bias: token id " + std::to_string(id) + " is out of range; allowed 0.." +

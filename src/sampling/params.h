@@ -24,6 +24,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;                 // [-2, 2]
   float presence_penalty = 0.0f;                  // [-2, 2]
   std::unordered_map<int32_t, float> logit_bias;  // token -> [-100, 100]
+  // vLLM's allowed_token_ids: only these tokens may be sampled (end-of-generation ones included,
+  // as in vLLM: without them a generation runs to its length limit); empty: every token.
+  std::vector<int32_t> allowed_token_ids;
   float top_n_sigma = 0.0f;                       // [-1, 100]; <= 0: off
   float dynatemp_range = 0.0f;                    // [0, 5]; 0: plain temperature
   float dynatemp_exponent = 1.0f;                 // (0, 10]

@@ -447,6 +447,26 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       g.stop_token_ids.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
     }
   }
+  if (const auto* ids = rd.get("allowed_token_ids")) {
+    if (!ids->is_array() || ids->empty())
+      return bad("allowed_token_ids", "allowed_token_ids: expected a non-empty array of token ids");
+    for (const auto& x : *ids) {
+      if (!x.is_number_integer())
+        return bad("allowed_token_ids", "allowed_token_ids: expected a non-empty array of token ids");
+      const auto id = x.get<int64_t>();
+      s.allowed_token_ids.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+    }
+  }
+  if (rd.get("truncate_prompt_tokens")) {
+    int64_t k = 0;
+    rd.number("truncate_prompt_tokens", k);
+    if (rd.error) return *rd.error;
+    if (k == 0 || k < -1)
+      return bad("truncate_prompt_tokens",
+                 "truncate_prompt_tokens: " + std::to_string(k) + " is out of range; allowed -1 (the context) or >= 1");
+    g.truncate_prompt_tokens = k;
+  }
+  rd.boolean("return_tokens_as_token_ids", r.tokens_as_ids);
   if (const auto* lb = rd.get("logit_bias")) {
     if (!lb->is_object()) return bad("logit_bias", "logit_bias: expected an object of token id -> bias");
     for (const auto& [k, v] : lb->items()) {
@@ -505,6 +525,10 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     if (rd.error) return *rd.error;
     if (best_of != 1) return bad("best_of", "best_of: " + std::to_string(best_of) + " is not supported; only 1");
     if (r.echo && r.stream) return bad("echo", "echo: not supported with stream; send stream: false");
+    if (r.echo && g.truncate_prompt_tokens != 0)
+      return bad(
+          "truncate_prompt_tokens",
+          "truncate_prompt_tokens: cannot be combined with echo (the echoed prompt would not be the one scored)");
     // OpenAI's insert mode: text that must come after the completion. Ignoring it would answer a
     // fill-in-the-middle request with a plain continuation, so it is refused (as vLLM refuses it).
     if (const auto* sfx = rd.get("suffix");
@@ -649,15 +673,19 @@ nlohmann::ordered_json bytes_of(const std::string& s) {
 
 nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& lps, const Vocab& vocab,
                                      size_t& text_offset) {
+  // A token as the client reads it: its text, or "token_id:N" (vLLM's return_tokens_as_token_ids).
+  auto name = [&](int32_t id, const std::string& bytes) {
+    return r.tokens_as_ids ? "token_id:" + std::to_string(id) : utf8_sanitize(bytes);
+  };
   if (r.chat) {
     auto content = nlohmann::ordered_json::array();
     for (const auto& lp : lps) {
-      const std::string text = utf8_sanitize(lp.text);
-      nlohmann::ordered_json e{{"token", text}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.text)}};
+      nlohmann::ordered_json e{
+          {"token", name(lp.token, lp.text)}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.text)}};
       auto& top = e["top_logprobs"] = nlohmann::ordered_json::array();
       for (const auto& [tid, l] : lp.top) {
         const std::string b = vocab.token_bytes(tid);
-        top.push_back({{"token", utf8_sanitize(b)}, {"logprob", l}, {"bytes", bytes_of(b)}});
+        top.push_back({{"token", name(tid, b)}, {"logprob", l}, {"bytes", bytes_of(b)}});
       }
       content.push_back(std::move(e));
     }
@@ -666,14 +694,14 @@ nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<Toke
   auto tokens = nlohmann::ordered_json::array(), token_lps = nlohmann::ordered_json::array(),
        tops = nlohmann::ordered_json::array(), offsets = nlohmann::ordered_json::array();
   for (const auto& lp : lps) {
-    tokens.push_back(utf8_sanitize(lp.text));
+    tokens.push_back(name(lp.token, lp.text));
     if (lp.none) {  // the first prompt token, as OpenAI gives it
       token_lps.push_back(nullptr);
       tops.push_back(nullptr);
     } else {
       token_lps.push_back(lp.logprob);
       nlohmann::ordered_json top = nlohmann::ordered_json::object();
-      for (const auto& [tid, l] : lp.top) top[utf8_sanitize(vocab.token_bytes(tid))] = l;
+      for (const auto& [tid, l] : lp.top) top[name(tid, vocab.token_bytes(tid))] = l;
       tops.push_back(std::move(top));
     }
     offsets.push_back(text_offset);

@@ -35,6 +35,9 @@ struct ApiRequest {
   int top_logprobs = 0;
   bool echo = false;         // completions: the prompt before the completion (and, with logprobs, its logprobs)
   int prompt_logprobs = -1;  // vLLM's field: -1 off, else the prompt's logprobs with this many top ones
+  // vLLM's return_tokens_as_token_ids: logprobs name each token "token_id:N" rather than by its
+  // text, so a client can tell apart tokens whose text is the same (or is not whole UTF-8).
+  bool tokens_as_ids = false;
   // n > 1 or a batch of prompts: the generation of each choice, in order (`gen` then holds only
   // what they share); empty for one choice, which `gen` is. `n` samples per prompt.
   std::vector<GenerationRequest> choices;

@@ -157,6 +157,19 @@ def coda_upstream_tests(coda, up, px):
                 lambda m: m("coda:num_requests_running") == 0 and m("coda:kv_cache_usage_perc") == 0)
     print(f"stop -> upstream idle, KV 0 after {time.monotonic() - t_end:.3f} s")
 
+    # vLLM's return_tokens_as_token_ids: without logprobs of its own the client sees no difference,
+    # and the guard still reads the upstream's tokens as text; with them it is refused, not guarded
+    # on text alone while the client's logprobs come back empty.
+    st, _, body = px.json("POST", "/v1/completions", {"prompt": "The king said", "max_tokens": 4,
+                                                      "return_tokens_as_token_ids": True})
+    check(st == 200 and body["coda"]["proxy"]["guarded_on"] == "tokens",
+          f"return_tokens_as_token_ids without logprobs: guarded on tokens: {body}")
+    for path, extra in (("/v1/completions", {"prompt": "x", "logprobs": 1}),
+                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True})):
+        st, _, body = px.json("POST", path, {**extra, "max_tokens": 2, "return_tokens_as_token_ids": True})
+        check(st == 400 and body["error"]["param"] == "return_tokens_as_token_ids",
+              f"return_tokens_as_token_ids with logprobs through the proxy ({path}): {st} {body}")
+
     # Repair: streamed and not, the same seed gives the same text; no loop by the reference definition.
     req = {"prompt": LOOP_PROMPT, "max_tokens": 300, "temperature": 0, "seed": 11, "logprobs": 0,
            "coda": {"guard": "repair"}}

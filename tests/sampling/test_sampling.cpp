@@ -305,6 +305,30 @@ TEST(Processors, MasksBadWordsMinTokensIgnoreEos) {
   EXPECT_TRUE(std::isinf(c.logits[0]));
 }
 
+TEST(Chain, AllowedTokenIdsHoldUnderGreedyAndSampling) {
+  SamplingParams p;
+  p.allowed_token_ids = {1, 3};
+  const float logits[5] = {4.0f, 0.5f, 3.0f, 0.2f, 5.0f};  // the two best are outside the list
+  for (float temperature : {0.0f, 1.0f, 2.0f}) {
+    p.temperature = temperature;
+    auto chain = SamplerChain::create(p, 5);
+    ASSERT_TRUE(chain);
+    SamplerRng rng(7);
+    int seen[5] = {};
+    for (int i = 0; i < 400; ++i) ++seen[chain->sample(logits, 5, kNone, rng)];
+    EXPECT_EQ(seen[0] + seen[2] + seen[4], 0) << "temperature " << temperature;
+    if (temperature == 0) {
+      EXPECT_EQ(seen[1], 400);  // the better of the allowed two
+    } else {
+      EXPECT_GT(seen[3], 0);  // both allowed ones are drawn
+    }
+  }
+  p.allowed_token_ids = {1, 5};
+  EXPECT_FALSE(SamplerChain::create(p, 5));  // 5 is outside a 5-token vocabulary
+  p.allowed_token_ids = {-1};
+  EXPECT_FALSE(SamplerChain::create(p, 5));
+}
+
 TEST(Chain, GreedyHonoursMasks) {
   SamplerVocab v;
   v.n_vocab = 4;

@@ -607,6 +607,72 @@ def tokenizer_tests(s):
     check(st == 200 and isinstance(v.get("version"), str) and v["version"], f"/version: {v}")
 
 
+def vllm_sampling_field_tests(s):
+    """vLLM's allowed_token_ids, return_tokens_as_token_ids and truncate_prompt_tokens. Each is
+    checked against something the server computes another way: /tokenize and /detokenize, and the
+    same prompt sent as token ids."""
+    _, _, t = s.json("POST", "/tokenize", {"prompt": " Moses, the LORD said unto", "add_special_tokens": False})
+    allowed = sorted(set(t["tokens"]))
+    ids_of = lambda body: [int(x.split(":", 1)[1]) for x in body["choices"][0]["logprobs"]["tokens"]]  # noqa: E731
+    base = {"prompt": "The king said", "max_tokens": 16, "temperature": 1.0, "seed": 3, "logprobs": 0,
+            "return_tokens_as_token_ids": True}
+    st, _, free = s.json("POST", "/v1/completions", base)
+    check(st == 200 and not set(ids_of(free)) <= set(allowed),
+          f"without allowed_token_ids the sample leaves the list (else the next check proves nothing): {free}")
+    for temp in (1.0, 0):
+        st, _, held = s.json("POST", "/v1/completions", dict(base, temperature=temp, allowed_token_ids=allowed))
+        got = ids_of(held) if st == 200 else []
+        check(st == 200 and len(got) == 16 and set(got) <= set(allowed),
+              f"allowed_token_ids at temperature {temp}: every token from the list: {got} vs {allowed}")
+    for bad in ([], [10 ** 9], [-1], "5", [1.5]):
+        st, _, e = s.json("POST", "/v1/completions", dict(base, allowed_token_ids=bad))
+        check(st == 400 and e["error"]["param"] == "allowed_token_ids", f"allowed_token_ids {bad!r}: {st} {e}")
+    st, _, e = s.json("POST", "/v1/completions", dict(base, allowed_token_ids=allowed, guided_choice=["yes", "no"]))
+    check(st == 400 and "structured output" in e["error"]["message"], f"allowed_token_ids with a format: {e}")
+    # Token ids in logprobs: each id decodes to the text the plain response names, on both routes.
+    plain = {"prompt": "In the beginning God", "max_tokens": 6, "temperature": 0, "logprobs": 2}
+    _, _, a = s.json("POST", "/v1/completions", plain)
+    _, _, b = s.json("POST", "/v1/completions", dict(plain, return_tokens_as_token_ids=True))
+    joined = s.json("POST", "/detokenize", {"tokens": ids_of(b)})[2]["prompt"]
+    tops = b["choices"][0]["logprobs"]["top_logprobs"]
+    check(len(ids_of(b)) == 6 and joined.strip() == a["choices"][0]["text"].strip() == b["choices"][0]["text"].strip()
+          and b["choices"][0]["logprobs"]["token_logprobs"] == a["choices"][0]["logprobs"]["token_logprobs"]
+          and all(re.fullmatch(r"token_id:\d+", k) for top in tops for k in top) and all(len(top) == 2 for top in tops),
+          f"return_tokens_as_token_ids on completions: the ids decode to the text: {joined!r} vs {a['choices'][0]}; {tops}")
+    chat = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "temperature": 0, "logprobs": True,
+            "top_logprobs": 2}
+    _, _, ca = s.json("POST", "/v1/chat/completions", chat)
+    _, _, cb = s.json("POST", "/v1/chat/completions", dict(chat, return_tokens_as_token_ids=True))
+    la, lb = ca["choices"][0]["logprobs"]["content"], cb["choices"][0]["logprobs"]["content"]
+    check(len(la) == len(lb) == 4 and all(re.fullmatch(r"token_id:\d+", e["token"]) and e["bytes"] == f["bytes"]
+                                          and e["logprob"] == f["logprob"] for e, f in zip(lb, la)),
+          f"return_tokens_as_token_ids on chat: {lb}")
+    # truncate_prompt_tokens keeps the prompt's last K tokens: the same as sending those as ids.
+    text = "In the beginning God created the heaven and the earth. And the earth was"
+    _, _, full = s.json("POST", "/tokenize", {"prompt": text})
+    req = {"max_tokens": 8, "temperature": 0}
+    st, _, cut = s.json("POST", "/v1/completions", dict(req, prompt=text, truncate_prompt_tokens=5))
+    _, _, ref = s.json("POST", "/v1/completions", dict(req, prompt=full["tokens"][-5:]))
+    check(st == 200 and cut["usage"]["prompt_tokens"] == 5 and cut["choices"][0]["text"] == ref["choices"][0]["text"],
+          f"truncate_prompt_tokens 5: {cut} vs {ref}")
+    st, _, whole = s.json("POST", "/v1/completions", dict(req, prompt=text, truncate_prompt_tokens=-1))
+    check(st == 200 and whole["usage"]["prompt_tokens"] == full["count"], f"-1 leaves a short prompt whole: {whole}")
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who made the heaven?"}]
+    _, _, ct = s.json("POST", "/tokenize", {"messages": msgs})
+    st, _, cc = s.json("POST", "/v1/chat/completions", dict(req, messages=msgs, truncate_prompt_tokens=6))
+    _, _, cref = s.json("POST", "/v1/completions", dict(req, prompt=ct["tokens"][-6:]))
+    check(st == 200 and cc["usage"]["prompt_tokens"] == 6 and cc["choices"][0]["message"]["content"] ==
+          cref["choices"][0]["text"], f"truncate_prompt_tokens on chat: {cc} vs {cref}")
+    _, _, models = s.json("GET", "/v1/models")
+    ctx = models["data"][0]["max_model_len"]
+    for k, word in ((0, "out of range"), (-2, "out of range"), (ctx + 1, "more than the context"), ("5", "number")):
+        st, _, e = s.json("POST", "/v1/completions", dict(req, prompt=text, truncate_prompt_tokens=k))
+        check(st == 400 and e["error"]["param"] == "truncate_prompt_tokens" and word in e["error"]["message"],
+              f"truncate_prompt_tokens {k!r}: {st} {e}")
+    st, _, e = s.json("POST", "/v1/completions", dict(req, prompt=text, truncate_prompt_tokens=5, echo=True))
+    check(st == 400 and "echo" in e["error"]["message"], f"truncate_prompt_tokens with echo: {e}")
+
+
 def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
     """Concurrent streams with random disconnects, bad requests in between, then a flood."""
     rng = random.Random(label)
@@ -716,6 +782,7 @@ def main():
     try:
         api_tests(s)
         tokenizer_tests(s)
+        vllm_sampling_field_tests(s)
         prefix_cache_tests(s)
         burst_tests(s)
         load_tests(s, "bundled", n_streams=16, max_queue=6, max_batch=4)
