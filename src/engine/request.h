@@ -87,6 +87,9 @@ struct StreamChunk {
   int32_t token;
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  // Completion tokens so far that no rollback can take back (all of them without a stream delay):
+  // a running count that never falls, for vLLM's continuous usage stats.
+  int64_t tokens = 0;
 };
 // Returns false to stop generation (finish_reason "abort"), e.g. when a client disconnected.
 using StreamCallback = std::function<bool(const StreamChunk&)>;

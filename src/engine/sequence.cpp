@@ -254,7 +254,9 @@ void Sequence::step() {
   const size_t delay = static_cast<size_t>(std::max(0, req_.stream_delay_tokens));
   const size_t limit = delay == 0 ? std::string::npos : n > delay ? text_after_[n - 1 - delay] : 0;
   std::string ready = stops_.take_ready(limit);
-  if (on_chunk_ && !on_chunk_(StreamChunk{token, std::move(ready), streamed_logprobs(false)})) return end("abort");
+  const auto released = static_cast<int64_t>(n > delay ? n - delay : 0);
+  if (on_chunk_ && !on_chunk_(StreamChunk{token, std::move(ready), streamed_logprobs(false), released}))
+    return end("abort");
   if (static_cast<int>(res_.tokens.size()) >= max_tokens_ || res_.tokens_sampled >= max_steps_) return end("length");
   pending_.assign(1, token);
 }
@@ -281,7 +283,8 @@ Expected<GenerationResult> Sequence::finish() {
   std::string rest = stops_.take_rest();
   if (res_.finish_reason != "abort" && on_chunk_) {
     std::vector<TokenLogprob> lps = streamed_logprobs(true);
-    if (!rest.empty() || !lps.empty()) on_chunk_(StreamChunk{-1, std::move(rest), std::move(lps)});
+    if (!rest.empty() || !lps.empty())
+      on_chunk_(StreamChunk{-1, std::move(rest), std::move(lps), static_cast<int64_t>(res_.tokens.size())});
   }
   res_.text = stops_.text();
   res_.completion_tokens = static_cast<int>(res_.tokens.size());

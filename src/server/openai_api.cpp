@@ -426,6 +426,12 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
         return bad("stream_options.include_usage", "stream_options.include_usage: expected true or false");
       r.include_usage = (*so)["include_usage"].get<bool>();
     }
+    if (so->contains("continuous_usage_stats")) {
+      if (!(*so)["continuous_usage_stats"].is_boolean())
+        return bad("stream_options.continuous_usage_stats",
+                   "stream_options.continuous_usage_stats: expected true or false");
+      r.continuous_usage = r.include_usage && (*so)["continuous_usage_stats"].get<bool>();
+    }
   }
   if (const auto* st = rd.get("stop")) {
     if (st->is_string()) {

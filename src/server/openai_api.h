@@ -31,6 +31,9 @@ struct ApiRequest {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;
+  // vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the
+  // usage so far.
+  bool continuous_usage = false;
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs >= 0
   int top_logprobs = 0;
   bool echo = false;         // completions: the prompt before the completion (and, with logprobs, its logprobs)

@@ -5,10 +5,11 @@
 
 namespace coda {
 
-void Ticket::push(std::string text, std::vector<TokenLogprob> logprobs) {
-  if (text.empty() && logprobs.empty()) return;
+void Ticket::push(std::string text, std::vector<TokenLogprob> logprobs, int64_t tokens) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    tokens_ = std::max(tokens_, tokens);
+    if (text.empty() && logprobs.empty()) return;
     chunks_.push_back(std::move(text));
     for (auto& l : logprobs) logprobs_.push_back(std::move(l));
   }
@@ -34,6 +35,7 @@ bool Ticket::wait(std::string& text, std::vector<TokenLogprob>& logprobs, bool& 
   }
   logprobs.clear();
   logprobs.swap(logprobs_);
+  tokens_waited_ = tokens_;
   done = result_.has_value();
   return !text.empty() || !logprobs.empty() || done;
 }
@@ -186,7 +188,7 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
     auto seq = Sequence::create(
         gen_, req,
         [raw](const StreamChunk& c) {
-          raw->push(c.text, c.logprobs);
+          raw->push(c.text, c.logprobs, c.tokens);
           return !raw->cancelled.load();
         },
         guard.get(), opts_.prefill_chunk, prefix_.get());
@@ -202,6 +204,7 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
       prefix_->shrink_to(opts_.kv_budget_tokens - kv_used - need);
     if (!active.empty() && kv_used + need > opts_.kv_budget_tokens) break;  // wait for room; order is kept
     pop_waiting();
+    t->prompt_tokens = (*seq)->prompt_tokens();
     // Counted on admission only: a request that waits for room is created again on the next try.
     if (prefix_) {
       metrics_.add("coda:prefix_cache_queries_total", static_cast<double>((*seq)->prompt_tokens()));

@@ -34,12 +34,17 @@ class Ticket {
   Timer since_arrival;
   std::atomic<bool> cancelled{false};
 
-  // Worker side.
-  void push(std::string text, std::vector<TokenLogprob> logprobs = {});
+  // Set when the request is admitted (its prompt is known); 0 before.
+  std::atomic<int64_t> prompt_tokens{0};
+
+  // Worker side. `tokens`: the completion tokens final so far (StreamChunk::tokens).
+  void push(std::string text, std::vector<TokenLogprob> logprobs = {}, int64_t tokens = 0);
   void finish(Expected<GuardedResult> result);
   // HTTP side: waits up to `timeout` for text or the end; returns false when nothing came.
   // `logprobs` gets the logprobs that came with the text (when requested).
   bool wait(std::string& text, std::vector<TokenLogprob>& logprobs, bool& done, std::chrono::milliseconds timeout);
+  // The completion tokens behind the text that wait() has handed out so far.
+  int64_t tokens_waited() const { return tokens_waited_; }
   // Waits for the end and returns the result.
   const Expected<GuardedResult>& result();
   // Waits up to `timeout` for the end; true when it has come (then result() does not block).
@@ -50,6 +55,8 @@ class Ticket {
   std::condition_variable cv_;
   std::deque<std::string> chunks_;
   std::vector<TokenLogprob> logprobs_;
+  int64_t tokens_ = 0;         // guarded by mu_
+  int64_t tokens_waited_ = 0;  // the HTTP side's own copy, taken in wait()
   std::optional<Expected<GuardedResult>> result_;
 };
 

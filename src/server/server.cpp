@@ -198,7 +198,19 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, ticket, r, id, created, first, text_offset, reply, reply_sent, thinking](size_t, httplib::DataSink& sink) {
-        auto send = [&](const nlohmann::ordered_json& j) {
+        // With continuous usage stats every chunk carries the counts so far (vLLM's shape: the
+        // opening chunk none generated yet), and the chunks sent once the result is in the exact
+        // ones. An error body is not a chunk and carries none.
+        const GenerationResult* final_usage = nullptr;
+        auto send = [&](nlohmann::ordered_json j, bool opening = false) {
+          if (r.continuous_usage && j.contains("choices")) {
+            if (final_usage) {
+              j["usage"] = usage_json(*final_usage);
+            } else {
+              const int64_t p = ticket->prompt_tokens.load(), c = opening ? 0 : ticket->tokens_waited();
+              j["usage"] = {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+            }
+          }
           const std::string line = "data: " + dump_json(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
@@ -209,7 +221,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         const bool generated = !text.empty();  // held-back text counts: the stream is not idle
         if (*first && (!text.empty() || !lps.empty() || done)) {
           *first = false;
-          if (r.chat && !send(stream_chunk(r, id, created, "", nullptr, true))) return false;
+          if (r.chat && !send(stream_chunk(r, id, created, "", nullptr, true), true)) return false;
         }
         // A forced tool call is sent whole at the end, as `tool_calls`, not as content.
         if (!r.tool_choice.empty()) text.clear(), lps.clear();
@@ -243,6 +255,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         if (!out) {
           send(generation_error(out.message()).body());
         } else {
+          final_usage = &out->result;
           const ReplyParts parts = reply_parts(r, out->result);
           if (!r.tool_choice.empty() || r.tool_parse != ToolCallFormat::None) {
             const nlohmann::ordered_json& calls = parts.calls;

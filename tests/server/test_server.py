@@ -671,6 +671,41 @@ def vllm_sampling_field_tests(s):
               f"truncate_prompt_tokens {k!r}: {st} {e}")
     st, _, e = s.json("POST", "/v1/completions", dict(req, prompt=text, truncate_prompt_tokens=5, echo=True))
     check(st == 400 and "echo" in e["error"]["message"], f"truncate_prompt_tokens with echo: {e}")
+    # stream_options.continuous_usage_stats: every chunk carries the usage so far. Counted against
+    # the tokens the stream's logprobs have named by then, and against the final usage chunk.
+    for route, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}],
+                                                   "logprobs": True, "max_tokens": 24}),
+                        # The repair policy holds back 256 tokens, so the counts come in steps.
+                        ("/v1/completions", {"prompt": "And the LORD said unto", "logprobs": 0, "max_tokens": 300,
+                                             "ignore_eos": True, "coda": {"guard": "repair"}})):
+        body = dict(body, temperature=0.8, seed=5, stream=True,
+                    stream_options={"include_usage": True, "continuous_usage_stats": True})
+        st, events, _ = s.stream(route, body)
+        chunks = [e for e in events if e.get("choices")]
+        named, ok, last = 0, st == 200 and len(chunks) > 2, -1
+        for e in chunks:
+            u = e.get("usage") or {}
+            lp = e["choices"][0].get("logprobs") or {}
+            named += len(lp.get("content") or lp.get("tokens") or [])
+            c = u.get("completion_tokens", -1)
+            # A count may run ahead of the named tokens by a character's bytes held back, no more:
+            # under repair it counts only the tokens no rollback can take back.
+            ok = ok and max(named, last) <= c <= named + 4 and u.get("total_tokens") == u.get("prompt_tokens", -1) + c
+            last = c
+        final = events[-1].get("usage", {}) if events else {}
+        check(ok and final.get("completion_tokens") == last == named and final.get("prompt_tokens") ==
+              chunks[0]["usage"]["prompt_tokens"] > 0 and (route != "/v1/chat/completions" or
+                                                          chunks[0]["usage"]["completion_tokens"] == 0),
+              f"continuous usage on {route}: {[e.get('usage') for e in chunks]} named {named}, final {final}")
+        plain = dict(body, stream_options={"include_usage": True})
+        _, events, _ = s.stream(route, plain)
+        check(all("usage" not in e for e in events if e.get("choices")),
+              f"without continuous_usage_stats only the last chunk has usage ({route})")
+        _, events, _ = s.stream(route, dict(body, stream_options={"continuous_usage_stats": True}))
+        check(all("usage" not in e for e in events), f"continuous_usage_stats needs include_usage, as vLLM ({route})")
+    st, _, e = s.json("POST", "/v1/completions", dict(req, prompt="x", stream=True,
+                                                      stream_options={"continuous_usage_stats": "yes"}))
+    check(st == 400 and e["error"]["param"] == "stream_options.continuous_usage_stats", f"bad continuous_usage_stats: {e}")
 
 
 def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
