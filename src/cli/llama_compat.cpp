@@ -32,6 +32,11 @@ std::vector<std::string> expand_llama_short_options(int argc, const char* const*
       } else {
         for (const auto& [short_name, long_name] : kLong)
           if (a == short_name) a = long_name;
+        // Older llama.cpp's -fa took no value, and the flag takes an optional one, so in
+        // `coda serve -fa model.gguf` the model would be read as its value: a GGUF file is not one.
+        const std::string next = i + 1 < argc ? argv[i + 1] : "";
+        if (a == "--flash-attn" && next.size() > 5 && next.compare(next.size() - 5, 5, ".gguf") == 0)
+          a = "--flash-attn=on";
       }
     }
     out.push_back(std::move(a));

@@ -398,7 +398,8 @@ def other_engines_flag_tests(coda):
     with tempfile.TemporaryDirectory() as d:
         model = os.path.join(d, "positional.gguf")  # another path than the default model's
         os.symlink(os.path.abspath(bundled), model)
-        s = Server(coda, model, "--served-model-name", "tiny")
+        # After older llama.cpp's value-less -fa, which must not take the model for its value.
+        s = Server(coda, "-fa", model, "--served-model-name", "tiny")
         try:
             st, _, models = s.json("GET", "/v1/models")
             check(st == 200 and models["data"][0]["id"] == "tiny", f"coda serve MODEL (vLLM's form): {models}")
