@@ -30,6 +30,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // stop strings, matched across token boundaries, not in the text
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;  // vLLM
+  bool skip_special_tokens = true;          // vLLM: false writes control tokens' text into the output
   int logprobs = -1;                        // -1: off; 0..20: chosen token's logprob plus this many top ones
   // -1: off; 0..20: also the logprob of every prompt token given the tokens before it, plus this
   // many top ones (OpenAI's `echo` with `logprobs`, vLLM's `prompt_logprobs`; what

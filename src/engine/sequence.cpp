@@ -85,7 +85,7 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
     s->prompt_logits_.resize(static_cast<size_t>(s->prefill_chunk_ * n_vocab));
     cache = nullptr;
   }
-  s->decoder_.emplace(gen.vocab());
+  s->decoder_.emplace(gen.vocab(), false, !r.skip_special_tokens);
   s->history_.prompt = std::move(prompt->tokens);
   s->res_.prompt_tokens = n_prompt;
   if (r.prompt_logprobs >= 0 && n_prompt > 0) {
@@ -171,7 +171,7 @@ void Sequence::rollback(int64_t keep) {
     res_.tokens.resize(k);
     history_.generated.resize(k);
     if (res_.logprobs.size() > k) res_.logprobs.resize(k);
-    decoder_.emplace(vocab_);
+    decoder_.emplace(vocab_, false, !req_.skip_special_tokens);
     stops_ = StopMatcher(req_.stop, req_.include_stop_str_in_output);
     text_after_.clear();
     for (int32_t t : res_.tokens) {

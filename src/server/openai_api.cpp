@@ -473,6 +473,21 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     g.truncate_prompt_tokens = k;
   }
   rd.boolean("return_tokens_as_token_ids", r.tokens_as_ids);
+  rd.boolean("skip_special_tokens", g.skip_special_tokens);
+  // Sampling methods coda does not have: answering with plain sampling would hide that.
+  bool beam = false;
+  rd.boolean("use_beam_search", beam);
+  if (rd.error) return *rd.error;
+  if (beam)
+    return bad("use_beam_search",
+               "use_beam_search: beam search is not supported; use temperature 0 for the single most likely "
+               "continuation, or n > 1 to sample several");
+  int64_t mirostat = 0;
+  rd.number("mirostat", mirostat);
+  if (rd.error) return *rd.error;
+  if (mirostat != 0)
+    return bad("mirostat", "mirostat: " + std::to_string(mirostat) +
+                               " is not supported (only 0, off); min_p or top_p bound the sampling instead");
   if (const auto* lb = rd.get("logit_bias")) {
     if (!lb->is_object()) return bad("logit_bias", "logit_bias: expected an object of token id -> bias");
     for (const auto& [k, v] : lb->items()) {

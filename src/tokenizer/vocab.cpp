@@ -281,6 +281,8 @@ std::string Vocab::decode(const std::vector<int32_t>& ids) const {
 
 std::string StreamDecoder::push(int32_t id) {
   std::string bytes = vocab_.token_bytes(id);
+  if (bytes.empty() && keep_control_ && id >= 0 && id < vocab_.size() && vocab_.type(id) == TokenType::Control)
+    bytes = vocab_.piece(id);
   if (bytes.empty()) return {};
   if (first_) {
     first_ = false;

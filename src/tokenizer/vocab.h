@@ -74,7 +74,10 @@ class StreamDecoder {
  public:
   // `strip_leading_space` drops the SentencePiece dummy-prefix space of the first piece: right when
   // decoding a whole text, wrong when continuing after a prompt.
-  explicit StreamDecoder(const Vocab& v, bool strip_leading_space = false) : vocab_(v), first_(strip_leading_space) {}
+  // `keep_control`: control tokens (<s>, <|im_start|>) come out as their text, as vLLM writes them
+  // with skip_special_tokens false; else as nothing.
+  explicit StreamDecoder(const Vocab& v, bool strip_leading_space = false, bool keep_control = false)
+      : vocab_(v), first_(strip_leading_space), keep_control_(keep_control) {}
   // Returns the text that became complete with this token.
   std::string push(int32_t id);
   // Whatever remains (an incomplete sequence at the end of generation, as replacement chars).
@@ -84,6 +87,7 @@ class StreamDecoder {
   const Vocab& vocab_;
   std::string pending_;
   bool first_;
+  bool keep_control_;
 };
 
 }  // namespace coda

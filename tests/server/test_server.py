@@ -672,6 +672,22 @@ def vllm_sampling_field_tests(s):
               f"truncate_prompt_tokens {k!r}: {st} {e}")
     st, _, e = s.json("POST", "/v1/completions", dict(req, prompt=text, truncate_prompt_tokens=5, echo=True))
     check(st == 400 and "echo" in e["error"]["message"], f"truncate_prompt_tokens with echo: {e}")
+    # skip_special_tokens false: control tokens come out as their text (forced here with logit_bias
+    # onto the BOS token, which /tokenize names), streamed and not; by default they write nothing.
+    _, _, bos = s.json("POST", "/tokenize", {"prompt": "x", "return_token_strs": True})
+    force = {"prompt": "The king", "max_tokens": 3, "temperature": 0, "logit_bias": {str(bos["tokens"][0]): 100}}
+    _, _, quiet = s.json("POST", "/v1/completions", force)
+    _, _, loud = s.json("POST", "/v1/completions", dict(force, skip_special_tokens=False))
+    _, events, _ = s.stream("/v1/completions", dict(force, skip_special_tokens=False, stream=True))
+    streamed = "".join(c.get("text", "") for e in events for c in e.get("choices", []))
+    check(quiet["choices"][0]["text"] == "" and loud["choices"][0]["text"] == streamed == bos["token_strs"][0] * 3,
+          f"skip_special_tokens: {quiet['choices'][0]['text']!r}, {loud['choices'][0]['text']!r}, {streamed!r}")
+    # Sampling methods coda lacks are refused rather than answered with plain sampling.
+    for field, value in (("use_beam_search", True), ("mirostat", 2)):
+        st, _, e = s.json("POST", "/v1/completions", {"prompt": "x", field: value})
+        check(st == 400 and e["error"]["param"] == field, f"{field} {value}: {st} {e}")
+        st, _, e = s.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1, field: type(value)(0)})
+        check(st == 200, f"{field} off is accepted: {st} {e}")
     # stream_options.continuous_usage_stats: every chunk carries the usage so far. Counted against
     # the tokens the stream's logprobs have named by then, and against the final usage chunk.
     for route, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}],
