@@ -684,13 +684,13 @@ std::string utf8_sanitize(const std::string& s) {
   return out;
 }
 
+}  // namespace
+
 nlohmann::ordered_json bytes_of(const std::string& s) {
   auto a = nlohmann::ordered_json::array();
   for (unsigned char c : s) a.push_back(static_cast<int>(c));
   return a;
 }
-
-}  // namespace
 
 nlohmann::ordered_json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& lps, const Vocab& vocab,
                                      size_t& text_offset) {

@@ -79,6 +79,9 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
 // guard's exact-loop stop; an error names the field.
 std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json& v, GuardConfig& guard);
 
+// A token's bytes as the JSON array of numbers that logprobs carry (`bytes`).
+nlohmann::ordered_json bytes_of(const std::string& s);
+
 // Response bodies.
 nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& id,
                                        int64_t created, const class Vocab& vocab);

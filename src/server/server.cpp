@@ -10,6 +10,7 @@
 #include "core/version.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
+#include "server/llama_api.h"
 
 namespace coda {
 
@@ -147,6 +148,80 @@ void Server::routes() {
               [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
   http_->Post("/v1/chat/completions",
               [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, true); });
+  // llama-server's own dialect, under both of its names (not OpenAI's; that is /v1/completions).
+  for (const char* path : {"/completion", "/completions"})
+    http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { llama_completion(req, res); });
+}
+
+void Server::llama_completion(const httplib::Request& req, httplib::Response& res) {
+  const TrimAfterLargeBody trim(req.body.size());
+  auto reject = [&](const ApiError& e) {
+    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e.status));
+    send_error(res, e);
+  };
+  if (auto e = check_request_limits(req.body, opts_.limits)) return reject(*e);
+  const auto in = parse_ordered_json(req.body);
+  if (in.is_discarded()) {
+    ApiError e;
+    e.message = "The request body is not valid JSON.";
+    return reject(e);
+  }
+  LlamaCompletionOptions o;
+  auto body = llama_completion_to_openai(in, o);
+  if (auto* e = std::get_if<ApiError>(&body)) return reject(*e);
+  auto parsed = parse_api_request(dump_json(std::get<nlohmann::ordered_json>(body)), false, opts_.defaults);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reject(*e);
+  ApiRequest r = std::move(std::get<ApiRequest>(parsed));
+  if (Status s = gen_.check(r.gen); !s.ok()) return reject(generation_error(s.message()));
+  auto ticket = scheduler_->submit(r);
+  if (!ticket) {
+    metrics_.add("coda:request_rejected_total", 1, "status", "429");
+    res.set_header("Retry-After", "1");
+    return send_api_error(
+        res, 429,
+        "The server is at capacity (" + std::to_string(opts_.max_queue) + " requests waiting); retry shortly.",
+        "rate_limit_exceeded", "rate_limit_exceeded");
+  }
+  const std::string model = opts_.defaults.model_id;
+  if (!r.stream) {
+    const Expected<GuardedResult>& out = *result_unless_client_leaves({ticket}, ClientWatch(req))[0];
+    if (!out) return send_error(res, generation_error(out.message()));
+    res.set_content(dump_json(llama_completion_body(r, *out, model, gen_.n_ctx(), gen_.vocab(), o, false)),
+                    "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  // Events as llama-server sends them: `data: {...}` per piece of text, the last with `stop`
+  // true and the statistics; no `[DONE]`.
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, ticket, r, o, model](size_t, httplib::DataSink& sink) {
+        auto send = [&](const nlohmann::ordered_json& j) {
+          const std::string line = "data: " + dump_json(j) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        std::string text;
+        std::vector<TokenLogprob> lps;
+        bool done = false;
+        ticket->wait(text, lps, done, std::chrono::milliseconds(200));
+        if (!text.empty() || !lps.empty()) {
+          if (!send(llama_stream_event(text, lps, ticket->prompt_tokens.load(), ticket->tokens_waited(), gen_.vocab(),
+                                       o)))
+            return false;
+        } else if (!done) {
+          if (!sink.write(": waiting\n\n", 11)) return false;  // notices a client that left
+          return sink.is_writable();
+        }
+        if (!done) return sink.is_writable();
+        const Expected<GuardedResult>& out = ticket->result();
+        send(out ? llama_completion_body(r, *out, model, gen_.n_ctx(), gen_.vocab(), o, true)
+                 : generation_error(out.message()).body());
+        sink.done();
+        return true;
+      },
+      [ticket](bool success) {
+        if (!success) ticket->cancelled = true;
+      });
 }
 
 void Server::completions(const httplib::Request& req, httplib::Response& res, bool chat) {

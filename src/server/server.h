@@ -55,6 +55,8 @@ class Server {
  private:
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  // llama-server's native POST /completion (server/llama_api.h).
+  void llama_completion(const httplib::Request& req, httplib::Response& res);
   // vLLM's and llama.cpp's POST /tokenize and /detokenize.
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);

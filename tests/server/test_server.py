@@ -725,6 +725,55 @@ def vllm_sampling_field_tests(s):
     check(st == 400 and e["error"]["param"] == "stream_options.continuous_usage_stats", f"bad continuous_usage_stats: {e}")
 
 
+def llama_native_tests(s):
+    """llama-server's native POST /completion: the same generation as /v1/completions asked the same
+    way, in llama-server's shape, with its sampling defaults when the request gives none."""
+    prompt = "In the beginning God"
+    st, _, n = s.json("POST", "/completion", {"prompt": prompt, "n_predict": 12, "temperature": 0,
+                                              "return_tokens": True})
+    _, _, o = s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 12, "temperature": 0, "logprobs": 0,
+                                                 "return_tokens_as_token_ids": True})
+    o_ids = [int(t.split(":")[1]) for t in o["choices"][0]["logprobs"]["tokens"]]
+    check(st == 200 and n["content"] == o["choices"][0]["text"] and n["tokens"] == o_ids and n["stop"] is True
+          and n["stop_type"] == "limit" and n["tokens_predicted"] == 12 == o["usage"]["completion_tokens"]
+          and n["tokens_evaluated"] == o["usage"]["prompt_tokens"] and n["generation_settings"]["n_predict"] == 12
+          and n["timings"]["predicted_n"] == 12, f"/completion as /v1/completions: {n} vs {o}")
+    st, _, w = s.json("POST", "/completions", {"prompt": prompt, "n_predict": 12, "temperature": 0, "stop": ["LORD"]})
+    _, _, ow = s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 12, "temperature": 0, "stop": ["LORD"]})
+    check(st == 200 and w["stop_type"] == "word" and w["stopping_word"] == "LORD" and "LORD" not in w["content"]
+          and w["content"] == ow["choices"][0]["text"], f"/completions (alias) with a stop word: {w}")
+    # Streamed: the events spell the same text and ids; the last carries stop and the statistics; no [DONE].
+    st, events, done = s.stream("/completion", {"prompt": prompt, "n_predict": 12, "temperature": 0, "stream": True,
+                                                "n_probs": 2})
+    check(st == 200 and not done and events and events[-1]["stop"] is True and not any(e["stop"] for e in events[:-1])
+          and "".join(e["content"] for e in events) == n["content"]
+          and [i for e in events for i in e["tokens"]] == n["tokens"] and events[-1]["tokens_predicted"] == 12
+          and events[-1]["stop_type"] == "limit", f"/completion streamed: {events}")
+    probs = [p for e in events for p in e.get("completion_probabilities", [])]
+    check(len(probs) == 12 and all(len(p["top_logprobs"]) == 2 for p in probs)
+          and [p["id"] for p in probs] == n["tokens"]
+          and [round(p["logprob"], 4) for p in probs] == [round(x, 4) for x in o["choices"][0]["logprobs"]["token_logprobs"]],
+          f"n_probs: llama-server's probabilities, the logprobs of /v1/completions: {probs[:2]}")
+    # Without sampling fields, llama-server's defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
+    _, _, d = s.json("POST", "/completion", {"prompt": prompt, "n_predict": 16, "seed": 9})
+    _, _, od = s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 16, "seed": 9, "temperature": 0.8,
+                                                  "top_k": 40, "top_p": 0.95, "min_p": 0.05})
+    _, _, plain = s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 16, "seed": 9})
+    check(d["content"] == od["choices"][0]["text"] != plain["choices"][0]["text"],
+          f"llama-server's defaults: {d['content']!r} vs {od['choices'][0]['text']!r} (OpenAI's: {plain['choices'][0]['text']!r})")
+    # logit_bias in llama-server's list form; false bans the token.
+    _, _, banned = s.json("POST", "/completion", {"prompt": prompt, "n_predict": 3, "temperature": 0,
+                                                  "return_tokens": True, "logit_bias": [[n["tokens"][0], False]]})
+    check(banned["tokens"] and banned["tokens"][0] != n["tokens"][0], f"logit_bias [[id, false]] bans it: {banned}")
+    for body, param in (({"n_predict": 4}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "x", "n_predict": 0}, "n_predict"),
+                        ({"prompt": "x", "n_probs": 50}, "n_probs"), ({"prompt": "x", "mirostat": 2}, "mirostat"),
+                        ({"prompt": "x", "logit_bias": [["Hello", 1.0]]}, "logit_bias")):
+        st, _, e = s.json("POST", "/completion", body)
+        check(st == 400 and e["error"]["param"] == param, f"/completion {body}: {st} {e}")
+    st, _, raw = s.request("POST", "/completion", b"{not json")
+    check(st == 400, f"/completion with a body that is not JSON: {st}")
+
+
 def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
     """Concurrent streams with random disconnects, bad requests in between, then a flood."""
     rng = random.Random(label)
@@ -835,6 +884,7 @@ def main():
         api_tests(s)
         tokenizer_tests(s)
         vllm_sampling_field_tests(s)
+        llama_native_tests(s)
         prefix_cache_tests(s)
         burst_tests(s)
         load_tests(s, "bundled", n_streams=16, max_queue=6, max_batch=4)

@@ -1,0 +1,196 @@
+#include "server/llama_api.h"
+
+#include <algorithm>
+
+#include "tokenizer/utf8.h"
+#include "tokenizer/vocab.h"
+
+namespace coda {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+ApiError bad(const std::string& param, const std::string& message) {
+  ApiError e;
+  e.param = param;
+  e.message = message;
+  return e;
+}
+
+std::string valid_utf8(const std::string& s) {
+  std::string out;
+  utf8_sanitize(s, true, &out);
+  return out;
+}
+
+// llama-server's per-token probabilities: the chosen token and its alternatives, each with its id.
+json probabilities(const std::vector<TokenLogprob>& lps, const Vocab& vocab) {
+  json out = json::array();
+  for (const auto& lp : lps) {
+    json top = json::array();
+    for (const auto& [id, l] : lp.top) {
+      const std::string b = vocab.token_bytes(id);
+      top.push_back({{"id", id}, {"token", valid_utf8(b)}, {"bytes", bytes_of(b)}, {"logprob", l}});
+    }
+    out.push_back({{"id", lp.token},
+                   {"token", valid_utf8(lp.text)},
+                   {"bytes", bytes_of(lp.text)},
+                   {"logprob", lp.logprob},
+                   {"top_logprobs", std::move(top)}});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::variant<json, ApiError> llama_completion_to_openai(const json& in, LlamaCompletionOptions& opts) {
+  if (!in.is_object()) return bad("", "the body is not a JSON object");
+  json out = in;
+  // One prompt, as text or as token ids; llama-server's batches and mixed arrays are not read.
+  if (!in.contains("prompt") || in["prompt"].is_null())
+    return bad("prompt", "prompt: missing; send the text to continue");
+  const json& p = in["prompt"];
+  const bool ids = p.is_array() && !p.empty() &&
+                   std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); });
+  if (!p.is_string() && !ids)
+    return bad("prompt",
+               "prompt: expected a string or an array of token ids (one prompt; send several to /v1/completions)");
+  // n_predict: -1 (llama-server's "until the end") keeps coda's bounded default.
+  out.erase("n_predict");
+  if (in.contains("n_predict") && !in["n_predict"].is_null()) {
+    if (!in["n_predict"].is_number_integer())
+      return bad("n_predict", "n_predict: expected an integer (-1: until the end of the generation)");
+    const int64_t n = in["n_predict"].get<int64_t>();
+    if (n == 0 || n < -1)
+      return bad("n_predict", "n_predict: " + std::to_string(n) + " is not supported; allowed -1 or >= 1");
+    if (n > 0) out["max_tokens"] = n;
+  }
+  out.erase("n_probs");
+  if (in.contains("n_probs") && !in["n_probs"].is_null()) {
+    if (!in["n_probs"].is_number_integer() || in["n_probs"].get<int64_t>() < 0 || in["n_probs"].get<int64_t>() > 20)
+      return bad("n_probs", "n_probs: expected an integer in 0..20");
+    opts.n_probs = static_cast<int>(in["n_probs"].get<int64_t>());
+  }
+  const bool stream = in.value("stream", json(false)) == json(true);
+  // Token ids come with the logprobs: asked for whenever the answer names ids.
+  opts.return_tokens = in.value("return_tokens", json(false)) == json(true);
+  out.erase("return_tokens");
+  if (opts.n_probs > 0 || stream || opts.return_tokens) out["logprobs"] = opts.n_probs;
+  if (in.contains("post_sampling_probs") && in["post_sampling_probs"] == json(true))
+    return bad("post_sampling_probs",
+               "post_sampling_probs: not supported; n_probs gives the model's log-probabilities");
+  out.erase("post_sampling_probs");
+  if (in.contains("repeat_penalty")) {
+    out["repetition_penalty"] = in["repeat_penalty"];
+    out.erase("repeat_penalty");
+  }
+  // seed -1 is llama-server's "random", as an absent seed is coda's.
+  if (in.contains("seed") && in["seed"] == json(-1)) out.erase("seed");
+  // logit_bias as llama-server's list of [token id, bias or false] (false: never).
+  if (in.contains("logit_bias") && in["logit_bias"].is_array()) {
+    json bias = json::object();
+    for (const auto& pair : in["logit_bias"]) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() ||
+          !(pair[1].is_number() || pair[1] == json(false)))
+        return bad("logit_bias", "logit_bias: expected [[token id, bias or false], ...] (token ids, not strings)");
+      bias[std::to_string(pair[0].get<int64_t>())] = pair[1].is_number() ? pair[1] : json(-100);
+    }
+    out["logit_bias"] = std::move(bias);
+  }
+  out.erase("model");  // llama-server serves one model whatever the request names
+  // llama-server's sampling defaults where the request is silent (its README's values), so a
+  // request written for it samples as it would there.
+  auto fallback = [&](const char* key, json value) {
+    if (!in.contains(key) || in[key].is_null()) out[key] = std::move(value);
+  };
+  fallback("temperature", 0.8);
+  fallback("top_k", 40);
+  fallback("top_p", 0.95);
+  fallback("min_p", 0.05);
+  return out;
+}
+
+json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& model, int64_t n_ctx,
+                           const Vocab& vocab, const LlamaCompletionOptions& o, bool final_of_stream) {
+  const GenerationResult& res = g.result;
+  const GenerationRequest& q = r.gen;
+  std::string stop_type = res.finish_reason, stopping_word;
+  if (res.finish_reason == "length") {
+    stop_type = "limit";
+  } else if (res.finish_reason == "stop") {
+    const bool word = std::find(q.stop.begin(), q.stop.end(), res.stop_reason) != q.stop.end();
+    stop_type = word ? "word" : "eos";
+    if (word) stopping_word = res.stop_reason;
+  }
+  const GenerationTimings& t = res.timings;
+  const int prompt_n = res.prompt_tokens - res.cached_tokens;
+  const auto per_token = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
+  const auto per_second = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
+  const SamplingParams& s = q.sampling;
+  json settings{{"n_ctx", n_ctx},
+                {"n_predict", q.max_tokens ? *q.max_tokens : -1},
+                {"model", model},
+                {"seed", s.seed},
+                {"temperature", s.temperature},
+                {"dynatemp_range", s.dynatemp_range},
+                {"dynatemp_exponent", s.dynatemp_exponent},
+                {"top_k", s.top_k},
+                {"top_p", s.top_p},
+                {"min_p", s.min_p},
+                {"typical_p", s.typical_p},
+                {"repeat_last_n", s.repetition_window},
+                {"repeat_penalty", s.repetition_penalty},
+                {"presence_penalty", s.presence_penalty},
+                {"frequency_penalty", s.frequency_penalty},
+                {"stop", q.stop},
+                {"ignore_eos", s.ignore_eos},
+                {"stream", r.stream},
+                {"n_probs", o.n_probs}};
+  json tokens = json::array();
+  if (o.return_tokens && !final_of_stream) tokens = res.tokens;
+  json body{{"index", 0},
+            {"content", final_of_stream ? std::string() : res.text},
+            {"tokens", std::move(tokens)},
+            {"id_slot", 0},
+            {"stop", true},
+            {"model", model},
+            {"tokens_predicted", res.completion_tokens},
+            {"tokens_evaluated", res.prompt_tokens},
+            {"generation_settings", std::move(settings)},
+            {"prompt", valid_utf8(q.prompt_tokens.empty() ? q.prompt : vocab.decode(q.prompt_tokens))},
+            {"has_new_line", res.text.find('\n') != std::string::npos},
+            {"truncated", false},
+            {"stop_type", stop_type},
+            {"stopping_word", stopping_word},
+            {"tokens_cached", res.cached_tokens},
+            {"timings",
+             {{"prompt_n", prompt_n},
+              {"prompt_ms", t.prefill_ms},
+              {"prompt_per_token_ms", per_token(t.prefill_ms, prompt_n)},
+              {"prompt_per_second", per_second(t.prefill_ms, prompt_n)},
+              {"predicted_n", res.completion_tokens},
+              {"predicted_ms", t.decode_ms},
+              {"predicted_per_token_ms", per_token(t.decode_ms, res.completion_tokens)},
+              {"predicted_per_second", per_second(t.decode_ms, res.completion_tokens)}}}};
+  if (o.n_probs > 0 && !final_of_stream) body["completion_probabilities"] = probabilities(res.logprobs, vocab);
+  body["coda"] = g.report.to_json();
+  return body;
+}
+
+json llama_stream_event(const std::string& text, const std::vector<TokenLogprob>& lps, int64_t prompt_tokens,
+                        int64_t predicted, const Vocab& vocab, const LlamaCompletionOptions& o) {
+  json ids = json::array();
+  for (const auto& lp : lps) ids.push_back(lp.token);
+  json event{{"index", 0},
+             {"content", text},
+             {"tokens", std::move(ids)},
+             {"stop", false},
+             {"id_slot", -1},
+             {"tokens_predicted", predicted},
+             {"tokens_evaluated", prompt_tokens}};
+  if (o.n_probs > 0) event["completion_probabilities"] = probabilities(lps, vocab);
+  return event;
+}
+
+}  // namespace coda

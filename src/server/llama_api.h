@@ -1,0 +1,39 @@
+// llama.cpp's native completion API (`POST /completion`, llama-server's own dialect, which its web
+// UI, llama.vim and many scripts speak): the request is read into the OpenAI completions body that
+// coda serves, with llama-server's sampling defaults where the request is silent, and coda's result
+// is written back in llama-server's shape (a flat object with `content`, `stop`, `stop_type`,
+// `timings`; a stream of such objects without a `[DONE]`).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/openai_api.h"
+
+namespace coda {
+
+class Vocab;
+
+struct LlamaCompletionOptions {
+  bool return_tokens = false;  // `tokens`: the generated ids (always in a stream's chunks)
+  int n_probs = 0;             // `completion_probabilities` with this many alternatives; 0: none
+};
+
+// The OpenAI completions body for a /completion request, or the error that names the field.
+std::variant<nlohmann::ordered_json, ApiError> llama_completion_to_openai(const nlohmann::ordered_json& in,
+                                                                          LlamaCompletionOptions& opts);
+
+// The whole answer (and a stream's last event): `content` is empty when `final_of_stream`.
+nlohmann::ordered_json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& model,
+                                             int64_t n_ctx, const Vocab& vocab, const LlamaCompletionOptions& o,
+                                             bool final_of_stream);
+
+// One streamed event: the text that became final, the ids and, with n_probs, the probabilities of
+// its tokens, and the counts so far.
+nlohmann::ordered_json llama_stream_event(const std::string& text, const std::vector<TokenLogprob>& lps,
+                                          int64_t prompt_tokens, int64_t predicted, const Vocab& vocab,
+                                          const LlamaCompletionOptions& o);
+
+}  // namespace coda
