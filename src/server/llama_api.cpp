@@ -1,6 +1,8 @@
 #include "server/llama_api.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -62,8 +64,9 @@ std::variant<json, ApiError> llama_completion_to_openai(const json& in, LlamaCom
     if (!in["n_predict"].is_number_integer())
       return bad("n_predict", "n_predict: expected an integer (-1: until the end of the generation)");
     const int64_t n = in["n_predict"].get<int64_t>();
-    if (n == 0 || n < -1)
-      return bad("n_predict", "n_predict: " + std::to_string(n) + " is not supported; allowed -1 or >= 1");
+    if (n == 0 || n < -1 || n > std::numeric_limits<int32_t>::max())
+      return bad("n_predict",
+                 "n_predict: " + std::to_string(n) + " is out of range; allowed -1 or 1 up to the context");
     if (n > 0) out["max_tokens"] = n;
   }
   out.erase("n_probs");

@@ -765,7 +765,7 @@ def llama_native_tests(s):
     _, _, banned = s.json("POST", "/completion", {"prompt": prompt, "n_predict": 3, "temperature": 0,
                                                   "return_tokens": True, "logit_bias": [[n["tokens"][0], False]]})
     check(banned["tokens"] and banned["tokens"][0] != n["tokens"][0], f"logit_bias [[id, false]] bans it: {banned}")
-    for body, param in (({"n_predict": 4}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "x", "n_predict": 0}, "n_predict"),
+    for body, param in (({"n_predict": 4}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "x", "n_predict": 0}, "n_predict"), ({"prompt": "x", "n_predict": 10 ** 12}, "n_predict"),
                         ({"prompt": "x", "n_probs": 50}, "n_probs"), ({"prompt": "x", "mirostat": 2}, "mirostat"),
                         ({"prompt": "x", "logit_bias": [["Hello", 1.0]]}, "logit_bias")):
         st, _, e = s.json("POST", "/completion", body)
