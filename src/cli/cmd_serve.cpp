@@ -75,6 +75,7 @@ int serve(ServeFlags& f) {
       f.reasoning_parser != "none")
     return fail("--reasoning-parser: '" + f.reasoning_parser +
                 "' is not one coda knows; use auto (the chat template's <think> block), deepseek_r1, qwen3 or none");
+  f.server.model_path = path;
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
   const ChatTemplate* tmpl = loaded->generator->chat_template();

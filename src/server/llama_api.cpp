@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/version.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
@@ -104,14 +105,30 @@ std::variant<json, ApiError> llama_completion_to_openai(const json& in, LlamaCom
   out.erase("model");  // llama-server serves one model whatever the request names
   // llama-server's sampling defaults where the request is silent (its README's values), so a
   // request written for it samples as it would there.
-  auto fallback = [&](const char* key, json value) {
-    if (!in.contains(key) || in[key].is_null()) out[key] = std::move(value);
-  };
-  fallback("temperature", 0.8);
-  fallback("top_k", 40);
-  fallback("top_p", 0.95);
-  fallback("min_p", 0.05);
+  const json defaults = llama_default_params();
+  for (auto it = defaults.begin(); it != defaults.end(); ++it)
+    if (it.key() != "n_predict" && (!in.contains(it.key()) || in[it.key()].is_null())) out[it.key()] = it.value();
   return out;
+}
+
+json llama_default_params() {
+  // llama-server's README values for the sampling fields whose defaults differ from OpenAI's.
+  return {{"n_predict", -1}, {"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05}};
+}
+
+json llama_props(int64_t n_ctx, size_t slots, const std::string& model_path, const std::string& model_alias,
+                 const std::string& chat_template, const Vocab& vocab) {
+  auto token_text = [&](int32_t id) { return id >= 0 ? vocab.piece(id) : std::string(); };
+  return {{"default_generation_settings", {{"n_ctx", n_ctx}, {"params", llama_default_params()}}},
+          {"total_slots", slots},
+          {"model_alias", model_alias},
+          {"model_path", model_path},
+          {"chat_template", chat_template},
+          {"bos_token", token_text(vocab.bos())},
+          {"eos_token", token_text(vocab.eot() >= 0 ? vocab.eot() : vocab.eos())},
+          {"modalities", {{"vision", false}, {"audio", false}}},
+          {"build_info", std::string("coda ") + kVersion},
+          {"is_sleeping", false}};
 }
 
 json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& model, int64_t n_ctx,

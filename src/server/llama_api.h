@@ -30,6 +30,15 @@ nlohmann::ordered_json llama_completion_body(const ApiRequest& r, const GuardedR
                                              int64_t n_ctx, const Vocab& vocab, const LlamaCompletionOptions& o,
                                              bool final_of_stream);
 
+// llama-server's sampling defaults, which /completion applies where a request is silent, as the
+// `params` that GET /props reports.
+nlohmann::ordered_json llama_default_params();
+
+// GET /props (llama-server's): what its web UI and clients read to set themselves up.
+nlohmann::ordered_json llama_props(int64_t n_ctx, size_t slots, const std::string& model_path,
+                                   const std::string& model_alias, const std::string& chat_template,
+                                   const Vocab& vocab);
+
 // One streamed event: the text that became final, the ids and, with n_probs, the probabilities of
 // its tokens, and the counts so far.
 nlohmann::ordered_json llama_stream_event(const std::string& text, const std::vector<TokenLogprob>& lps,

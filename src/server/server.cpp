@@ -99,7 +99,10 @@ void Server::routes() {
   // API key on /v1/*, /admin/* and the tokenizer routes; /health, /metrics and /version stay open.
   install_api_handlers(
       *http_,
-      {opts_.api_keys, {"/v1/", "/admin/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
+      {opts_.api_keys,
+       {"/v1/", "/admin/", "/tokenize", "/detokenize", "/completion", "/props"},
+       opts_.max_body_bytes,
+       opts_.read_timeout_s},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
@@ -139,6 +142,16 @@ void Server::routes() {
       state(res);
     });
   }
+  // llama-server's: its web UI and clients read the context, slots and chat template here.
+  http_->Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    const ChatTemplate* t = gen_.chat_template();
+    res.set_content(dump_json(llama_props(gen_.n_ctx(), opts_.max_batch, opts_.model_path, opts_.defaults.model_id,
+                                          t ? t->source() : "", gen_.vocab())),
+                    "application/json");
+  });
+  http_->Get("/v1/health", [](const httplib::Request&, httplib::Response& res) {  // llama-server's alias
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
   http_->Get("/version", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump_json({{"version", kVersion}}), "application/json");
   });

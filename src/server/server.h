@@ -39,6 +39,7 @@ struct ServerOptions {
   bool admin_api = false;  // POST /admin/pause and /admin/resume (behind the API key)
   ServerDefaults defaults;
   TlsFiles tls;  // serve https (--ssl-certfile, --ssl-keyfile)
+  std::string model_path;  // GET /props reports it, as llama-server does
 };
 
 class Server {

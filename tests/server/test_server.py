@@ -491,6 +491,12 @@ def auth_tests(coda):
         check(st == 200, "/health needs no key")
         st, _, _ = s.json("POST", "/tokenize", {"prompt": "x"})
         check(st == 401, "/tokenize needs the key")
+        for path in ("/completion", "/completions"):
+            st, _, _ = s.json("POST", path, {"prompt": "x", "n_predict": 1})
+            st2, _, _ = s.json("POST", path, {"prompt": "x", "n_predict": 1}, {"Authorization": "Bearer sekret"})
+            check(st == 401 and st2 == 200, f"llama-server's {path} needs the key: {st} {st2}")
+        st, _, _ = s.json("GET", "/props")
+        check(st == 401, "/props needs the key")
         st, _, body = s.json("GET", "/version")
         check(st == 200 and body.get("version"), "/version needs no key")
         # X-Request-Id comes back as sent (vLLM's habit), on refusals too; without one, a new one.
@@ -772,6 +778,27 @@ def llama_native_tests(s):
         check(st == 400 and e["error"]["param"] == param, f"/completion {body}: {st} {e}")
     st, _, raw = s.request("POST", "/completion", b"{not json")
     check(st == 400, f"/completion with a body that is not JSON: {st}")
+    # GET /props, checked against the GGUF as an independent reader sees it (tests/reference).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+    from gguf_ref import Reader  # noqa: E402
+    st, _, props = s.json("GET", "/props")
+    _, _, models = s.json("GET", "/v1/models")
+    path = props.get("model_path", "")
+    kv = Reader(path).kv if os.path.isfile(path) else {}
+    check(st == 200 and props["default_generation_settings"]["n_ctx"] == models["data"][0]["max_model_len"]
+          and props["chat_template"] == kv.get("tokenizer.chat_template", props["chat_template"]) != ""
+          and props["bos_token"] == kv["tokenizer.ggml.tokens"][kv["tokenizer.ggml.bos_token_id"]]
+          and props["default_generation_settings"]["params"]["temperature"] == 0.8 and props["total_slots"] == 4,
+          f"/props: {dict(props, chat_template=props.get('chat_template', '')[:40])}")
+    # The template is the one in use (the bundled GGUF has none, so coda's own): it renders in
+    # Jinja2 to a prompt that holds the message.
+    import jinja2  # noqa: E402
+    rendered = jinja2.Environment().from_string(props["chat_template"]).render(
+        messages=[{"role": "user", "content": "Who made the heaven?"}], add_generation_prompt=True,
+        bos_token=props["bos_token"], eos_token=props["eos_token"])
+    check("Who made the heaven?" in rendered, f"/props' chat template renders in Jinja2: {rendered!r}")
+    st, _, h = s.json("GET", "/v1/health")
+    check(st == 200 and h == {"status": "ok"}, f"/v1/health (llama-server's alias): {st} {h}")
 
 
 def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
