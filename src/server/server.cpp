@@ -37,6 +37,12 @@ void send_error(httplib::Response& res, const ApiError& e) {
 }
 
 // A generation-layer error as the API reports it.
+// One Server-Sent Event carrying a JSON object; false when the client has gone.
+bool write_sse(httplib::DataSink& sink, const nlohmann::ordered_json& j) {
+  const std::string line = "data: " + dump_json(j) + "\n\n";
+  return sink.write(line.data(), line.size());
+}
+
 ApiError generation_error(const std::string& message) {
   ApiError e;
   e.message = message;
@@ -166,6 +172,15 @@ void Server::routes() {
     http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { llama_completion(req, res); });
 }
 
+// 429 while the queue is full: `tail` ends the message with what the client can do.
+void Server::refuse_at_capacity(httplib::Response& res, const std::string& tail) {
+  metrics_.add("coda:request_rejected_total", 1, "status", "429");
+  res.set_header("Retry-After", "1");
+  send_api_error(res, 429,
+                 "The server is at capacity (" + std::to_string(opts_.max_queue) + " requests waiting)" + tail,
+                 "rate_limit_exceeded", "rate_limit_exceeded");
+}
+
 void Server::llama_completion(const httplib::Request& req, httplib::Response& res) {
   const TrimAfterLargeBody trim(req.body.size());
   auto reject = [&](const ApiError& e) {
@@ -187,14 +202,7 @@ void Server::llama_completion(const httplib::Request& req, httplib::Response& re
   ApiRequest r = std::move(std::get<ApiRequest>(parsed));
   if (Status s = gen_.check(r.gen); !s.ok()) return reject(generation_error(s.message()));
   auto ticket = scheduler_->submit(r);
-  if (!ticket) {
-    metrics_.add("coda:request_rejected_total", 1, "status", "429");
-    res.set_header("Retry-After", "1");
-    return send_api_error(
-        res, 429,
-        "The server is at capacity (" + std::to_string(opts_.max_queue) + " requests waiting); retry shortly.",
-        "rate_limit_exceeded", "rate_limit_exceeded");
-  }
+  if (!ticket) return refuse_at_capacity(res, "; retry shortly.");
   const std::string model = opts_.defaults.model_id;
   if (!r.stream) {
     const Expected<GuardedResult>& out = *result_unless_client_leaves({ticket}, ClientWatch(req))[0];
@@ -209,10 +217,7 @@ void Server::llama_completion(const httplib::Request& req, httplib::Response& re
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, ticket, r, o, model](size_t, httplib::DataSink& sink) {
-        auto send = [&](const nlohmann::ordered_json& j) {
-          const std::string line = "data: " + dump_json(j) + "\n\n";
-          return sink.write(line.data(), line.size());
-        };
+        auto send = [&](const nlohmann::ordered_json& j) { return write_sse(sink, j); };
         std::string text;
         std::vector<TokenLogprob> lps;
         bool done = false;
@@ -257,14 +262,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     return send_error(res, generation_error(s.message()));
   }
   auto ticket = scheduler_->submit(r);
-  if (!ticket) {
-    metrics_.add("coda:request_rejected_total", 1, "status", "429");
-    res.set_header("Retry-After", "1");
-    return send_api_error(
-        res, 429,
-        "The server is at capacity (" + std::to_string(opts_.max_queue) + " requests waiting); retry shortly.",
-        "rate_limit_exceeded", "rate_limit_exceeded");
-  }
+  if (!ticket) return refuse_at_capacity(res, "; retry shortly.");
   const std::string id = response_id(req, res, chat);
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
 
@@ -299,8 +297,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
               j["usage"] = {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
             }
           }
-          const std::string line = "data: " + dump_json(j) + "\n\n";
-          return sink.write(line.data(), line.size());
+          return write_sse(sink, j);
         };
         std::string text;
         std::vector<TokenLogprob> lps;
@@ -497,13 +494,8 @@ void Server::serve_choices(ApiRequest r, bool chat, const httplib::Request& req,
     auto t = scheduler_->submit(one);
     if (!t) {
       for (auto& other : tickets) other->cancelled = true;
-      metrics_.add("coda:request_rejected_total", 1, "status", "429");
-      res.set_header("Retry-After", "1");
-      return send_api_error(res, 429,
-                            "The server is at capacity (" + std::to_string(opts_.max_queue) +
-                                " requests waiting) for this request's " + std::to_string(parts.size()) +
-                                " choices; retry shortly or ask for fewer.",
-                            "rate_limit_exceeded", "rate_limit_exceeded");
+      return refuse_at_capacity(
+          res, " for this request's " + std::to_string(parts.size()) + " choices; retry shortly or ask for fewer.");
     }
     tickets.push_back(std::move(t));
   }

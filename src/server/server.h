@@ -56,6 +56,7 @@ class Server {
  private:
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  void refuse_at_capacity(httplib::Response& res, const std::string& tail);
   // llama-server's native POST /completion (server/llama_api.h).
   void llama_completion(const httplib::Request& req, httplib::Response& res);
   // vLLM's and llama.cpp's POST /tokenize and /detokenize.
