@@ -197,7 +197,11 @@ void Server::llama_completion(const httplib::Request& req, httplib::Response& re
   LlamaCompletionOptions o;
   auto body = llama_completion_to_openai(in, o);
   if (auto* e = std::get_if<ApiError>(&body)) return reject(*e);
-  auto parsed = parse_api_request(dump_json(std::get<nlohmann::ordered_json>(body)), false, opts_.defaults);
+  // The OpenAI route's limits hold for what the translation made too (llama-server's list form of
+  // logit_bias is an array the first check counts only as an array).
+  const std::string openai_body = dump_json(std::get<nlohmann::ordered_json>(body));
+  if (auto e = check_request_limits(openai_body, opts_.limits)) return reject(*e);
+  auto parsed = parse_api_request(openai_body, false, opts_.defaults);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reject(*e);
   ApiRequest r = std::move(std::get<ApiRequest>(parsed));
   if (Status s = gen_.check(r.gen); !s.ok()) return reject(generation_error(s.message()));

@@ -203,8 +203,8 @@ def chat(content="Hello", **kw):
     return {"messages": [{"role": "user", "content": content}], "max_tokens": 4, **kw}
 
 
-def body_cases(port):
-    """Bodies: JSON, types, ranges, text, sizes."""
+def body_cases(port, engine=True):
+    """Bodies: JSON, types, ranges, text, sizes. `engine`: coda serve itself (its native route too)."""
     J = lambda n, p, b, **k: json_case(port, n, p, b, **k)  # noqa: E731
     J("empty body", CHAT, b"", expect=400)
     J("not JSON", CHAT, b"hello there", expect=400)
@@ -279,6 +279,14 @@ def body_cases(port):
     J("an object of 400,000 keys", CHAT, chat(extra={"k%d" % i: 1 for i in range(400000)}), allowed={200}, expect=200)
     J("400,000 repeated keys", CHAT, b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"x":{' +
       b",".join(b'"k":%d' % i for i in range(400000)) + b"}}", allowed={200}, expect=200)
+    # llama-server's native route (coda serve's; the proxy answers it 404): the OpenAI routes'
+    # limits hold for its own forms too.
+    if engine:
+        J("/completion: logit_bias of 5,000 [id, bias] pairs", "/completion",
+          {"prompt": "x", "logit_bias": [[i, 1] for i in range(5000)]}, expect=400, param="logit_bias")
+        J("/completion: 200,000 token ids", "/completion", {"prompt": [5] * 200000}, expect=400, param="prompt")
+        J("/completion: three prompts", "/completion", {"prompt": ["a", "b", "c"]}, expect=400, param="prompt")
+        J("/completion: n_predict past 64 bits", "/completion", b'{"prompt":"x","n_predict":1e400}', expect=400)
     J("body over --max-body", CHAT, json.dumps(chat("y" * (9 << 20))).encode(), expect=413)
 
 
@@ -506,7 +514,7 @@ def main():
         json_case(port, "warm-up request", CHAT, chat(), allowed={200}, expect=200)
         idle = rss_mb(pid)
         print(f"idle: RSS {idle:.1f} MB, {threads_of(pid)} threads")
-        body_cases(port)
+        body_cases(port, engine=not through_proxy)
         framing_cases(port)
         idle_connections(port)
         dropped_streams(port, engine=not through_proxy)
