@@ -102,7 +102,6 @@ std::variant<json, ApiError> llama_completion_to_openai(const json& in, LlamaCom
     }
     out["logit_bias"] = std::move(bias);
   }
-  out.erase("model");  // llama-server serves one model whatever the request names
   // llama-server's sampling defaults where the request is silent (its README's values), so a
   // request written for it samples as it would there.
   const json defaults = llama_default_params();
@@ -131,24 +130,60 @@ json llama_props(int64_t n_ctx, size_t slots, const std::string& model_path, con
           {"is_sleeping", false}};
 }
 
+json llama_answer_json(const LlamaAnswer& a, bool final_of_stream) {
+  std::string stop_type = a.finish_reason;
+  if (a.finish_reason == "length") stop_type = "limit";
+  if (a.finish_reason == "stop") stop_type = a.stopping_word.empty() ? "eos" : "word";
+  const int64_t prompt_n = a.prompt_tokens - a.cached_tokens;
+  const auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
+  const auto per_second = [](double ms, int64_t n) { return ms > 0 ? 1e3 * static_cast<double>(n) / ms : 0.0; };
+  json body{{"index", 0},
+            {"content", final_of_stream ? std::string() : a.text},
+            {"tokens", final_of_stream ? json::array() : json(a.tokens)},
+            {"id_slot", 0},
+            {"stop", true},
+            {"model", a.model},
+            {"tokens_predicted", a.completion_tokens},
+            {"tokens_evaluated", a.prompt_tokens},
+            {"generation_settings", a.settings},
+            {"prompt", valid_utf8(a.prompt)},
+            {"has_new_line", a.text.find('\n') != std::string::npos},
+            {"truncated", false},
+            {"stop_type", stop_type},
+            {"stopping_word", a.stopping_word},
+            {"tokens_cached", a.cached_tokens},
+            {"timings",
+             {{"prompt_n", prompt_n},
+              {"prompt_ms", a.prompt_ms},
+              {"prompt_per_token_ms", per_token(a.prompt_ms, prompt_n)},
+              {"prompt_per_second", per_second(a.prompt_ms, prompt_n)},
+              {"predicted_n", a.completion_tokens},
+              {"predicted_ms", a.predicted_ms},
+              {"predicted_per_token_ms", per_token(a.predicted_ms, a.completion_tokens)},
+              {"predicted_per_second", per_second(a.predicted_ms, a.completion_tokens)}}}};
+  body["coda"] = a.report;
+  return body;
+}
+
 json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& model, int64_t n_ctx,
                            const Vocab& vocab, const LlamaCompletionOptions& o, bool final_of_stream) {
   const GenerationResult& res = g.result;
   const GenerationRequest& q = r.gen;
-  std::string stop_type = res.finish_reason, stopping_word;
-  if (res.finish_reason == "length") {
-    stop_type = "limit";
-  } else if (res.finish_reason == "stop") {
-    const bool word = std::find(q.stop.begin(), q.stop.end(), res.stop_reason) != q.stop.end();
-    stop_type = word ? "word" : "eos";
-    if (word) stopping_word = res.stop_reason;
-  }
-  const GenerationTimings& t = res.timings;
-  const int prompt_n = res.prompt_tokens - res.cached_tokens;
-  const auto per_token = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
-  const auto per_second = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
   const SamplingParams& s = q.sampling;
-  json settings{{"n_ctx", n_ctx},
+  LlamaAnswer a;
+  a.text = res.text;
+  a.finish_reason = res.finish_reason;
+  if (res.finish_reason == "stop" && std::find(q.stop.begin(), q.stop.end(), res.stop_reason) != q.stop.end())
+    a.stopping_word = res.stop_reason;
+  if (o.return_tokens) a.tokens = res.tokens;
+  a.prompt = q.prompt_tokens.empty() ? q.prompt : vocab.decode(q.prompt_tokens);
+  a.model = model;
+  a.prompt_tokens = res.prompt_tokens;
+  a.completion_tokens = res.completion_tokens;
+  a.cached_tokens = res.cached_tokens;
+  a.prompt_ms = res.timings.prefill_ms;
+  a.predicted_ms = res.timings.decode_ms;
+  a.settings = {{"n_ctx", n_ctx},
                 {"n_predict", q.max_tokens ? *q.max_tokens : -1},
                 {"model", model},
                 {"seed", s.seed},
@@ -167,34 +202,9 @@ json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const st
                 {"ignore_eos", s.ignore_eos},
                 {"stream", r.stream},
                 {"n_probs", o.n_probs}};
-  json tokens = json::array();
-  if (o.return_tokens && !final_of_stream) tokens = res.tokens;
-  json body{{"index", 0},
-            {"content", final_of_stream ? std::string() : res.text},
-            {"tokens", std::move(tokens)},
-            {"id_slot", 0},
-            {"stop", true},
-            {"model", model},
-            {"tokens_predicted", res.completion_tokens},
-            {"tokens_evaluated", res.prompt_tokens},
-            {"generation_settings", std::move(settings)},
-            {"prompt", valid_utf8(q.prompt_tokens.empty() ? q.prompt : vocab.decode(q.prompt_tokens))},
-            {"has_new_line", res.text.find('\n') != std::string::npos},
-            {"truncated", false},
-            {"stop_type", stop_type},
-            {"stopping_word", stopping_word},
-            {"tokens_cached", res.cached_tokens},
-            {"timings",
-             {{"prompt_n", prompt_n},
-              {"prompt_ms", t.prefill_ms},
-              {"prompt_per_token_ms", per_token(t.prefill_ms, prompt_n)},
-              {"prompt_per_second", per_second(t.prefill_ms, prompt_n)},
-              {"predicted_n", res.completion_tokens},
-              {"predicted_ms", t.decode_ms},
-              {"predicted_per_token_ms", per_token(t.decode_ms, res.completion_tokens)},
-              {"predicted_per_second", per_second(t.decode_ms, res.completion_tokens)}}}};
+  a.report = g.report.to_json();
+  json body = llama_answer_json(a, final_of_stream);
   if (o.n_probs > 0 && !final_of_stream) body["completion_probabilities"] = probabilities(res.logprobs, vocab);
-  body["coda"] = g.report.to_json();
   return body;
 }
 

@@ -25,7 +25,23 @@ struct LlamaCompletionOptions {
 std::variant<nlohmann::ordered_json, ApiError> llama_completion_to_openai(const nlohmann::ordered_json& in,
                                                                           LlamaCompletionOptions& opts);
 
-// The whole answer (and a stream's last event): `content` is empty when `final_of_stream`.
+// What llama-server's answer reports, from whichever engine produced it (coda serve's own, or an
+// upstream behind coda proxy).
+struct LlamaAnswer {
+  std::string text, finish_reason;
+  std::string stopping_word;    // the stop string that ended the text ("": none did)
+  std::vector<int32_t> tokens;  // `tokens` (empty unless asked for and known)
+  std::string prompt, model;
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  double prompt_ms = 0, predicted_ms = 0;
+  nlohmann::ordered_json settings = nlohmann::ordered_json::object();  // generation_settings
+  nlohmann::ordered_json report = nlohmann::ordered_json::object();    // coda's guard report
+};
+
+// llama-server's flat answer (and a stream's last event: `content` empty when `final_of_stream`).
+nlohmann::ordered_json llama_answer_json(const LlamaAnswer& a, bool final_of_stream);
+
+// The whole answer from coda serve's result.
 nlohmann::ordered_json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& model,
                                              int64_t n_ctx, const Vocab& vocab, const LlamaCompletionOptions& o,
                                              bool final_of_stream);

@@ -197,6 +197,7 @@ void Server::llama_completion(const httplib::Request& req, httplib::Response& re
   LlamaCompletionOptions o;
   auto body = llama_completion_to_openai(in, o);
   if (auto* e = std::get_if<ApiError>(&body)) return reject(*e);
+  std::get<nlohmann::ordered_json>(body).erase("model");  // llama-server serves one model whatever is named
   // The OpenAI route's limits hold for what the translation made too (llama-server's list form of
   // logit_bias is an array the first check counts only as an array).
   const std::string openai_body = dump_json(std::get<nlohmann::ordered_json>(body));
