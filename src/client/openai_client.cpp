@@ -89,6 +89,7 @@ void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, bool gat
     d.text = string_at(ch, "text");
   }
   d.finish_reason = string_at(ch, "finish_reason");
+  d.stop_reason = string_at(ch, "stop_reason");
   if (const auto* lp = member(ch, "logprobs")) d.logprobs = parse_logprobs(*lp);
   if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
   if (!gather) return;

@@ -88,6 +88,7 @@ struct Delta {
   const char* reasoning_key = nullptr;
   nlohmann::ordered_json tool_calls;  // chat: the delta's (or message's) `tool_calls` as sent; null if none
   std::string finish_reason;
+  std::string stop_reason;  // vLLM's (coda's too), when a stop string ended the text; else empty
   std::vector<TokenLogprob> logprobs;
   const nlohmann::ordered_json* chunk = nullptr;  // the event's JSON as sent
   double at_ms = 0;

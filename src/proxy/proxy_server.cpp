@@ -14,6 +14,7 @@
 #include "core/malloc_tuning.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
+#include "server/llama_api.h"
 #include "server/openai_api.h"
 
 namespace coda::proxy {
@@ -160,6 +161,28 @@ json report_of(const SessionResult& r) {
                 {"upstream_overrun", r.upstream_overrun},   {"guarded_on", r.text_only ? "text" : "tokens"},
                 {"logprobs_refused", r.logprobs_refused},   {"usage_estimated", r.usage_estimated}};
   return j;
+}
+
+// llama-server's answer to a /completion request (`body` as translated into OpenAI's), from what
+// the upstream gave: no token ids (an OpenAI-compatible upstream sends none), times as the proxy saw
+// them (the prompt until the first text, the rest after it).
+json llama_answer_of(const SessionResult& r, const json& body, const std::string& model, double ttft_s, double total_s,
+                     bool final_of_stream) {
+  LlamaAnswer a;
+  a.text = r.text;
+  a.finish_reason = r.finish_reason;
+  if (r.finish_reason == "stop") a.stopping_word = r.stop_reason;
+  a.prompt = body.value("prompt", json()).is_string() ? body["prompt"].get<std::string>() : "";
+  a.model = model;
+  a.prompt_tokens = std::max<int64_t>(0, r.prompt_tokens);
+  a.completion_tokens = std::max<int64_t>(0, r.completion_tokens);
+  a.prompt_ms = ttft_s > 0 ? 1e3 * ttft_s : 0;
+  a.predicted_ms = ttft_s > 0 ? 1e3 * (total_s - ttft_s) : 0;
+  a.settings = {{"n_predict", body.value("max_tokens", json(-1))}, {"model", model}};
+  for (const char* k : {"seed", "temperature", "top_k", "top_p", "min_p", "stop", "stream"})
+    if (body.contains(k)) a.settings[k] = body[k];
+  a.report = report_of(r);
+  return llama_answer_json(a, final_of_stream);
 }
 
 // Everything one streaming request passes between its session thread and its HTTP thread.
@@ -429,7 +452,8 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 
 void ProxyServer::routes() {
   install_api_handlers(
-      *http_, {opts_.api_keys, {"/v1/", "/tokenize", "/detokenize"}, opts_.max_body_bytes, opts_.read_timeout_s},
+      *http_,
+      {opts_.api_keys, {"/v1/", "/tokenize", "/detokenize", "/completion"}, opts_.max_body_bytes, opts_.read_timeout_s},
       [this](int status) {
         metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
       });
@@ -513,6 +537,10 @@ void ProxyServer::routes() {
   http_->Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });
   http_->Post("/v1/chat/completions",
               [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true); });
+  // llama-server's own dialect, guarded like the rest: sent upstream as /v1/completions and
+  // answered in llama-server's shape (server/llama_api.h).
+  for (const char* path : {"/completion", "/completions"})
+    http_->Post(path, [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false, true); });
   // The engine's other /v1 routes (embeddings, rerank, score, ...): clients that share one base URL
   // keep working behind the proxy. They are not watched (the guard watches completions and chat),
   // and pass through as JSON, counted by route.
@@ -547,7 +575,7 @@ void ProxyServer::routes() {
   http_->Get(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, false); });
 }
 
-void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat, bool llama) {
   const TrimAfterLargeBody trim(req.body.size());  // as coda serve
   auto reject = [&](int status, const std::string& message, const std::string& param, const std::string& code = "") {
     metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
@@ -557,6 +585,20 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   json body = parse_ordered_json(req.body);
   if (body.is_discarded()) return reject(400, "The request body is not valid JSON.", "");
   if (!body.is_object()) return reject(400, "The request body must be a JSON object.", "");
+  if (llama) {
+    LlamaCompletionOptions lo;
+    auto translated = llama_completion_to_openai(body, lo);
+    if (auto* e = std::get_if<ApiError>(&translated)) return reject(e->status, e->message, e->param);
+    if (lo.n_probs > 0 || lo.return_tokens)
+      return reject(400,
+                    std::string(lo.n_probs > 0 ? "n_probs" : "return_tokens") +
+                        ": not available through the guard proxy (an OpenAI-compatible upstream sends no token ids); "
+                        "send the request to the upstream directly",
+                    lo.n_probs > 0 ? "n_probs" : "return_tokens");
+    body = std::move(std::get<json>(translated));
+    body.erase("logprobs");  // asked for coda serve's token ids; the proxy asks its own
+    if (auto e = check_request_limits(dump(body), opts_.limits)) return reject(e->status, e->message, e->param);
+  }
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
     return reject(400, "stream: expected true or false", "stream");
   if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1) && !body["n"].is_null())
@@ -669,6 +711,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     record(r, m, seconds(), ttft, used->label);
     done_in_flight();
     if (!r.ok) return send_upstream_failure(res, r.failure, used->label);
+    if (llama) return res.set_content(dump(llama_answer_of(r, body, m, ttft, seconds(), false)), "application/json");
     json j = shaper.head(r.last_chunk, false);
     json choice{{"index", 0}};
     if (chat) {
@@ -682,6 +725,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     size_t offset = 0;
     choice["logprobs"] = view.logprobs && !all_lps.empty() ? logprobs_json(all_lps, chat, offset) : json(nullptr);
     choice["finish_reason"] = client_finish_reason(r.finish_reason, opts_.finish_reason_compat);
+    choice["stop_reason"] = r.stop_reason.empty() ? json(nullptr) : json(r.stop_reason);
     j["choices"] = json::array({choice});
     j["usage"] = usage_of(r);
     j["coda"] = report_of(r);
@@ -698,7 +742,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   }
   SessionOptions watched = so;  // the HTTP thread below watches the client until the first text
   watched.client_left = [st] { return st->client_gone.load(); };
-  std::thread([this, st, body, view, so = std::move(watched), chat, include_usage, shaper, model, seconds,
+  std::thread([this, st, body, view, so = std::move(watched), chat, llama, include_usage, shaper, model, seconds,
                done_in_flight]() mutable {
     double ttft = -1;
     auto push = [&](const json& j) {
@@ -715,7 +759,12 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
           [&](const Released& out, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
             if (st->client_gone) return false;
             if (ttft < 0) ttft = seconds();
-            push(shaper.chunk(chunk, out, lps, nullptr));
+            if (llama) {
+              if (!out.content.empty())
+                push(json{{"index", 0}, {"content", out.content}, {"tokens", json::array()}, {"stop", false}});
+            } else {
+              push(shaper.chunk(chunk, out, lps, nullptr));
+            }
             return !st->client_gone.load();
           },
           used);
@@ -727,10 +776,13 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     }
     const std::string m = model_of(model, r.last_chunk);
     record(r, m, seconds(), ttft, used->label);
-    if (r.ok && !r.client_gone) {
+    if (r.ok && !r.client_gone && llama) {
+      push(llama_answer_of(r, body, m, ttft, seconds(), true));
+    } else if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, Released{}, {},
                                client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
       if (chat) last["choices"][0]["delta"] = json::object();
+      last["choices"][0]["stop_reason"] = r.stop_reason.empty() ? json(nullptr) : json(r.stop_reason);
       last["coda"] = report_of(r);
       push(last);
       if (include_usage) {
@@ -768,7 +820,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) {
+      [st, llama](size_t, httplib::DataSink& sink) {
         std::deque<std::string> out;
         bool finished = false;
         {
@@ -787,7 +839,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
           return false;
         }
         if (finished) {
-          sink.write("data: [DONE]\n\n", 14);
+          if (!llama) sink.write("data: [DONE]\n\n", 14);  // llama-server's streams end without one
           sink.done();
         }
         return true;

@@ -78,7 +78,8 @@ class ProxyServer {
  private:
   ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstream>> upstreams);
   void routes();
-  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  // `llama`: llama-server's /completion, translated to /v1/completions and answered in its shape.
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat, bool llama = false);
   void record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
               const std::string& upstream);
   void record_failure(const client::Completion& c, const std::string& model, const std::string& upstream);

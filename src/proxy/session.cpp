@@ -224,10 +224,11 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   for (;;) {
     StepVerdict verdict;
     bool acted = false;
-    std::string seg_finish;
+    std::string seg_finish, seg_stop;
     auto on_delta = [&](const client::Delta& d) {
       if (d.chunk) r.last_chunk = *d.chunk;
       if (!d.finish_reason.empty()) seg_finish = d.finish_reason;
+      if (!d.stop_reason.empty()) seg_stop = d.stop_reason;
       std::string all;
       auto add = [&](const std::string& t, Channel ch, size_t call) {
         if (t.empty()) return;
@@ -331,6 +332,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         continue;
       } else {
         r.finish_reason = seg_finish.empty() ? "stop" : seg_finish;
+        r.stop_reason = seg_stop;
         if (!release(true, r.last_chunk)) r.finish_reason = "abort";
         if (r.upstream_requests == 1 && c.completion_tokens >= 0) r.completion_tokens = c.completion_tokens;
         break;

@@ -73,6 +73,7 @@ struct SessionResult {
   nlohmann::ordered_json
       tool_calls;  // ... as tool calls (chat), whole: [{id, type, function: {name, arguments}}]; null if none
   std::string finish_reason;
+  std::string stop_reason;  // the upstream's, when a stop string ended the text (vLLM, coda)
   int64_t prompt_tokens = -1, completion_tokens = -1;
   bool usage_estimated = false;
   GuardReport report;

@@ -133,8 +133,8 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
       send_api_error(
           res, 404,
           "Unknown route " + req.method + " " + req.path +
-              "; see /v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /version, /health, "
-              "/metrics",
+              "; see /v1/models, /v1/completions, /v1/chat/completions, /completion (llama-server's), /tokenize, "
+              "/detokenize, /version, /health, /metrics",
           "invalid_request_error", "not_found");
     else if (res.status == 413)
       send_api_error(res, 413, "The request body is larger than " + std::to_string(o.max_body_bytes) + " bytes.",

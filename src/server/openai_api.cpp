@@ -668,6 +668,17 @@ std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json&
   return std::nullopt;
 }
 
+nlohmann::ordered_json stop_reason_json(const ApiRequest& r, const GenerationResult& g) {
+  if (g.finish_reason != "stop" || g.stop_reason.empty()) return nullptr;
+  const auto& strings = r.gen.stop;
+  if (std::find(strings.begin(), strings.end(), g.stop_reason) != strings.end()) return g.stop_reason;
+  double id = 0;
+  const auto& ids = r.gen.stop_token_ids;
+  if (parse_number(g.stop_reason, id) && std::find(ids.begin(), ids.end(), static_cast<int32_t>(id)) != ids.end())
+    return static_cast<int64_t>(id);
+  return nullptr;  // the model's own end of generation, as vLLM reports it
+}
+
 nlohmann::ordered_json usage_json(const GenerationResult& g) {
   // prompt_tokens_details.cached_tokens as OpenAI reports it: prompt tokens served from the cache.
   return {{"prompt_tokens", g.prompt_tokens},
@@ -776,6 +787,7 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   if (!parts.reasoning.empty()) choice["message"]["reasoning_content"] = parts.reasoning;
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = parts.finish_reason;
+  choice["stop_reason"] = stop_reason_json(r, res);
   nlohmann::ordered_json vllm_prompt = nullptr;
   if (r.prompt_logprobs >= 0) {
     // vLLM's shape: per prompt token null (the first) or {token id: {logprob, rank, decoded_token}}

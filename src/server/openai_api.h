@@ -88,6 +88,9 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
                                     const std::string& text, const char* finish_reason, bool first);
 nlohmann::ordered_json usage_json(const GenerationResult& g);
+// vLLM's `stop_reason`: the stop string or stop_token_ids id that ended the text; null for the
+// model's own end of generation or any other finish.
+nlohmann::ordered_json stop_reason_json(const ApiRequest& r, const GenerationResult& g);
 // A chat reply as the API answers it, split once: the <think> block apart (when the request splits
 // reasoning), the tool calls (a forced call's JSON, or with tool_choice "auto" the calls the model
 // wrote in its format; null if none), the content left, and the finish_reason OpenAI gives it.

@@ -377,6 +377,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
           }
           auto last = stream_chunk(r, id, created, "", parts.finish_reason.c_str(), false);
           if (r.chat) last["choices"][0]["delta"] = nlohmann::ordered_json::object();
+          last["choices"][0]["stop_reason"] = stop_reason_json(r, out->result);
           last["coda"] = out->report.to_json();
           send(last);
           if (r.include_usage) {

@@ -170,6 +170,30 @@ def coda_upstream_tests(coda, up, px):
         check(st == 400 and body["error"]["param"] == "return_tokens_as_token_ids",
               f"return_tokens_as_token_ids with logprobs through the proxy ({path}): {st} {body}")
 
+    # llama-server's /completion, guarded: the same text and stop as coda serve's own route, a loop
+    # stopped by the guard, a stream that ends without [DONE], and what needs token ids refused.
+    ask = {"prompt": LOOP_PROMPT, "n_predict": 12, "temperature": 0, "stop": ["LORD"]}
+    st, _, mine = px.json("POST", "/completion", ask)
+    _, _, theirs = up.json("POST", "/completion", ask)
+    check(st == 200 and mine["content"] == theirs["content"] and mine["stop_type"] == theirs["stop_type"] == "word"
+          and mine["stopping_word"] == "LORD" and mine["tokens_predicted"] == theirs["tokens_predicted"]
+          and "proxy" in mine["coda"], f"/completion through the proxy: {mine} vs {theirs}")
+    st, _, looped = px.json("POST", "/completions", {"prompt": LOOP_PROMPT, "n_predict": 1500, "temperature": 0,
+                                                     "ignore_eos": True, "coda": {"guard": "stop"}})
+    check(st == 200 and looped["stop_type"] == "repetition" and looped["tokens_predicted"] < 1500,
+          f"the guard stops a loop on llama-server's route: {looped.get('stop_type')} {looped.get('tokens_predicted')}")
+    st, events, done = px.stream("/completion", {**ask, "stop": [], "stream": True})
+    check(st == 200 and not done and events and events[-1]["stop"] is True and events[-1]["stop_type"] == "limit"
+          and "".join(e["content"] for e in events) == up.json("POST", "/completion", {**ask, "stop": []})[2]["content"],
+          f"/completion streamed through the proxy: {events}")
+    for field, value in (("n_probs", 2), ("return_tokens", True)):
+        st, _, body = px.json("POST", "/completion", {**ask, field: value})
+        check(st == 400 and body["error"]["param"] == field, f"/completion {field} through the proxy: {st} {body}")
+    # vLLM's stop_reason comes through on the OpenAI route.
+    st, _, body = px.json("POST", "/v1/completions", {"prompt": LOOP_PROMPT, "max_tokens": 12, "temperature": 0,
+                                                      "stop": ["LORD"]})
+    check(st == 200 and body["choices"][0]["stop_reason"] == "LORD", f"stop_reason through the proxy: {body}")
+
     # Repair: streamed and not, the same seed gives the same text; no loop by the reference definition.
     req = {"prompt": LOOP_PROMPT, "max_tokens": 300, "temperature": 0, "seed": 11, "logprobs": 0,
            "coda": {"guard": "repair"}}

@@ -678,6 +678,19 @@ def vllm_sampling_field_tests(s):
               f"truncate_prompt_tokens {k!r}: {st} {e}")
     st, _, e = s.json("POST", "/v1/completions", dict(req, prompt=text, truncate_prompt_tokens=5, echo=True))
     check(st == 400 and "echo" in e["error"]["message"], f"truncate_prompt_tokens with echo: {e}")
+    # vLLM's stop_reason: the stop string, or the stop_token_ids id, that ended the text; null else.
+    prompt = {"prompt": "In the beginning God", "max_tokens": 8, "temperature": 0}
+    _, _, by_word = s.json("POST", "/v1/completions", dict(prompt, stop=["LORD"]))
+    first_id = ids_of(s.json("POST", "/v1/completions", dict(prompt, logprobs=0, return_tokens_as_token_ids=True))[2])[1]
+    _, _, by_id = s.json("POST", "/v1/completions", dict(prompt, stop_token_ids=[first_id]))
+    _, _, by_length = s.json("POST", "/v1/completions", prompt)
+    _, events, _ = s.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8,
+                                                     "temperature": 0, "stop": ["\n"], "stream": True})
+    last = [e for e in events if e.get("choices") and e["choices"][0].get("finish_reason")]
+    check(by_word["choices"][0]["stop_reason"] == "LORD" and by_id["choices"][0]["stop_reason"] == first_id
+          and by_length["choices"][0]["stop_reason"] is None and len(last) == 1
+          and last[0]["choices"][0]["stop_reason"] == ("\n" if last[0]["choices"][0]["finish_reason"] == "stop" else None),
+          f"stop_reason: {by_word['choices'][0]}, {by_id['choices'][0]}, {by_length['choices'][0]}, {last}")
     # skip_special_tokens false: control tokens come out as their text (forced here with logit_bias
     # onto the BOS token, which /tokenize names), streamed and not; by default they write nothing.
     _, _, bos = s.json("POST", "/tokenize", {"prompt": "x", "return_token_strs": True})
