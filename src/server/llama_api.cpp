@@ -14,7 +14,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-ApiError bad(const std::string& param, const std::string& message) {
+ApiError llama_field_error(const std::string& param, const std::string& message) {
   ApiError e;
   e.param = param;
   e.message = message;
@@ -23,12 +23,12 @@ ApiError bad(const std::string& param, const std::string& message) {
 
 std::string valid_utf8(const std::string& s) {
   std::string out;
-  utf8_sanitize(s, true, &out);
+  coda::utf8_sanitize(s, true, &out);
   return out;
 }
 
 // llama-server's per-token probabilities: the chosen token and its alternatives, each with its id.
-json probabilities(const std::vector<TokenLogprob>& lps, const Vocab& vocab) {
+json llama_probabilities(const std::vector<TokenLogprob>& lps, const Vocab& vocab) {
   json out = json::array();
   for (const auto& lp : lps) {
     json top = json::array();
@@ -48,32 +48,32 @@ json probabilities(const std::vector<TokenLogprob>& lps, const Vocab& vocab) {
 }  // namespace
 
 std::variant<json, ApiError> llama_completion_to_openai(const json& in, LlamaCompletionOptions& opts) {
-  if (!in.is_object()) return bad("", "the body is not a JSON object");
+  if (!in.is_object()) return llama_field_error("", "the body is not a JSON object");
   json out = in;
   // One prompt, as text or as token ids; llama-server's batches and mixed arrays are not read.
   if (!in.contains("prompt") || in["prompt"].is_null())
-    return bad("prompt", "prompt: missing; send the text to continue");
+    return llama_field_error("prompt", "prompt: missing; send the text to continue");
   const json& p = in["prompt"];
   const bool ids = p.is_array() && !p.empty() &&
                    std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); });
   if (!p.is_string() && !ids)
-    return bad("prompt",
-               "prompt: expected a string or an array of token ids (one prompt; send several to /v1/completions)");
+    return llama_field_error(
+        "prompt", "prompt: expected a string or an array of token ids (one prompt; send several to /v1/completions)");
   // n_predict: -1 (llama-server's "until the end") keeps coda's bounded default.
   out.erase("n_predict");
   if (in.contains("n_predict") && !in["n_predict"].is_null()) {
     if (!in["n_predict"].is_number_integer())
-      return bad("n_predict", "n_predict: expected an integer (-1: until the end of the generation)");
+      return llama_field_error("n_predict", "n_predict: expected an integer (-1: until the end of the generation)");
     const int64_t n = in["n_predict"].get<int64_t>();
     if (n == 0 || n < -1 || n > std::numeric_limits<int32_t>::max())
-      return bad("n_predict",
-                 "n_predict: " + std::to_string(n) + " is out of range; allowed -1 or 1 up to the context");
+      return llama_field_error(
+          "n_predict", "n_predict: " + std::to_string(n) + " is out of range; allowed -1 or 1 up to the context");
     if (n > 0) out["max_tokens"] = n;
   }
   out.erase("n_probs");
   if (in.contains("n_probs") && !in["n_probs"].is_null()) {
     if (!in["n_probs"].is_number_integer() || in["n_probs"].get<int64_t>() < 0 || in["n_probs"].get<int64_t>() > 20)
-      return bad("n_probs", "n_probs: expected an integer in 0..20");
+      return llama_field_error("n_probs", "n_probs: expected an integer in 0..20");
     opts.n_probs = static_cast<int>(in["n_probs"].get<int64_t>());
   }
   const bool stream = in.value("stream", json(false)) == json(true);
@@ -82,8 +82,8 @@ std::variant<json, ApiError> llama_completion_to_openai(const json& in, LlamaCom
   out.erase("return_tokens");
   if (opts.n_probs > 0 || stream || opts.return_tokens) out["logprobs"] = opts.n_probs;
   if (in.contains("post_sampling_probs") && in["post_sampling_probs"] == json(true))
-    return bad("post_sampling_probs",
-               "post_sampling_probs: not supported; n_probs gives the model's log-probabilities");
+    return llama_field_error("post_sampling_probs",
+                             "post_sampling_probs: not supported; n_probs gives the model's log-probabilities");
   out.erase("post_sampling_probs");
   if (in.contains("repeat_penalty")) {
     out["repetition_penalty"] = in["repeat_penalty"];
@@ -97,7 +97,8 @@ std::variant<json, ApiError> llama_completion_to_openai(const json& in, LlamaCom
     for (const auto& pair : in["logit_bias"]) {
       if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() ||
           !(pair[1].is_number() || pair[1] == json(false)))
-        return bad("logit_bias", "logit_bias: expected [[token id, bias or false], ...] (token ids, not strings)");
+        return llama_field_error("logit_bias",
+                                 "logit_bias: expected [[token id, bias or false], ...] (token ids, not strings)");
       bias[std::to_string(pair[0].get<int64_t>())] = pair[1].is_number() ? pair[1] : json(-100);
     }
     out["logit_bias"] = std::move(bias);
@@ -204,7 +205,7 @@ json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const st
                 {"n_probs", o.n_probs}};
   a.report = g.report.to_json();
   json body = llama_answer_json(a, final_of_stream);
-  if (o.n_probs > 0 && !final_of_stream) body["completion_probabilities"] = probabilities(res.logprobs, vocab);
+  if (o.n_probs > 0 && !final_of_stream) body["completion_probabilities"] = llama_probabilities(res.logprobs, vocab);
   return body;
 }
 
@@ -219,7 +220,7 @@ json llama_stream_event(const std::string& text, const std::vector<TokenLogprob>
              {"id_slot", -1},
              {"tokens_predicted", predicted},
              {"tokens_evaluated", prompt_tokens}};
-  if (o.n_probs > 0) event["completion_probabilities"] = probabilities(lps, vocab);
+  if (o.n_probs > 0) event["completion_probabilities"] = llama_probabilities(lps, vocab);
   return event;
 }
 
