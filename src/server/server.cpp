@@ -231,9 +231,8 @@ void Server::llama_completion(const httplib::Request& req, httplib::Response& re
           if (!send(llama_stream_event(text, lps, ticket->prompt_tokens.load(), ticket->tokens_waited(), gen_.vocab(),
                                        o)))
             return false;
-        } else if (!done) {
-          if (!sink.write(": waiting\n\n", 11)) return false;  // notices a client that left
-          return sink.is_writable();
+        } else if (!done && !sink.write(": waiting\n\n", 11)) {  // notices a client that left
+          return false;
         }
         if (!done) return sink.is_writable();
         const Expected<GuardedResult>& out = ticket->result();
