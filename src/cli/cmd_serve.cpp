@@ -15,6 +15,7 @@
 #include "cli/llama_compat.h"
 #include "engine/generator.h"
 #include "kernels/kernels.h"
+#include "server/embeddings_api.h"
 #include "server/server.h"
 
 namespace coda::cli {
@@ -35,6 +36,7 @@ struct ServeFlags {
   std::string tool_parser = "auto";          // the chat template's tool-call format
   std::string reasoning_parser = "auto";     // the chat template's <think> block
   bool enable_auto_tool_choice = false;      // vLLM's flag; coda parses whenever the format is known
+  std::string pooling;                       // "": the GGUF's {arch}.pooling_type, else mean
   ApiKeyFlags api_keys;
   ServerOptions server;
 };
@@ -78,6 +80,15 @@ int serve(ServeFlags& f) {
   f.server.model_path = path;
   auto loaded = load_generator(path, opts);
   if (!loaded) return fail(loaded.message());
+  if (!f.pooling.empty()) {
+    auto p = parse_pooling(f.pooling);
+    if (!p) return fail("--pooling: " + p.message());
+    f.server.pooling = *p;
+  } else {
+    // An embedding model's GGUF names its pooling (llama.cpp's numbers: 1 mean, 2 cls, 3 last).
+    auto t = loaded->model->gguf().get_int(loaded->model->config().arch_name + ".pooling_type");
+    if (t && *t >= 1 && *t <= 3) f.server.pooling = *t == 1 ? Pooling::Mean : *t == 2 ? Pooling::Cls : Pooling::Last;
+  }
   const ChatTemplate* tmpl = loaded->generator->chat_template();
   f.server.defaults.tool_parser =
       named_parser ? *named_parser : (tmpl ? tool_call_format_of_template(tmpl->source()) : ToolCallFormat::None);
@@ -229,6 +240,11 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->description("Accepted for llama-server command lines; batching is always continuous (--max-num-seqs)");
   sub->add_flag("--jinja")->description(
       "Accepted for llama-server command lines; coda always renders the chat template as Jinja");
+  sub->add_option("--pooling", f->pooling,
+                  "How /v1/embeddings pools the final hidden states: mean, cls or last (default: the GGUF's "
+                  "pooling_type, else mean)");
+  sub->add_flag("--embedding,--embeddings")
+      ->description("Accepted for llama-server command lines; /v1/embeddings is always served");
   sub->add_option("--prefix-cache-tokens", f->prefix_cache_tokens,
                   "Positions the prefix cache may hold, within the KV budget (default: a quarter of it)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));

@@ -117,6 +117,13 @@ Expected<Prompt> Generator::prepare(const GenerationRequest& request) const {
 
 Expected<int> Generator::resolve_max_tokens(const GenerationRequest& r, int prompt_tokens, bool chat) const {
   const int64_t room = n_ctx_ - prompt_tokens;
+  if (r.pooling != Pooling::None) {  // an embedding: the input alone must fit
+    if (room < 0)
+      return Error("This model's maximum context length is " + std::to_string(n_ctx_) +
+                   " tokens, however you requested " + std::to_string(prompt_tokens) +
+                   " tokens in the input for embedding. Please reduce your input.");
+    return 0;
+  }
   auto too_long = [&](int64_t completion) {
     const std::string total = std::to_string(prompt_tokens + completion);
     if (chat)
@@ -144,8 +151,8 @@ Expected<GenerationResult> Generator::generate(const GenerationRequest& r, const
   Sequence& s = **seq;
   while (!s.done()) {
     const std::vector<int32_t>& p = s.pending();
-    s.advance(
-        model_.forward(p.data(), static_cast<int64_t>(p.size()), s.kv(), *pool_, buf_, s.logits(), s.all_logits()));
+    s.advance(model_.forward(p.data(), static_cast<int64_t>(p.size()), s.kv(), *pool_, buf_, s.logits(), s.all_logits(),
+                             s.hidden()));
   }
   return s.finish();
 }

@@ -14,6 +14,11 @@
 
 namespace coda {
 
+// How an embedding request turns the prompt's final hidden states into one vector (llama.cpp's
+// --pooling): their mean, the first token's (cls) or the last token's (decoder embedding models
+// such as e5-mistral and Qwen3-Embedding are trained for the last).
+enum class Pooling { None, Mean, Cls, Last };
+
 struct GenerationRequest {
   // The prompt: chat `messages` (rendered with the model's template), else `prompt_tokens` if
   // given, else the `prompt` text.
@@ -40,6 +45,10 @@ struct GenerationRequest {
   // Stream only the text of tokens at least this many tokens old, so an observer can still roll
   // back recent tokens that nobody has seen (the guard's repair policy sets it).
   int stream_delay_tokens = 0;
+  // Not None: an embedding request. The prompt runs in full (no prefix cache: a hit leaves no
+  // hidden states) and nothing is generated; the result's `embedding` is the pooled final hidden
+  // state, L2-normalised (as OpenAI's, vLLM's and llama-server's are).
+  Pooling pooling = Pooling::None;
 };
 
 struct TokenLogprob {
@@ -76,6 +85,7 @@ struct GenerationResult {
   GenerationTimings timings;
   std::vector<TokenLogprob> logprobs;  // when requested, one per completion token
   std::vector<TokenLogprob> prompt_logprobs;  // with prompt_logprobs, one per prompt token
+  std::vector<float> embedding;               // an embedding request's vector (dim floats)
   int repairs = 0;                     // rollbacks an observer asked for
   int64_t tokens_sampled = 0;          // every sampling step, rolled-back ones included
 };

@@ -58,6 +58,7 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
   auto prompt = gen.prepare(r);
   if (!prompt) return prompt.error();
   const int n_prompt = static_cast<int>(prompt->tokens.size());
+  if (r.pooling != Pooling::None && n_prompt == 0) return Error("input: empty; an embedding needs at least one token");
   auto max_tokens = gen.resolve_max_tokens(r, n_prompt, prompt->chat);
   if (!max_tokens) return max_tokens.error();
   auto sv = SamplerVocab::from(gen.vocab(), r.sampling, r.stop_token_ids,
@@ -85,6 +86,16 @@ Expected<std::unique_ptr<Sequence>> Sequence::create(const Generator& gen, const
     s->prompt_logits_.resize(static_cast<size_t>(s->prefill_chunk_ * n_vocab));
     cache = nullptr;
   }
+  if (r.pooling != Pooling::None) {
+    // Every prompt token's hidden state, a chunk at a time (256 rows: 8 MiB at dim 8,192); the
+    // prefix cache is skipped, as for prompt logprobs.
+    const int64_t dim = gen.model().config().dim;
+    s->prefill_chunk_ = std::min<int64_t>(s->prefill_chunk_, 256);
+    s->hidden_.resize(static_cast<size_t>(s->prefill_chunk_ * dim));
+    s->pooled_.assign(static_cast<size_t>(dim), 0.0);
+    s->logits_.clear();
+    cache = nullptr;
+  }
   s->decoder_.emplace(gen.vocab(), false, !r.skip_special_tokens);
   s->history_.prompt = std::move(prompt->tokens);
   s->res_.prompt_tokens = n_prompt;
@@ -110,6 +121,27 @@ std::vector<int32_t> Sequence::cached_token_ids() const {
   ids.insert(ids.end(), history_.generated.begin(), history_.generated.end());
   ids.resize(std::min(ids.size(), static_cast<size_t>(kv_.size())));
   return ids;
+}
+
+void Sequence::pool_hidden() {
+  const size_t dim = pooled_.size(), n = pending_.size();
+  const auto n_prompt = static_cast<int64_t>(history_.prompt.size());
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t pos = prefilled_ + static_cast<int64_t>(i);
+    const bool take = req_.pooling == Pooling::Mean || (req_.pooling == Pooling::Cls && pos == 0) ||
+                      (req_.pooling == Pooling::Last && pos == n_prompt - 1);
+    if (!take) continue;
+    const float* row = hidden_.data() + i * dim;
+    for (size_t k = 0; k < dim; ++k) pooled_[k] += row[k];
+  }
+  if (prefilled_ + static_cast<int64_t>(n) < n_prompt) return;
+  if (req_.pooling == Pooling::Mean)
+    for (double& v : pooled_) v /= static_cast<double>(n_prompt);
+  double norm = 0;
+  for (double v : pooled_) norm += v * v;
+  norm = std::sqrt(norm);
+  res_.embedding.resize(dim);
+  for (size_t k = 0; k < dim; ++k) res_.embedding[k] = static_cast<float>(norm > 0 ? pooled_[k] / norm : 0.0);
 }
 
 void Sequence::cancel() {
@@ -146,7 +178,12 @@ void Sequence::advance(Status model_status) {
           std::copy(row, row + n_vocab, logits_.begin());
       }
     }
+    if (embedding()) pool_hidden();
     prefilled_ += static_cast<int64_t>(pending_.size());
+    if (embedding() && !prefilling()) {
+      res_.timings.prefill_ms = phase_timer_.ms();
+      return end("stop");
+    }
     if (prefilling()) {  // the next chunk of the prompt
       const int64_t n = std::min<int64_t>(prefill_chunk_, static_cast<int64_t>(history_.prompt.size()) - prefilled_);
       pending_.assign(history_.prompt.begin() + prefilled_, history_.prompt.begin() + prefilled_ + n);

@@ -42,7 +42,10 @@ class Sequence {
   // Whether logits() wants the logits of every pending token (n x n_vocab, row by row) instead of
   // the last one's: while the prompt runs for a request with prompt logprobs.
   bool all_logits() const { return req_.prompt_logprobs >= 0 && prefilling(); }
-  float* logits() { return all_logits() ? prompt_logits_.data() : logits_.data(); }
+  // An embedding request wants no logits (null) but every prompt token's final hidden state.
+  float* logits() { return embedding() ? nullptr : all_logits() ? prompt_logits_.data() : logits_.data(); }
+  float* hidden() { return embedding() && prefilling() ? hidden_.data() : nullptr; }
+  bool embedding() const { return req_.pooling != Pooling::None; }
   // The caller ran pending() (an error from the model ends the sequence with that error).
   void advance(Status model_status = Status::Ok());
   // Stops at the next opportunity with finish_reason "abort" (a client went away).
@@ -77,6 +80,9 @@ class Sequence {
   int64_t prefilled_ = 0;
   std::vector<float> logits_;
   std::vector<float> prompt_logits_;  // prompt logprobs: one prefill chunk's rows of logits
+  std::vector<float> hidden_;         // an embedding request: one prefill chunk's hidden states
+  std::vector<double> pooled_;        // and what pooling has gathered from them so far
+  void pool_hidden();                 // after a prefill chunk; the last one finishes the vector
   std::vector<int32_t> pending_;
   TokenHistory history_;
   std::optional<StreamDecoder> decoder_;

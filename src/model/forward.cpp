@@ -58,7 +58,7 @@ void store_kv(const KernelTable& k, const float* kk, const float* vv, int64_t kv
 }  // namespace
 
 Status Model::forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
-                      float* logits, bool all_logits) const {
+                      float* logits, bool all_logits, float* hidden) const {
   if (n <= 0) return Error("forward: no tokens to evaluate");
   if (kv.size() + n > kv.capacity())
     return Error("context overflow: " + std::to_string(kv.size()) + " tokens in the context + " + std::to_string(n) +
@@ -71,18 +71,19 @@ Status Model::forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool&
     const int64_t m = std::min(kMaxChunk, n - done);
     const bool last = done + m == n;
     float* out = nullptr;
-    if (all_logits)
+    if (all_logits && logits != nullptr)
       out = logits + done * config_.n_vocab;
     else if (last)
       out = logits;
-    CODA_RETURN_IF_ERROR(forward_chunk(tokens + done, m, kv, pool, buf, out, all_logits));
+    CODA_RETURN_IF_ERROR(forward_chunk(tokens + done, m, kv, pool, buf, out, all_logits,
+                                       hidden ? hidden + done * config_.dim : nullptr));
   }
   return Status::Ok();
 }
 
 Status Model::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
-                            float* logits, bool all_logits) const {
-  run_rows({BatchSeq{tokens, n, &kv, logits}}, pool, buf, all_logits);
+                            float* logits, bool all_logits, float* hidden) const {
+  run_rows({BatchSeq{tokens, n, &kv, logits, all_logits, hidden}}, pool, buf, all_logits);
   return Status::Ok();
 }
 
@@ -182,6 +183,17 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
     });
   }
   for (const BatchSeq& q : seqs) q.kv->commit(q.n);
+
+  // Hidden states for the sequences that want them (embeddings): the same norm the logits start from.
+  {
+    int64_t row = 0;
+    for (const BatchSeq& q : seqs) {
+      if (q.hidden != nullptr)
+        for (int64_t i = 0; i < q.n; ++i)
+          rms_norm(buf.x.data() + (row + i) * dim, w_.output_norm.data(), q.hidden + i * dim, dim, c.norm_eps);
+      row += q.n;
+    }
+  }
 
   // Logits: every row of a single sequence when asked, else the last row of each sequence that
   // wants them (every row of one with all_logits), computed together and copied out.

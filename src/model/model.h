@@ -57,6 +57,9 @@ struct BatchSeq {
   KvCache* kv;
   float* logits;
   bool all_logits = false;
+  // Every row's final hidden state after the output norm (n x dim floats), the vector embeddings
+  // are pooled from (llama.cpp's t_embd); null: not wanted.
+  float* hidden = nullptr;
 };
 
 struct LoadOptions {
@@ -95,10 +98,11 @@ class Model {
   const RepackStats& repack_stats() const { return repack_; }
 
   // Runs `n` tokens at positions kv.size() .. kv.size() + n - 1, appends their keys and values to
-  // `kv` and writes logits: n x n_vocab when `all_logits`, else n_vocab for the last token.
+  // `kv` and writes logits: n x n_vocab when `all_logits`, else n_vocab for the last token (none
+  // when `logits` is null), and with `hidden` every token's normalised final state (n x dim).
   // Token ids out of range and context overflow are errors; the cache is unchanged on error.
   Status forward(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf, float* logits,
-                 bool all_logits) const;
+                 bool all_logits, float* hidden = nullptr) const;
   // Several sequences in one pass (continuous batching): each with its own cache, at most 256 rows
   // in all. Weights are read once for every row, which is what makes batched decode cheaper than
   // one call per sequence. Same checks as forward(); no cache changes on error.
@@ -106,7 +110,7 @@ class Model {
 
  private:
   Status forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, ThreadPool& pool, ForwardBuffers& buf,
-                       float* logits, bool all_logits) const;
+                       float* logits, bool all_logits, float* hidden) const;
   void run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, ForwardBuffers& buf, bool all_logits) const;
   void attention(int64_t layer, ThreadPool& pool, ForwardBuffers& buf) const;
   void repack_weights(bool all_types);

@@ -133,9 +133,17 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
       send_api_error(
           res, 404,
           "Unknown route " + req.method + " " + req.path +
-              "; see /v1/models, /v1/completions, /v1/chat/completions, /completion (llama-server's), /tokenize, "
-              "/detokenize, /version, /health, /metrics",
+              "; see /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings, /completion (llama-server's), "
+              "/tokenize, /detokenize, /version, /health, /metrics",
           "invalid_request_error", "not_found");
+    else if (res.status == 413 &&
+             req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0)
+      // cpp-httplib reads a form only up to 8 KiB, and a form is what `curl -d` sends by default.
+      send_api_error(res, 413,
+                     "The request body came as a form (Content-Type: application/x-www-form-urlencoded, what curl -d "
+                     "sends unless told otherwise), which is read only up to 8,192 bytes; send the JSON with "
+                     "Content-Type: application/json (curl -H 'Content-Type: application/json').",
+                     "invalid_request_error", "request_too_large");
     else if (res.status == 413)
       send_api_error(res, 413, "The request body is larger than " + std::to_string(o.max_body_bytes) + " bytes.",
                      "invalid_request_error", "request_too_large");

@@ -23,13 +23,17 @@ std::string dump_json(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-namespace {
-
-ApiError bad(const std::string& param, const std::string& message) {
+ApiError invalid_request(const std::string& param, const std::string& message) {
   ApiError e;
   e.param = param;
   e.message = message;
   return e;
+}
+
+namespace {
+
+ApiError bad(const std::string& param, const std::string& message) {
+  return invalid_request(param, message);
 }
 
 // Typed field readers: a wrong type is an error naming the field; null counts as absent.

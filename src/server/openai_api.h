@@ -23,6 +23,9 @@ struct ApiError {
   nlohmann::ordered_json body() const;
 };
 
+// A 400 invalid_request_error about `param` ("" for the body as a whole).
+ApiError invalid_request(const std::string& param, const std::string& message);
+
 // 404 model_not_found for a request (or GET /v1/models/{id}) that names another model than the one
 // served; the message names both (the asked name cut to 200 characters).
 ApiError model_not_found(const std::string& asked, const std::string& served);

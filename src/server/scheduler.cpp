@@ -232,7 +232,7 @@ void Scheduler::step(std::vector<Active>& active) {
     const auto& p = s.pending();
     if (p.empty()) continue;
     if (rows + static_cast<int64_t>(p.size()) > 256 && !batch.empty()) continue;  // next step
-    batch.push_back({p.data(), static_cast<int64_t>(p.size()), &s.kv(), s.logits(), s.all_logits()});
+    batch.push_back({p.data(), static_cast<int64_t>(p.size()), &s.kv(), s.logits(), s.all_logits(), s.hidden()});
     in_batch.push_back(&s);
     was_prefilling.push_back(s.prefilling());
     rows += static_cast<int64_t>(p.size());
@@ -268,7 +268,8 @@ void Scheduler::complete(Active& a) {
   metrics_.add("coda:prompt_tokens_total", g.prompt_tokens);
   metrics_.add("coda:generation_tokens_total", g.completion_tokens);
   metrics_.add("coda:request_success_total", 1, "finished_reason", g.finish_reason);
-  metrics_.observe("coda:time_to_first_token_seconds", (t.since_arrival.ms() - (g.timings.decode_ms)) / 1000.0);
+  if (t.request.gen.pooling == Pooling::None)  // an embedding has no first token
+    metrics_.observe("coda:time_to_first_token_seconds", (t.since_arrival.ms() - (g.timings.decode_ms)) / 1000.0);
   if (g.completion_tokens > 1) metrics_.observe("coda:inter_token_latency_seconds", g.timings.ms_per_token / 1000.0);
   metrics_.observe("coda:e2e_request_latency_seconds", t.since_arrival.ms() / 1000.0);
   for (const auto& e : out.report.events) metrics_.add("coda:guard_events_total", 1, "type", e.type);

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 
 #include "chat/reasoning.h"
@@ -8,6 +9,7 @@
 #include "core/json_parse.h"
 #include "core/malloc_tuning.h"
 #include "core/version.h"
+#include "server/embeddings_api.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/llama_api.h"
@@ -106,7 +108,7 @@ void Server::routes() {
   install_api_handlers(
       *http_,
       {opts_.api_keys,
-       {"/v1/", "/admin/", "/tokenize", "/detokenize", "/completion", "/props"},
+       {"/v1/", "/admin/", "/tokenize", "/detokenize", "/completion", "/props", "/embeddings"},
        opts_.max_body_bytes,
        opts_.read_timeout_s},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
@@ -170,6 +172,8 @@ void Server::routes() {
   // llama-server's own dialect, under both of its names (not OpenAI's; that is /v1/completions).
   for (const char* path : {"/completion", "/completions"})
     http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { llama_completion(req, res); });
+  for (const char* path : {"/v1/embeddings", "/embeddings"})  // the second is llama-server's alias
+    http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
 }
 
 // 429 while the queue is full: `tail` ends the message with what the client can do.
@@ -448,6 +452,83 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
     out["token_strs"] = std::move(strs);
   }
   res.set_content(dump_json(out), "application/json");
+}
+
+void Server::embeddings(const httplib::Request& req, httplib::Response& res) {
+  const TrimAfterLargeBody trim(req.body.size());
+  auto reject = [&](ApiError e) {
+    if (e.code == "context_length_exceeded") e.param = "input";
+    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e.status));
+    send_error(res, e);
+  };
+  if (auto e = check_request_limits(req.body, opts_.limits)) return reject(*e);
+  auto parsed = parse_embedding_request(req.body, opts_.pooling, gen_.model().config().dim, opts_.defaults.model_id);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reject(*e);
+  const EmbeddingRequest& r = std::get<EmbeddingRequest>(parsed);
+  for (size_t i = 0; i < r.inputs.size(); ++i)
+    if (Status s = gen_.check(r.inputs[i]); !s.ok()) {
+      ApiError e =
+          generation_error(r.inputs.size() > 1 ? "input[" + std::to_string(i) + "]: " + s.message() : s.message());
+      if (s.message().rfind("This model's maximum context length", 0) == 0) e.code = "context_length_exceeded";
+      return reject(e);
+    }
+  // The inputs go through the scheduler like any prompt, batched with whatever runs. At most a
+  // batch's worth of them wait at once, so a request of 2,048 inputs neither fills the queue that
+  // other clients share nor is refused for its size; it is refused only when the queue is full
+  // before any of its inputs got in.
+  const size_t n = r.inputs.size();
+  std::vector<std::shared_ptr<Ticket>> tickets(n);
+  auto cancel_all = [&] {
+    for (auto& t : tickets)
+      if (t) t->cancelled = true;
+  };
+  const ClientWatch watch(req);
+  size_t next = 0;
+  for (size_t oldest = 0; oldest < n; ++oldest) {
+    while (next < n && next - oldest < std::max<size_t>(opts_.max_batch, 1)) {
+      ApiRequest one;
+      one.gen = r.inputs[next];
+      auto t = scheduler_->submit(std::move(one));
+      if (!t) break;
+      tickets[next++] = std::move(t);
+    }
+    if (next == oldest) {
+      cancel_all();
+      return refuse_at_capacity(res, "; retry shortly.");
+    }
+    while (!tickets[oldest]->wait_result(std::chrono::milliseconds(100)))
+      if (watch.gone()) return cancel_all();
+    const Expected<GuardedResult>& out = tickets[oldest]->result();
+    if (!out) {
+      cancel_all();
+      return send_error(res, generation_error(out.message()));
+    }
+    for (float x : out->result.embedding)
+      if (!std::isfinite(x)) {
+        ApiError e;
+        e.status = 500;
+        e.type = "server_error";
+        e.message = "The model's hidden states for input " + std::to_string(oldest) +
+                    " are not finite numbers (infinite or NaN): the model file's weights are damaged or out of range.";
+        cancel_all();
+        return send_error(res, e);
+      }
+  }
+  // Written entry by entry (embeddings_api.h): the vectors stay in the tickets, never all as text.
+  int64_t tokens = 0;
+  for (const auto& t : tickets) tokens += t->result()->result.prompt_tokens;
+  const std::string model = r.model.empty() ? opts_.defaults.model_id : r.model;
+  res.set_chunked_content_provider("application/json", [tickets, base64 = r.base64, model, tokens, i = size_t{0}](
+                                                           size_t, httplib::DataSink& sink) mutable {
+    std::string part = i == 0 ? embedding_head() : std::string();
+    // About 64 KiB per write: a vector or several.
+    while (i < tickets.size() && part.size() < (64 << 10))
+      part += embedding_entry(i, tickets[i]->result()->result.embedding, base64), ++i;
+    if (i == tickets.size()) part += embedding_tail(model, tokens);
+    if (!sink.write(part.data(), part.size())) return false;
+    if (i == tickets.size()) sink.done();
+    return true;
+  });
 }
 
 // Token ids back to text ({"tokens": [...]}), answered as vLLM's "prompt" and llama.cpp's "content".

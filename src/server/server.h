@@ -4,6 +4,7 @@
 // POST /v1/chat/completions (JSON or SSE with `data: [DONE]`). Every error is OpenAI's
 // {"error": {...}} with the matching status: 400 invalid parameters and context_length_exceeded,
 // 401 bad or missing API key, 404 unknown model or route, 413 oversized body, 429 queue full.
+// POST /v1/embeddings (and /embeddings) answers the pooled final hidden state of each input.
 // With `admin_api`: POST /admin/pause and POST /admin/resume hold and release the scheduler.
 #pragma once
 
@@ -40,6 +41,7 @@ struct ServerOptions {
   ServerDefaults defaults;
   TlsFiles tls;  // serve https (--ssl-certfile, --ssl-keyfile)
   std::string model_path;  // GET /props reports it, as llama-server does
+  Pooling pooling = Pooling::Mean;  // how /v1/embeddings pools the final hidden states (--pooling)
 };
 
 class Server {
@@ -62,6 +64,8 @@ class Server {
   // vLLM's and llama.cpp's POST /tokenize and /detokenize.
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
+  // OpenAI's POST /v1/embeddings (server/embeddings_api.h), batched with the generations.
+  void embeddings(const httplib::Request& req, httplib::Response& res);
   void serve_choices(ApiRequest r, bool chat, const httplib::Request& req, httplib::Response& res);
 
   Generator& gen_;

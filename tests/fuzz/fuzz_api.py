@@ -2,7 +2,8 @@
 """Random requests against coda serve (or coda proxy in front of it) over real HTTP: valid bodies with
 one to four fields replaced by values of any type and size (numbers at the edges of 32 and 64 bits,
 NaN-free floats, strings with special-token text, nested objects, JSON schemas, tool lists,
-logit_bias maps and lists, vLLM's and llama.cpp's own fields), on every generation route.
+logit_bias maps and lists, vLLM's and llama.cpp's own fields), on every generation route and
+/v1/embeddings.
 
 What must hold for every request: no 5xx and no dropped connection; every 4xx in OpenAI's error
 shape; every 200 without a stream is one JSON document (llama-server's shape on /completion); the
@@ -34,7 +35,7 @@ FIELDS = [
     "no_repeat_ngram_size", "repetition_detection", "coda", "add_generation_prompt", "continue_final_message",
     "chat_template_kwargs", "max_completion_tokens", "typical_p", "mirostat", "use_beam_search",
     "truncate_prompt_tokens", "return_tokens_as_token_ids", "add_special_tokens", "cache_prompt", "messages",
-    "prompt", "model"]
+    "prompt", "model", "input", "encoding_format", "dimensions"]
 KEYS = FIELDS + ["type", "name", "function", "schema", "json_schema", "properties", "items", "enum", "const", "anyOf",
                  "$ref", "$defs", "required", "guard", "trace", "include_usage", "continuous_usage_stats", "role",
                  "content", "parameters", "max_pattern_size", "min_pattern_size", "min_count", "minimum", "maximum",
@@ -132,9 +133,11 @@ class Gen:
     def request(self):
         r = self.r
         path = r.choice(["/v1/chat/completions", "/v1/chat/completions", "/v1/completions", "/v1/completions",
-                         "/completion", "/completion", "/tokenize"])
+                         "/completion", "/completion", "/tokenize", "/v1/embeddings"])
         if path == "/v1/chat/completions":
             body = {"messages": [{"role": "user", "content": "The king said"}], "max_tokens": r.choice([1, 4, 8])}
+        elif path == "/v1/embeddings":
+            body = {"input": r.choice(["The king said", ["a", "b"], [1, 2, 3], [[1, 2], [3]]])}
         elif path == "/completion":
             body = {"prompt": r.choice(["The king said", [1, 2, 3]]), "n_predict": r.choice([1, 4, 8])}
         else:
@@ -205,6 +208,8 @@ def main():
                     answer = json.loads(raw)
                     if path == "/completion":
                         assert answer["stop"] is True and isinstance(answer["content"], str)
+                    if path == "/v1/embeddings":
+                        assert answer["object"] == "list" and answer["data"][0]["object"] == "embedding"
                 except Exception:  # noqa: BLE001
                     failures.append(f"request {i} {path}: 200 but not the expected JSON: {raw[:200]!r}: {data[:300]}")
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)

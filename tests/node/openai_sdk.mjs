@@ -73,6 +73,20 @@ try {
   for await (const chunk of cstream) n += chunk.choices.length;
   check(n > 0, "completions streaming");
 
+  // Embeddings: the SDK asks for base64 unless told otherwise and decodes it; both forms carry the
+  // same float32 values, one unit vector per input in order.
+  const texts = ["In the beginning God", "And Moses said unto the LORD"];
+  const eb = await client.embeddings.create({ model: "coda", input: texts });
+  const ef = await client.embeddings.create({ model: "coda", input: texts, encoding_format: "float" });
+  const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  check(eb.data.length === 2 && eb.data.map((d) => d.index).join() === "0,1" && eb.usage.prompt_tokens > 2 &&
+        eb.data.every((d, i) => d.embedding.length === ef.data[i].embedding.length &&
+                                d.embedding.every((x, k) => x === ef.data[i].embedding[k])) &&
+        Math.abs(norm(ef.data[0].embedding) - 1) < 1e-5 &&
+        ef.data[0].embedding.some((x, k) => x !== ef.data[1].embedding[k]),
+        "embeddings.create: base64 (the SDK's default) and float give the same unit vectors");
+  await expectError(client.embeddings.create({ model: "coda", input: "" }), OpenAI.BadRequestError, 400,
+    "an empty embedding input -> BadRequestError");
   await expectError(client.chat.completions.create({ model: "coda", messages: [{ role: "user", content: "x" }], temperature: 9 }),
     OpenAI.BadRequestError, 400, "invalid temperature -> BadRequestError");
   await expectError(client.completions.create({ model: "coda", prompt: "x", max_tokens: 100000 }),

@@ -106,7 +106,7 @@ class RefModel:
             y[..., 1:self.n_rot:2] = a * sin + b * cos
         return y
 
-    def logits(self, tokens, positions=None, kv_f16=True, cache="f16", cache_v=None, rounding=None):
+    def logits(self, tokens, positions=None, kv_f16=True, cache="f16", cache_v=None, rounding=None, hidden=False):
         """Logits [len(positions), vocab] for a token sequence evaluated from position 0.
 
         kv_f16 rounds the keys (after RoPE) and values to IEEE half floats, as coda's default F16 KV
@@ -115,7 +115,8 @@ class RefModel:
         activations that meet Q8_0 keys (_q8). cache_v, when given, is the values' type on its own
         ("f16", "q8_0" or "bf16"); "bf16" values also take the attention weights rounded to bfloat16,
         which coda rounds as its online softmax produces them (_attend_bf16). rounding (a Rounding)
-        records or flips the Q8_0 near-ties."""
+        records or flips the Q8_0 near-ties. hidden returns the final states after the output norm
+        [len(positions), dim] instead of the logits: what embeddings are pooled from."""
         tokens = np.asarray(tokens)
         T = len(tokens)
         if positions is None:
@@ -174,7 +175,7 @@ class RefModel:
             u = self._mm(h, L["ffn_up"], p + "ffn_up.weight")
             x = x + self._mm(g / (1 + np.exp(-g)) * u, L["ffn_down"], p + "ffn_down.weight")
         xs = self._norm(x[np.asarray(positions)], self.out_norm)
-        return self._mm(xs, self.out, self.out_name)
+        return xs if hidden else self._mm(xs, self.out, self.out_name)
 
 
 def _q8_round(x, half_scale, rounding=None, tag=None):

@@ -13,9 +13,14 @@
    `logprobs` (as lm-evaluation-harness scores answers) with every prompt token's logprob given the
    ones before it, across the 64-token chunks the prompt runs in; they equal the NumPy forward's,
    and so do vLLM's `prompt_logprobs` (with each token's rank).
+5. Embeddings over HTTP: `/v1/embeddings` answers the final hidden states (after the output norm)
+   pooled by mean, by the last token (`--pooling last`) or the first (`cls`), L2-normalised; each
+   equals the NumPy forward's across the prompt's chunks. The same input as text, as token ids,
+   alone or in a batch, and as base64 gives the same vector.
 
 Usage: /usr/bin/python3 test_perplexity.py CODA_BINARY WORK_DIR
 """
+import base64
 import json
 import os
 import subprocess
@@ -143,6 +148,63 @@ def echo_logprobs_tests(tokens):
         srv.wait(timeout=30)
 
 
+def embedding_tests(tokens):
+    """/v1/embeddings against the NumPy forward (part 5 of the docstring)."""
+    ids = [int(t) for t in tokens[:150]]  # BOS first; runs as chunks of 64, 64 and 22
+    states = RefModel(MODEL).logits(np.asarray(ids), positions=np.arange(len(ids)), hidden=True)  # float64
+
+    def unit(v):
+        return v / np.linalg.norm(v)
+
+    want = {"mean": unit(states.mean(axis=0)), "last": unit(states[-1]), "cls": unit(states[0])}
+    for pooling in ("mean", "last", "cls"):
+        args = [] if pooling == "mean" else ["--pooling", pooling]  # mean: the default for this GGUF
+        srv = subprocess.Popen([CODA, "serve", "-m", MODEL, "--port", "0", "-t", "2"] + args,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = srv.stdout.readline()
+            base = line.split("listening on ")[1].strip()
+            status, res = post(base + "/v1/embeddings", {"model": "coda", "input": ids})
+            got = np.asarray(res["data"][0]["embedding"]) if status == 200 else np.zeros(1)
+            diff = np.abs(got - want[pooling]).max() if got.shape == want[pooling].shape else 1.0
+            print(f"{pooling} pooling against NumPy: max |diff| {diff:.2e} (dim {got.shape[0]})")
+            check(status == 200 and diff < 2e-5 and abs(np.linalg.norm(got) - 1) < 1e-5 and
+                  res["usage"]["prompt_tokens"] == len(ids) and res["object"] == "list",
+                  f"{pooling} pooling: the normalised vector of the NumPy forward's final states")
+            if pooling != "mean":
+                continue
+            # The same text as text and as its token ids; alone and in a batch; float and base64.
+            text = "In the beginning God created the heaven and the earth."
+            _, tok = post(base + "/tokenize", {"prompt": text})
+            _, a = post(base + "/v1/embeddings", {"input": text})
+            _, b = post(base + "/v1/embeddings", {"input": [tok["tokens"], "And the earth was without form", text]})
+            _, c = post(base + "/v1/embeddings", {"input": text, "encoding_format": "base64"})
+            va = np.asarray(a["data"][0]["embedding"], dtype=np.float32)
+            vb = [np.asarray(d["embedding"], dtype=np.float32) for d in b["data"]]
+            vc = np.frombuffer(base64.b64decode(c["data"][0]["embedding"]), dtype="<f4")
+            check([d["index"] for d in b["data"]] == [0, 1, 2] and
+                  b["usage"]["prompt_tokens"] == 2 * a["usage"]["prompt_tokens"] + len(post(
+                      base + "/tokenize", {"prompt": "And the earth was without form"})[1]["tokens"]),
+                  "a batch answers each input in order, and usage counts every input's tokens")
+            check(np.array_equal(va, vb[0]) and np.array_equal(va, vb[2]) and not np.array_equal(va, vb[1]),
+                  "text and its token ids give the same vector, alone or in a batch")
+            check(np.array_equal(va, vc), "base64 carries the float32 values that the float format carries")
+            for body, param in (({"input": ""}, "input"), ({"input": []}, "input"), ({"input": [[1, 2], []]}, "input"),
+                                ({"input": "x", "dimensions": 3}, "dimensions"),
+                                ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+                                ({"input": [1, 2.5]}, "input"), ({"input": "x", "model": "gpt"}, "model"),
+                                ({"input": "word " * 3000}, "input"), ({"input": ["x"] * 2049}, "input")):
+                status, res = post(base + "/v1/embeddings", body)
+                check(status in (400, 404) and res["error"]["param"] == param,
+                      f"refused ({status}, {param}): {res['error']['message'][:100]}")
+            # A prompt longer than a generation could run (the whole context) still embeds.
+            status, res = post(base + "/v1/embeddings", {"input": [1] * 2048})
+            check(status == 200 and res["usage"]["prompt_tokens"] == 2048, "an input of the whole context embeds")
+        finally:
+            srv.terminate()
+            srv.wait(timeout=30)
+
+
 def main():
     global CODA
     CODA, work = sys.argv[1], sys.argv[2]
@@ -166,6 +228,7 @@ def main():
     check(abs(res["ppl_err"] - err) / err < 1e-2, "its uncertainty too")
 
     echo_logprobs_tests(res["tokens"])
+    embedding_tests(res["tokens"])
 
     # The model against itself: 0 but for the base's fp16 rounding, and the same top token everywhere.
     coda("perplexity", "-m", MODEL, "--kl-divergence-base", base, "--kl-divergence", "--json", out)

@@ -294,6 +294,16 @@ def api_tests(s):
           "a batch of two prompts: each choice is its prompt's greedy text")
     st, _, raw = s.request("POST", "/v1/completions", b"x" * (9 << 20))
     check(st == 413 and b"error" in raw, f"oversized body -> {st}")
+    # JSON sent as a form (curl -d without -H): readable while small, and past cpp-httplib's 8 KiB
+    # form limit a 413 that names the header to send, not the --max-body limit it did not reach.
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    small = json.dumps({"prompt": "Hi", "max_tokens": 2}).encode()
+    st, _, _ = s.request("POST", "/v1/completions", small, headers=form)
+    check(st == 200, f"a small JSON body sent as a form is read -> {st}")
+    big = json.dumps({"prompt": "Hi " * 4000, "max_tokens": 2}).encode()
+    st, _, raw = s.request("POST", "/v1/completions", big, headers=form)
+    check(st == 413 and b"Content-Type: application/json" in raw,
+          f"a 12 KB JSON body sent as a form -> {st}, the message says what to send: {raw[:140]!r}")
     # Unknown fields are ignored, like OpenAI does.
     st, _, body = s.json("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "frobnicate": {"x": 1},
                                                      "user": "u1"})
