@@ -85,9 +85,7 @@ int serve(ServeFlags& f) {
     if (!p) return fail("--pooling: " + p.message());
     f.server.pooling = *p;
   } else {
-    // An embedding model's GGUF names its pooling (llama.cpp's numbers: 1 mean, 2 cls, 3 last).
-    auto t = loaded->model->gguf().get_int(loaded->model->config().arch_name + ".pooling_type");
-    if (t && *t >= 1 && *t <= 3) f.server.pooling = *t == 1 ? Pooling::Mean : *t == 2 ? Pooling::Cls : Pooling::Last;
+    f.server.pooling = default_pooling(*loaded->model);
   }
   const ChatTemplate* tmpl = loaded->generator->chat_template();
   f.server.defaults.tool_parser =

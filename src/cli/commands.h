@@ -30,6 +30,7 @@ void add_quantize(CLI::App& app, std::vector<Command>& out);
 void add_threshold(CLI::App& app, std::vector<Command>& out);
 void add_scan(CLI::App& app, std::vector<Command>& out);      // coda scan
 void add_diagnose(CLI::App& app, std::vector<Command>& out);  // coda diagnose
+void add_embed(CLI::App& app, std::vector<Command>& out);     // coda embed
 
 // The bundled model: $CODA_MODEL, else ../share/coda/ beside an installed executable, else the nearest
 // models/ above the executable (a build tree), else the source tree's models/.

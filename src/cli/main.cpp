@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   coda::cli::add_threshold(app, commands);
   coda::cli::add_scan(app, commands);
   coda::cli::add_diagnose(app, commands);
+  coda::cli::add_embed(app, commands);
   if (argc == 1) {  // `coda` alone: what it can do, as `git` answers, rather than a parse error
     std::fputs(app.help().c_str(), stdout);
     return 0;

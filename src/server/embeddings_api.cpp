@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/json_parse.h"
+#include "model/model.h"
 
 namespace coda {
 
@@ -34,6 +35,13 @@ Expected<Pooling> parse_pooling(const std::string& name) {
   return Error("pooling '" + name +
                "': use mean (the average of every token's final state), cls (the first token's) or last (the last "
                "token's, for decoder embedding models)");
+}
+
+Pooling default_pooling(const Model& model) {
+  auto t = model.gguf().get_int(model.config().arch_name + ".pooling_type");
+  if (t && *t == 2) return Pooling::Cls;
+  if (t && *t == 3) return Pooling::Last;
+  return Pooling::Mean;
 }
 
 const char* pooling_name(Pooling p) {

@@ -45,6 +45,8 @@ std::string floats_base64(const float* v, size_t n);
 // --pooling's names (llama.cpp's): mean, cls, last; the GGUF's `{arch}.pooling_type` numbers them
 // 1, 2, 3 (0 none, 4 rank are not vectors OpenAI's route can answer with).
 Expected<Pooling> parse_pooling(const std::string& name);
+// The pooling a model's GGUF names (an embedding model's), else mean.
+Pooling default_pooling(const class Model& model);
 const char* pooling_name(Pooling p);
 
 }  // namespace coda

@@ -56,6 +56,11 @@ printf 'In the beginning God' >"$work/prompt.txt"
 f_out=$("$coda" run -f "$work/prompt.txt" -n 16 --temp 0 --ignore-eos 2>/dev/null)
 [[ "$f_out" == "$out" ]] || { echo "FAIL: run -f differs from -p: $f_out"; failures=$((failures + 1)); }
 expect_fail "not both" run -f "$work/prompt.txt" -p "x"
+# coda embed: what it refuses (its vectors are checked against NumPy in tests/reference/test_perplexity.py).
+expect_fail "nothing to embed" embed
+expect_fail "use mean" embed -p "x" --pooling max
+expect_fail "maximum context length is 64 tokens" embed -c 64 -p "$(printf 'word %.0s' $(seq 100))"
+expect_fail "cannot open" embed -f "$work/missing.txt"
 expect_fail "cannot read" run -f "$work/no-such-prompt.txt"
 : >"$work/empty.txt"
 expect_fail "is empty" run -f "$work/empty.txt"

@@ -13,7 +13,7 @@
    `logprobs` (as lm-evaluation-harness scores answers) with every prompt token's logprob given the
    ones before it, across the 64-token chunks the prompt runs in; they equal the NumPy forward's,
    and so do vLLM's `prompt_logprobs` (with each token's rank).
-5. Embeddings over HTTP: `/v1/embeddings` answers the final hidden states (after the output norm)
+5. Embeddings over HTTP and from `coda embed`: `/v1/embeddings` answers the final hidden states (after the output norm)
    pooled by mean, by the last token (`--pooling last`) or the first (`cls`), L2-normalised; each
    equals the NumPy forward's across the prompt's chunks. The same input as text, as token ids,
    alone or in a batch, and as base64 gives the same vector.
@@ -189,6 +189,14 @@ def embedding_tests(tokens):
             check(np.array_equal(va, vb[0]) and np.array_equal(va, vb[2]) and not np.array_equal(va, vb[1]),
                   "text and its token ids give the same vector, alone or in a batch")
             check(np.array_equal(va, vc), "base64 carries the float32 values that the float format carries")
+            # coda embed (in-process, Generator::generate rather than the scheduler) on the same text.
+            r = coda("embed", "-m", MODEL, "--json", "-p", text, "-p", "And the earth was without form")
+            cli = [np.asarray(d["embedding"]) for d in json.loads(r.stdout)["data"]]
+            ref = unit(RefModel(MODEL).logits(np.asarray(tok["tokens"]), positions=np.arange(len(tok["tokens"])),
+                                              hidden=True).mean(axis=0))
+            check(len(cli) == 2 and np.abs(cli[0] - ref).max() < 2e-5 and np.abs(cli[0] - va).max() < 1e-6 and
+                  np.abs(cli[1] - vb[1]).max() < 1e-6 and "cosine similarity" in r.stderr,
+                  "coda embed gives the NumPy forward's vector, and the server's")
             for body, param in (({"input": ""}, "input"), ({"input": []}, "input"), ({"input": [[1, 2], []]}, "input"),
                                 ({"input": "x", "dimensions": 3}, "dimensions"),
                                 ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
