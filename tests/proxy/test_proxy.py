@@ -282,6 +282,12 @@ def coda_upstream_tests(coda, up, px):
     check(st == 400 and body["error"]["param"] == "tokens", f"the upstream's 400 passes through: {st} {body}")
     st, _, body = px.json("GET", "/version")
     check(st == 200 and body == up.json("GET", "/version")[2], f"/version through the proxy: {body}")
+    # Embeddings pass through as coda serve answers them (written in chunks there), errors too.
+    direct = up.json("POST", "/v1/embeddings", {"input": ["In the beginning", "And Moses"]})[2]
+    st, _, body = px.json("POST", "/v1/embeddings", {"input": ["In the beginning", "And Moses"]})
+    check(st == 200 and body == direct and len(body["data"]) == 2, f"/v1/embeddings through the proxy: {str(body)[:100]}")
+    st, _, body = px.json("POST", "/v1/embeddings", {"input": ""})
+    check(st == 400 and body["error"]["param"] == "input", f"an embeddings 400 passes through: {st} {body}")
     check(px.metric_sum("coda:request_success_total", finished_reason="repetition", model="") >= 0, "metrics")
     check(px.metric_sum("coda:guard_stops_total") >= 1 and px.metric_sum("coda:guard_repairs_total") >= 1,
           "stops and repairs counted")
