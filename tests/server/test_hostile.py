@@ -412,6 +412,39 @@ def dropped_streams(port, n=40, engine=True):
     check(hs == 200, f"/health after {n} dropped streams -> {hs}")
 
 
+def dropped_embeddings(port, n=6, engine=True):
+    """`n` embedding requests of 512 inputs each; every other client leaves as soon as it has sent
+    its request. The ones that stay get all 512 vectors; the engine ends idle."""
+    body = json.dumps({"input": ["The sea was calm that night, number %d." % i for i in range(512)]}).encode()
+    complete = []
+
+    def one(i):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        c.request("POST", "/v1/embeddings", body=body, headers={"Content-Type": "application/json"})
+        if i % 2:
+            c.sock.shutdown(socket.SHUT_RDWR)
+        else:
+            r = c.getresponse()
+            answer = json.loads(r.read()) if r.status == 200 else {}
+            complete.append(r.status == 200 and len(answer.get("data", [])) == 512)
+        c.close()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cases.append(f"{n} embedding batches of 512, half dropped")
+    check(len(complete) == (n + 1) // 2 and all(complete), f"the clients that stayed got every vector: {complete}")
+    end = time.monotonic() + 120  # bounds a hang; the condition decides
+    while time.monotonic() < end and metric(port, "coda:num_requests_running") != 0:
+        time.sleep(0.05)
+    check(metric(port, "coda:num_requests_running") == 0, "dropped embedding batches: nothing left running")
+    if engine:
+        check(metric(port, "coda:num_requests_waiting") == 0, "dropped embedding batches: nothing left waiting")
+    hs, _ = health(port)
+    check(hs == 200, f"/health after dropped embedding batches -> {hs}")
+
+
 def rss_mb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -518,6 +551,7 @@ def main():
         framing_cases(port)
         idle_connections(port)
         dropped_streams(port, engine=not through_proxy)
+        dropped_embeddings(port, engine=not through_proxy)
         memory_case(port, pid, idle)
         print(f"after the battery: RSS {rss_mb(pid):.1f} MB, {threads_of(pid)} threads")
     finally:
