@@ -133,7 +133,8 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
       send_api_error(
           res, 404,
           "Unknown route " + req.method + " " + req.path +
-              "; see /v1/models, /v1/completions, /v1/chat/completions, /v1/embeddings, /completion (llama-server's), "
+              "; see /v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings, /completion "
+              "(llama-server's), "
               "/tokenize, /detokenize, /version, /health, /metrics",
           "invalid_request_error", "not_found");
     else if (res.status == 413 &&

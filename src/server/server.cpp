@@ -13,6 +13,7 @@
 #include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/llama_api.h"
+#include "server/responses_api.h"
 
 namespace coda {
 
@@ -172,8 +173,15 @@ void Server::routes() {
   // llama-server's own dialect, under both of its names (not OpenAI's; that is /v1/completions).
   for (const char* path : {"/completion", "/completions"})
     http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { llama_completion(req, res); });
+  http_->Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) { responses(req, res); });
   for (const char* path : {"/v1/embeddings", "/embeddings"})  // the second is llama-server's alias
     http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
+}
+
+// A refused request: counted by status, answered in OpenAI's error shape.
+void Server::refuse(httplib::Response& res, const ApiError& e) {
+  metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e.status));
+  send_error(res, e);
 }
 
 // 429 while the queue is full: `tail` ends the message with what the client can do.
@@ -187,10 +195,7 @@ void Server::refuse_at_capacity(httplib::Response& res, const std::string& tail)
 
 void Server::llama_completion(const httplib::Request& req, httplib::Response& res) {
   const TrimAfterLargeBody trim(req.body.size());
-  auto reject = [&](const ApiError& e) {
-    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e.status));
-    send_error(res, e);
-  };
+  auto reject = [&](const ApiError& e) { refuse(res, e); };
   if (auto e = check_request_limits(req.body, opts_.limits)) return reject(*e);
   const auto in = parse_ordered_json(req.body);
   if (in.is_discarded()) {
@@ -454,12 +459,126 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
   res.set_content(dump_json(out), "application/json");
 }
 
+void Server::responses(const httplib::Request& req, httplib::Response& res) {
+  const TrimAfterLargeBody trim(req.body.size());
+  auto reject = [&](const ApiError& e) { refuse(res, e); };
+  if (auto e = check_request_limits(req.body, opts_.limits)) return reject(*e);
+  const auto in = parse_ordered_json(req.body);
+  if (in.is_discarded()) return reject(invalid_request("", "The request body is not valid JSON."));
+  ResponsesEcho echo;
+  auto body = responses_to_chat(in, echo);
+  if (auto* e = std::get_if<ApiError>(&body)) return reject(*e);
+  // The chat route's limits hold for what the translation made too.
+  const std::string chat_body = dump_json(std::get<nlohmann::ordered_json>(body));
+  if (auto e = check_request_limits(chat_body, opts_.limits)) return reject(*e);
+  auto parsed = parse_api_request(chat_body, true, opts_.defaults);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reject(*e);
+  ApiRequest r = std::move(std::get<ApiRequest>(parsed));
+  if (Status s = gen_.check(r.gen); !s.ok()) return reject(generation_error(s.message()));
+  auto ticket = scheduler_->submit(r);
+  if (!ticket) return refuse_at_capacity(res, "; retry shortly.");
+  const std::string chat_id = response_id(req, res, true);
+  const std::string id = "resp_" + chat_id.substr(chat_id.find('-') + 1);
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  if (!r.stream) {
+    const Expected<GuardedResult>& out = *result_unless_client_leaves({ticket}, ClientWatch(req))[0];
+    if (!out) return send_error(res, generation_error(out.message()));
+    res.set_content(
+        dump_json(response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created)),
+        "application/json");
+    return;
+  }
+  // The stream's events, in OpenAI's order: created, in_progress, the message item and its text
+  // part added, one output_text.delta per piece of text, then the text, part and item done and the
+  // whole response completed (or incomplete). Each is `event: TYPE` with its JSON as data.
+  res.set_header("Cache-Control", "no-cache");
+  struct State {
+    int64_t seq = 0;
+    bool opened = false;
+    std::string text;
+    ReasoningSplitter thinking;
+  };
+  auto st = std::make_shared<State>(State{0, false, "", ReasoningSplitter(r.reasoning_opened)});
+  const std::string model = r.model.empty() ? opts_.defaults.model_id : r.model;
+  const std::string msg_id = "msg_" + id.substr(5);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, ticket, r, echo, id, chat_id, msg_id, model, created, st](size_t, httplib::DataSink& sink) {
+        auto event = [&](const std::string& type, nlohmann::ordered_json j) {
+          nlohmann::ordered_json all{{"type", type}, {"sequence_number", st->seq++}};
+          all.update(j);
+          const std::string e = "event: " + type + "\ndata: " + dump_json(all) + "\n\n";
+          return sink.write(e.data(), e.size());
+        };
+        auto item = [&](const std::string& status, const std::string& text) {
+          nlohmann::ordered_json content = nlohmann::ordered_json::array();
+          if (!text.empty() || status != "in_progress")
+            content.push_back(
+                {{"type", "output_text"}, {"text", text}, {"annotations", nlohmann::ordered_json::array()}});
+          return nlohmann::ordered_json{
+              {"id", msg_id}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", content}};
+        };
+        const nlohmann::ordered_json part0{
+            {"type", "output_text"}, {"text", ""}, {"annotations", nlohmann::ordered_json::array()}};
+        if (!st->opened) {
+          st->opened = true;
+          const auto skeleton = response_in_progress(echo, id, created, model);
+          if (!event("response.created", {{"response", skeleton}}) ||
+              !event("response.in_progress", {{"response", skeleton}}) ||
+              !event("response.output_item.added", {{"output_index", 0}, {"item", item("in_progress", "")}}) ||
+              !event("response.content_part.added",
+                     {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part0}}))
+            return false;
+        }
+        std::string text;
+        std::vector<TokenLogprob> lps;
+        bool done = false;
+        ticket->wait(text, lps, done, std::chrono::milliseconds(200));
+        if (r.reasoning) {  // the <think> block is not the answer's text
+          std::string reasoning, answer;
+          st->thinking.feed(text, reasoning, answer);
+          if (done) st->thinking.finish(reasoning, answer);
+          text = std::move(answer);
+        }
+        if (!text.empty()) {
+          st->text += text;
+          if (!event("response.output_text.delta",
+                     {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", text}}))
+            return false;
+        } else if (!done && !sink.write(": waiting\n\n", 11)) {  // notices a client that left
+          return false;
+        }
+        if (!done) return sink.is_writable();
+        const Expected<GuardedResult>& out = ticket->result();
+        if (!out) {
+          event("error", {{"code", nullptr}, {"message", out.message()}, {"param", nullptr}});
+          sink.done();
+          return true;
+        }
+        auto final = response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created);
+        const std::string whole = final["output"][0]["content"][0]["text"];
+        nlohmann::ordered_json part = part0;
+        part["text"] = whole;
+        const std::string status = final["status"];
+        event("response.output_text.done",
+              {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"text", whole}});
+        event("response.content_part.done",
+              {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+        event("response.output_item.done", {{"output_index", 0}, {"item", final["output"][0]}});
+        event(status == "completed" ? "response.completed" : "response.incomplete", {{"response", final}});
+        sink.done();
+        return true;
+      },
+      [ticket](bool success) {
+        if (!success) ticket->cancelled = true;
+      });
+}
+
 void Server::embeddings(const httplib::Request& req, httplib::Response& res) {
   const TrimAfterLargeBody trim(req.body.size());
   auto reject = [&](ApiError e) {
     if (e.code == "context_length_exceeded") e.param = "input";
-    metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(e.status));
-    send_error(res, e);
+    refuse(res, e);
   };
   if (auto e = check_request_limits(req.body, opts_.limits)) return reject(*e);
   auto parsed = parse_embedding_request(req.body, opts_.pooling, gen_.model().config().dim, opts_.defaults.model_id);

@@ -4,7 +4,8 @@
 // POST /v1/chat/completions (JSON or SSE with `data: [DONE]`). Every error is OpenAI's
 // {"error": {...}} with the matching status: 400 invalid parameters and context_length_exceeded,
 // 401 bad or missing API key, 404 unknown model or route, 413 oversized body, 429 queue full.
-// POST /v1/embeddings (and /embeddings) answers the pooled final hidden state of each input.
+// POST /v1/responses runs OpenAI's Responses API as a chat completion; POST /v1/embeddings (and
+// /embeddings) answers the pooled final hidden state of each input.
 // With `admin_api`: POST /admin/pause and POST /admin/resume hold and release the scheduler.
 #pragma once
 
@@ -59,6 +60,7 @@ class Server {
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
   void refuse_at_capacity(httplib::Response& res, const std::string& tail);
+  void refuse(httplib::Response& res, const ApiError& e);
   // llama-server's native POST /completion (server/llama_api.h).
   void llama_completion(const httplib::Request& req, httplib::Response& res);
   // vLLM's and llama.cpp's POST /tokenize and /detokenize.
@@ -66,6 +68,8 @@ class Server {
   void detokenize(const httplib::Request& req, httplib::Response& res);
   // OpenAI's POST /v1/embeddings (server/embeddings_api.h), batched with the generations.
   void embeddings(const httplib::Request& req, httplib::Response& res);
+  // OpenAI's POST /v1/responses for text (server/responses_api.h), run as a chat completion.
+  void responses(const httplib::Request& req, httplib::Response& res);
   void serve_choices(ApiRequest r, bool chat, const httplib::Request& req, httplib::Response& res);
 
   Generator& gen_;

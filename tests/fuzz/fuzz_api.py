@@ -3,7 +3,7 @@
 one to four fields replaced by values of any type and size (numbers at the edges of 32 and 64 bits,
 NaN-free floats, strings with special-token text, nested objects, JSON schemas, tool lists,
 logit_bias maps and lists, vLLM's and llama.cpp's own fields), on every generation route and
-/v1/embeddings.
+/v1/embeddings and /v1/responses.
 
 What must hold for every request: no 5xx and no dropped connection; every 4xx in OpenAI's error
 shape; every 200 without a stream is one JSON document (llama-server's shape on /completion); the
@@ -35,7 +35,8 @@ FIELDS = [
     "no_repeat_ngram_size", "repetition_detection", "coda", "add_generation_prompt", "continue_final_message",
     "chat_template_kwargs", "max_completion_tokens", "typical_p", "mirostat", "use_beam_search",
     "truncate_prompt_tokens", "return_tokens_as_token_ids", "add_special_tokens", "cache_prompt", "messages",
-    "prompt", "model", "input", "encoding_format", "dimensions"]
+    "prompt", "model", "input", "encoding_format", "dimensions", "instructions", "max_output_tokens", "text",
+    "previous_response_id", "metadata"]
 KEYS = FIELDS + ["type", "name", "function", "schema", "json_schema", "properties", "items", "enum", "const", "anyOf",
                  "$ref", "$defs", "required", "guard", "trace", "include_usage", "continuous_usage_stats", "role",
                  "content", "parameters", "max_pattern_size", "min_pattern_size", "min_count", "minimum", "maximum",
@@ -133,9 +134,13 @@ class Gen:
     def request(self):
         r = self.r
         path = r.choice(["/v1/chat/completions", "/v1/chat/completions", "/v1/completions", "/v1/completions",
-                         "/completion", "/completion", "/tokenize", "/v1/embeddings"])
+                         "/completion", "/completion", "/tokenize", "/v1/embeddings", "/v1/responses"])
         if path == "/v1/chat/completions":
             body = {"messages": [{"role": "user", "content": "The king said"}], "max_tokens": r.choice([1, 4, 8])}
+        elif path == "/v1/responses":
+            body = {"input": r.choice(["The king said", [{"role": "user", "content": "Hi"}],
+                                       [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]]),
+                    "max_output_tokens": r.choice([1, 4, 8])}
         elif path == "/v1/embeddings":
             body = {"input": r.choice(["The king said", ["a", "b"], [1, 2, 3], [[1, 2], [3]]])}
         elif path == "/completion":
@@ -145,7 +150,7 @@ class Gen:
                     "max_tokens": r.choice([1, 4, 8])}
         for _ in range(r.randrange(1, 5)):
             body[r.choice(FIELDS)] = self.value()
-        for cap in ("max_tokens", "n_predict"):  # a random length would only make the run long
+        for cap in ("max_tokens", "n_predict", "max_output_tokens"):  # a random length would only make the run long
             if isinstance(body.get(cap), int) and not isinstance(body[cap], bool) and body[cap] > 16:
                 body[cap] = 16
         return path, body
@@ -208,6 +213,8 @@ def main():
                     answer = json.loads(raw)
                     if path == "/completion":
                         assert answer["stop"] is True and isinstance(answer["content"], str)
+                    if path == "/v1/responses":
+                        assert answer["object"] == "response" and answer["output"][0]["type"] == "message"
                     if path == "/v1/embeddings":
                         assert answer["object"] == "list" and answer["data"][0]["object"] == "embedding"
                 except Exception:  # noqa: BLE001

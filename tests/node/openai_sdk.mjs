@@ -87,6 +87,29 @@ try {
         "embeddings.create: base64 (the SDK's default) and float give the same unit vectors");
   await expectError(client.embeddings.create({ model: "coda", input: "" }), OpenAI.BadRequestError, 400,
     "an empty embedding input -> BadRequestError");
+  // The Responses API, as the SDK's responses.create speaks it: the same greedy text as chat, the
+  // SDK's output_text, and the stream's typed events ending in the whole response.
+  const rq = { model: "coda", instructions: "Answer briefly.", input: "Who was Moses?", max_output_tokens: 10, temperature: 0 };
+  const asChat = await client.chat.completions.create({ model: "coda", max_tokens: 10, temperature: 0,
+    messages: [{ role: "system", content: rq.instructions }, { role: "user", content: rq.input }] });
+  const resp = await client.responses.create(rq);
+  check(resp.object === "response" && resp.output_text === asChat.choices[0].message.content &&
+        resp.usage.output_tokens === asChat.usage.completion_tokens && resp.usage.input_tokens === asChat.usage.prompt_tokens &&
+        (resp.status === "completed" || resp.incomplete_details?.reason === "max_output_tokens"),
+        "responses.create: chat's greedy text as output_text: " + JSON.stringify(resp.output_text));
+  const rstream = await client.responses.create({ ...rq, stream: true });
+  const types = [];
+  let deltas = "", last = null;
+  for await (const ev of rstream) {
+    types.push(ev.type);
+    if (ev.type === "response.output_text.delta") deltas += ev.delta;
+    if (ev.type === "response.completed" || ev.type === "response.incomplete") last = ev.response;
+  }
+  check(types[0] === "response.created" && types.includes("response.output_text.done") && last !== null &&
+        deltas === resp.output_text && last.output[0].content[0].text === resp.output_text,
+        "responses.create with stream: typed events whose deltas make the text: " + types.slice(0, 5).join(","));
+  await expectError(client.responses.create({ model: "coda", input: "x", previous_response_id: "resp_1" }),
+    OpenAI.BadRequestError, 400, "previous_response_id -> BadRequestError");
   await expectError(client.chat.completions.create({ model: "coda", messages: [{ role: "user", content: "x" }], temperature: 9 }),
     OpenAI.BadRequestError, 400, "invalid temperature -> BadRequestError");
   await expectError(client.completions.create({ model: "coda", prompt: "x", max_tokens: 100000 }),

@@ -925,6 +925,86 @@ def load_tests(s, label, n_streams=16, max_queue=None, max_batch=None):
     check(ok, f"{label}: promtool check metrics: rc {p.returncode}: {remarks[:3]}")
 
 
+def responses_tests(s):
+    """OpenAI's Responses API for text, against the chat route it runs as."""
+    rq = {"instructions": "Answer briefly.", "input": "Who was Moses?", "max_output_tokens": 12, "temperature": 0}
+    chat_body = {"messages": [{"role": "system", "content": rq["instructions"]}, {"role": "user", "content": rq["input"]}],
+                 "max_tokens": 12, "temperature": 0}
+    _, _, chat = s.json("POST", "/v1/chat/completions", chat_body)
+    st, hdrs, r = s.json("POST", "/v1/responses", rq)
+    text = r["output"][0]["content"][0]["text"] if st == 200 else None
+    check(st == 200 and r["object"] == "response" and r["id"].startswith("resp_") and
+          text == chat["choices"][0]["message"]["content"] and r["instructions"] == rq["instructions"] and
+          r["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"] and
+          r["usage"]["output_tokens"] == chat["usage"]["completion_tokens"] and
+          r["usage"]["total_tokens"] == chat["usage"]["total_tokens"] and "policy" in r["coda"],
+          f"/v1/responses: chat's greedy text and counts: {st} {str(r)[:200]}")
+    check(r.get("status") == ("incomplete" if chat["choices"][0]["finish_reason"] == "length" else "completed") and
+          (r["status"] == "completed" or r["incomplete_details"] == {"reason": "max_output_tokens"}),
+          f"status and incomplete_details follow the finish: {r.get('status')} {r.get('incomplete_details')}")
+    # The same conversation as message items with content parts (a developer turn is a system turn).
+    items = {"input": [{"role": "developer", "content": rq["instructions"]},
+                       {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Who was "},
+                                                                        {"type": "input_text", "text": "Moses?"}]}],
+             "max_output_tokens": 12, "temperature": 0}
+    st, _, r2 = s.json("POST", "/v1/responses", items)
+    check(st == 200 and r2["output"][0]["content"][0]["text"] == text, f"message items with parts: {st} {str(r2)[:160]}")
+    # The stream: typed events (each `event:` line names its data's type), sequence numbers 0, 1, ...,
+    # the deltas make the text, and the last event holds the whole response.
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+    c.request("POST", "/v1/responses", body=json.dumps(dict(rq, stream=True)).encode(),
+              headers={"Content-Type": "application/json"})
+    raw = c.getresponse().read().decode()
+    c.close()
+    events = []
+    for block in raw.split("\n\n"):
+        lines = [ln for ln in block.split("\n") if ln and not ln.startswith(":")]
+        if len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "):
+            data = json.loads(lines[1][6:])
+            events.append((lines[0][7:], data))
+    types = [t for t, _ in events]
+    deltas = "".join(d["delta"] for t, d in events if t == "response.output_text.delta")
+    last = events[-1][1].get("response", {}) if events else {}
+    check(all(t == d["type"] for t, d in events) and [d["sequence_number"] for _, d in events] == list(range(len(events))),
+          f"stream: every event names its type, numbered in order: {types[:6]}")
+    check(types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                        "response.content_part.added"] and
+          types[-4:-1] == ["response.output_text.done", "response.content_part.done", "response.output_item.done"] and
+          types[-1] in ("response.completed", "response.incomplete"),
+          f"stream: OpenAI's order of events: {types[:4]} ... {types[-4:]}")
+    check(deltas == text and last.get("output", [{}])[0].get("content", [{}])[0].get("text") == text and
+          last.get("usage", {}).get("output_tokens") == r["usage"]["output_tokens"],
+          f"stream: the deltas make the text, and the last event holds the whole response: {deltas!r}")
+    # The guard's stop is an incomplete response whose reason is the guard's.
+    st, _, g = s.json("POST", "/v1/responses", {"input": "Tell me a story", "max_output_tokens": 400, "temperature": 0,
+                                                 "ignore_eos": True, "coda": {"guard": "stop"}})
+    check(st == 200 and g["status"] == "incomplete" and g["incomplete_details"]["reason"] == "repetition" and
+          g["coda"]["events"], f"a loop stopped by the guard: {g.get('status')} {g.get('incomplete_details')}")
+    # Structured output through text.format (the Responses API's flat json_schema).
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}}, "required": ["name"],
+              "additionalProperties": False}
+    st, _, js = s.json("POST", "/v1/responses", {"input": "A name:", "max_output_tokens": 200, "temperature": 0,
+                                                  "text": {"format": {"type": "json_schema", "name": "n",
+                                                                      "schema": schema, "strict": True}}})
+    parsed = None
+    try:
+        parsed = json.loads(js["output"][0]["content"][0]["text"])
+    except Exception:  # noqa: BLE001
+        pass
+    check(st == 200 and isinstance(parsed, dict) and list(parsed) == ["name"] and js["text"]["format"]["type"] == "json_schema",
+          f"text.format json_schema holds the output to the schema: {str(js)[:200]}")
+    for body, param in (({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+                        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+                        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
+                        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input"),
+                        ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"input": []}, "input"),
+                        ({}, "input"), ({"input": "x", "text": {"format": {"type": "xml"}}}, "text"),
+                        ({"input": "x", "max_output_tokens": 0}, "max_tokens"),
+                        ({"input": "x", "temperature": 9}, "temperature")):
+        st, _, e = s.json("POST", "/v1/responses", body)
+        check(st == 400 and e["error"]["param"] == param, f"/v1/responses refuses {body}: {st} {e}")
+
+
 def main():
     coda, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -935,6 +1015,7 @@ def main():
         tokenizer_tests(s)
         vllm_sampling_field_tests(s)
         llama_native_tests(s)
+        responses_tests(s)
         prefix_cache_tests(s)
         burst_tests(s)
         load_tests(s, "bundled", n_streams=16, max_queue=6, max_batch=4)
