@@ -245,14 +245,17 @@ void Scheduler::step(std::vector<Active>& active) {
     s->advance(st);
     // A prompt just prefilled is cached at once, so that requests arriving while this one still
     // generates (the same system prompt, say) can use it.
-    if (prefix_ && st.ok() && was_prefilling[i] && !s->prefilling()) prefix_->insert(s->cached_token_ids(), s->kv());
+    // Embedding inputs are not kept: they never read the cache, and a batch of them would evict the
+    // conversations that do.
+    if (prefix_ && st.ok() && was_prefilling[i] && !s->prefilling() && !s->embedding())
+      prefix_->insert(s->cached_token_ids(), s->kv());
   }
   if (prefix_) metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
 }
 
 void Scheduler::complete(Active& a) {
   // The whole conversation so far (prompt and reply) for the next turn of a chat.
-  if (prefix_) {
+  if (prefix_ && !a.seq->embedding()) {
     prefix_->insert(a.seq->cached_token_ids(), a.seq->kv());
     metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
   }

@@ -189,6 +189,16 @@ def embedding_tests(tokens):
             check(np.array_equal(va, vb[0]) and np.array_equal(va, vb[2]) and not np.array_equal(va, vb[1]),
                   "text and its token ids give the same vector, alone or in a batch")
             check(np.array_equal(va, vc), "base64 carries the float32 values that the float format carries")
+            # Embedded inputs stay out of the prefix cache (they never read it): the same text as a
+            # completion prompt right after finds nothing cached.
+            fresh = "Of the making of many books there is no end, and much study is a weariness of the flesh."
+            post(base + "/v1/embeddings", {"input": fresh})
+            _, comp = post(base + "/v1/completions", {"prompt": fresh, "max_tokens": 1, "temperature": 0})
+            check(comp["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+                  f"an embedded input is not kept in the prefix cache: {comp['usage']}")
+            _, again = post(base + "/v1/completions", {"prompt": fresh, "max_tokens": 1, "temperature": 0})
+            check(again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0,
+                  f"(while a completion's prompt is: {again['usage']})")
             # coda embed (in-process, Generator::generate rather than the scheduler) on the same text.
             r = coda("embed", "-m", MODEL, "--json", "-p", text, "-p", "And the earth was without form")
             cli = [np.asarray(d["embedding"]) for d in json.loads(r.stdout)["data"]]
