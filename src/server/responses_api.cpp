@@ -141,10 +141,14 @@ Json response_in_progress(const ResponsesEcho& echo, const std::string& id, int6
 
 Json response_object(const Json& chat_body, const ResponsesEcho& echo, const std::string& id, int64_t created) {
   Json out = response_in_progress(echo, id, created, chat_body.value("model", "coda"));
-  const Json& choice = chat_body["choices"][0];
+  // Read with defaults throughout: a field missing from the chat body must not be a crash.
+  const Json none = Json::object();
+  const Json& choices = chat_body.contains("choices") ? chat_body["choices"] : none;
+  const Json& choice = choices.is_array() && !choices.empty() ? choices[0] : none;
   const std::string finish = choice.value("finish_reason", "stop");
+  const Json message = choice.value("message", Json::object());
+  const Json text = message.value("content", Json(""));
   Json content = Json::array();
-  const Json& text = choice["message"]["content"];
   content.push_back(
       {{"type", "output_text"}, {"text", text.is_string() ? text : Json("")}, {"annotations", Json::array()}});
   if (finish == "stop") {
@@ -158,12 +162,13 @@ Json response_object(const Json& chat_body, const ResponsesEcho& echo, const std
                                     {"status", out["status"]},
                                     {"role", "assistant"},
                                     {"content", std::move(content)}}});
-  const Json& u = chat_body["usage"];
-  out["usage"] = {{"input_tokens", u["prompt_tokens"]},
-                  {"input_tokens_details", {{"cached_tokens", u["prompt_tokens_details"]["cached_tokens"]}}},
-                  {"output_tokens", u["completion_tokens"]},
+  const Json u = chat_body.value("usage", Json::object());
+  const Json cached = u.value("prompt_tokens_details", Json::object()).value("cached_tokens", Json(0));
+  out["usage"] = {{"input_tokens", u.value("prompt_tokens", Json(0))},
+                  {"input_tokens_details", {{"cached_tokens", cached}}},
+                  {"output_tokens", u.value("completion_tokens", Json(0))},
                   {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                  {"total_tokens", u["total_tokens"]}};
+                  {"total_tokens", u.value("total_tokens", Json(0))}};
   if (chat_body.contains("coda")) out["coda"] = chat_body["coda"];
   return out;
 }
