@@ -16,6 +16,7 @@
 #include "server/http_listen.h"
 #include "server/llama_api.h"
 #include "server/openai_api.h"
+#include "server/responses_api.h"
 
 namespace coda::proxy {
 
@@ -541,6 +542,10 @@ void ProxyServer::routes() {
   // answered in llama-server's shape (server/llama_api.h).
   for (const char* path : {"/completion", "/completions"})
     http_->Post(path, [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false, true); });
+  // OpenAI's Responses API for text, guarded as chat: sent upstream as /v1/chat/completions and
+  // answered as a response object or its typed events (server/responses_api.h).
+  http_->Post("/v1/responses",
+              [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true, false, true); });
   // The engine's other /v1 routes (embeddings, rerank, score, ...): clients that share one base URL
   // keep working behind the proxy. They are not watched (the guard watches completions and chat),
   // and pass through as JSON, counted by route.
@@ -575,7 +580,8 @@ void ProxyServer::routes() {
   http_->Get(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, false); });
 }
 
-void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat, bool llama) {
+void ProxyServer::completions(const httplib::Request& req, httplib::Response& res, bool chat, bool llama,
+                              bool responses) {
   const TrimAfterLargeBody trim(req.body.size());  // as coda serve
   auto reject = [&](int status, const std::string& message, const std::string& param, const std::string& code = "") {
     metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
@@ -599,6 +605,14 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     body.erase("logprobs");  // asked for coda serve's token ids; the proxy asks its own
     if (auto e = check_request_limits(dump(body), opts_.limits)) return reject(e->status, e->message, e->param);
   }
+  ResponsesEcho echo;
+  if (responses) {
+    auto translated = responses_to_chat(body, echo);
+    if (auto* e = std::get_if<ApiError>(&translated)) return reject(e->status, e->message, e->param);
+    body = std::move(std::get<json>(translated));
+    if (auto e = check_request_limits(dump(body), opts_.limits)) return reject(e->status, e->message, e->param);
+  }
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
     return reject(400, "stream: expected true or false", "stream");
   if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1) && !body["n"].is_null())
@@ -729,6 +743,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     j["choices"] = json::array({choice});
     j["usage"] = usage_of(r);
     j["coda"] = report_of(r);
+    if (responses) j = response_object(j, echo, "resp_" + so.request_id, created);
     res.set_content(dump(j), "application/json");
     return;
   }
@@ -742,14 +757,43 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   }
   SessionOptions watched = so;  // the HTTP thread below watches the client until the first text
   watched.client_left = [st] { return st->client_gone.load(); };
-  std::thread([this, st, body, view, so = std::move(watched), chat, llama, include_usage, shaper, model, seconds,
-               done_in_flight]() mutable {
+  std::thread([this, st, body, view, so = std::move(watched), chat, llama, responses, echo, created, include_usage,
+               shaper, model, seconds, done_in_flight]() mutable {
     double ttft = -1;
-    auto push = [&](const json& j) {
+    auto push_line = [&](std::string line) {
       std::lock_guard<std::mutex> lock(st->mu);
-      st->events.push_back("data: " + dump(j) + "\n\n");
+      st->events.push_back(std::move(line));
       st->started = true;
       st->cv.notify_all();
+    };
+    auto push = [&](const json& j) { push_line("data: " + dump(j) + "\n\n"); };
+    // The Responses API's typed events: `event: TYPE`, the type and a sequence number in the data.
+    const std::string resp_id = "resp_" + so.request_id, msg_id = "msg_" + so.request_id;
+    int64_t seq = 0;
+    bool opened = false;
+    auto event = [&](const std::string& type, const json& fields) {
+      json all{{"type", type}, {"sequence_number", seq++}};
+      all.update(fields);
+      push_line("event: " + type + "\ndata: " + dump(all) + "\n\n");
+    };
+    auto open_response = [&](const std::string& m) {
+      if (opened) return;
+      opened = true;
+      const json skeleton = response_in_progress(echo, resp_id, created, m);
+      event("response.created", {{"response", skeleton}});
+      event("response.in_progress", {{"response", skeleton}});
+      event("response.output_item.added", {{"output_index", 0},
+                                           {"item",
+                                            {{"id", msg_id},
+                                             {"type", "message"},
+                                             {"status", "in_progress"},
+                                             {"role", "assistant"},
+                                             {"content", json::array()}}}});
+      event("response.content_part.added",
+            {{"item_id", msg_id},
+             {"output_index", 0},
+             {"content_index", 0},
+             {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
     };
     SessionResult r;
     Upstream* used = upstreams_[0].get();
@@ -762,6 +806,11 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
             if (llama) {
               if (!out.content.empty())
                 push(json{{"index", 0}, {"content", out.content}, {"tokens", json::array()}, {"stop", false}});
+            } else if (responses) {
+              open_response(model_of(model, chunk));
+              if (!out.content.empty())
+                event("response.output_text.delta",
+                      {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", out.content}});
             } else {
               push(shaper.chunk(chunk, out, lps, nullptr));
             }
@@ -778,6 +827,24 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     record(r, m, seconds(), ttft, used->label);
     if (r.ok && !r.client_gone && llama) {
       push(llama_answer_of(r, body, m, ttft, seconds(), true));
+    } else if (r.ok && !r.client_gone && responses) {
+      open_response(m);
+      const json chat_answer{
+          {"model", m},
+          {"choices",
+           json::array({{{"index", 0},
+                         {"message", {{"role", "assistant"}, {"content", r.text}}},
+                         {"finish_reason", client_finish_reason(r.finish_reason, opts_.finish_reason_compat)}}})},
+          {"usage", usage_of(r)},
+          {"coda", report_of(r)}};
+      const json final = response_object(chat_answer, echo, resp_id, created);
+      const json part{{"type", "output_text"}, {"text", r.text}, {"annotations", json::array()}};
+      event("response.output_text.done",
+            {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"text", r.text}});
+      event("response.content_part.done",
+            {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+      event("response.output_item.done", {{"output_index", 0}, {"item", final["output"][0]}});
+      event(final["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", final}});
     } else if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, Released{}, {},
                                client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());
@@ -820,7 +887,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st, llama](size_t, httplib::DataSink& sink) {
+      [st, llama, responses](size_t, httplib::DataSink& sink) {
         std::deque<std::string> out;
         bool finished = false;
         {
@@ -839,7 +906,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
           return false;
         }
         if (finished) {
-          if (!llama) sink.write("data: [DONE]\n\n", 14);  // llama-server's streams end without one
+          // llama-server's streams and the Responses API's end without one.
+          if (!llama && !responses) sink.write("data: [DONE]\n\n", 14);
           sink.done();
         }
         return true;

@@ -79,7 +79,9 @@ class ProxyServer {
   ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstream>> upstreams);
   void routes();
   // `llama`: llama-server's /completion, translated to /v1/completions and answered in its shape.
-  void completions(const httplib::Request& req, httplib::Response& res, bool chat, bool llama = false);
+  // `llama`: llama-server's /completion; `responses`: OpenAI's /v1/responses (run as chat).
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat, bool llama = false,
+                   bool responses = false);
   void record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
               const std::string& upstream);
   void record_failure(const client::Completion& c, const std::string& model, const std::string& upstream);

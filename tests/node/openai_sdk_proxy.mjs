@@ -38,6 +38,17 @@ try {
   check(typeof chat.choices[0].message.content === "string" && chat.choices[0].message.role === "assistant",
     "chat.completions.create");
   check(chat.choices[0].logprobs.content.every((t) => t.top_logprobs.length === 2), "chat logprobs through the proxy");
+  // The Responses API through the proxy: the SDK's output_text, and its stream's events.
+  const resp = await client.responses.create({ model: "coda", input: "Hello", max_output_tokens: 8, temperature: 0 });
+  let streamed = "", lastType = "";
+  for await (const ev of await client.responses.create({ model: "coda", input: "Hello", max_output_tokens: 8,
+                                                         temperature: 0, stream: true })) {
+    if (ev.type === "response.output_text.delta") streamed += ev.delta;
+    lastType = ev.type;
+  }
+  check(resp.object === "response" && typeof resp.output_text === "string" && resp.output_text.length > 0 &&
+        streamed === resp.output_text && (lastType === "response.completed" || lastType === "response.incomplete"),
+        "responses.create through the proxy, whole and streamed: " + JSON.stringify(resp.output_text));
 
   await checkStreamEqualsWhole(client);
 

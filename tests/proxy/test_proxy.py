@@ -282,6 +282,34 @@ def coda_upstream_tests(coda, up, px):
     check(st == 400 and body["error"]["param"] == "tokens", f"the upstream's 400 passes through: {st} {body}")
     st, _, body = px.json("GET", "/version")
     check(st == 200 and body == up.json("GET", "/version")[2], f"/version through the proxy: {body}")
+    # OpenAI's Responses API is guarded as chat: the same answer as coda serve's own route, a loop
+    # stopped as an incomplete response with the guard's reason, and the typed event stream.
+    rq = {"instructions": "Answer briefly.", "input": "Who was Moses?", "max_output_tokens": 12, "temperature": 0}
+    direct = up.json("POST", "/v1/responses", rq)[2]
+    st, _, body = px.json("POST", "/v1/responses", rq)
+    text = body["output"][0]["content"][0]["text"] if st == 200 else None
+    check(st == 200 and text == direct["output"][0]["content"][0]["text"] and body["status"] == direct["status"] and
+          body["usage"]["output_tokens"] == direct["usage"]["output_tokens"] and "proxy" in body["coda"],
+          f"/v1/responses through the proxy: coda serve's answer, guarded: {str(body)[:160]}")
+    st, _, body = px.json("POST", "/v1/responses", {"input": "Tell me a story", "max_output_tokens": 400,
+                                                    "temperature": 0, "ignore_eos": True, "coda": {"guard": "stop"}})
+    check(st == 200 and body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "repetition"},
+          f"/v1/responses: a loop stopped by the proxy: {body.get('status')} {body.get('incomplete_details')}")
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=120)
+    c.request("POST", "/v1/responses", body=json.dumps(dict(rq, stream=True)).encode(),
+              headers={"Content-Type": "application/json"})
+    raw = c.getresponse().read().decode()
+    c.close()
+    events = [(b.split("\n")[0][7:], json.loads(b.split("\n")[1][6:])) for b in raw.split("\n\n")
+              if b.startswith("event: ")]
+    types = [t for t, _ in events]
+    deltas = "".join(d["delta"] for t, d in events if t == "response.output_text.delta")
+    check(types[:2] == ["response.created", "response.in_progress"] and types[-1] in ("response.completed",
+          "response.incomplete") and deltas == text and "[DONE]" not in raw and
+          [d["sequence_number"] for _, d in events] == list(range(len(events))) and all(t == d["type"] for t, d in events),
+          f"/v1/responses streamed through the proxy: typed events whose deltas make the text: {types[:3]} {deltas!r}")
+    st, _, body = px.json("POST", "/v1/responses", {"input": "x", "previous_response_id": "resp_1"})
+    check(st == 400 and body["error"]["param"] == "previous_response_id", f"previous_response_id refused: {st}")
     # Embeddings pass through as coda serve answers them (written in chunks there), errors too.
     direct = up.json("POST", "/v1/embeddings", {"input": ["In the beginning", "And Moses"]})[2]
     st, _, body = px.json("POST", "/v1/embeddings", {"input": ["In the beginning", "And Moses"]})
@@ -675,7 +703,7 @@ def replica_tests(coda):
         st, _, e = px.json("POST", "/v1/embeddings", {"input": ["ab", "abcd"], "model": "m"})
         check(st == 200 and [d["embedding"] for d in e.get("data", [])] == [[2, 0.5, -1.25], [4, 0.5, -1.25]],
               f"/v1/embeddings passes through: {st} {str(e)[:120]}")
-        st, _, e = px.json("POST", "/v1/responses", {"input": "hi", "stream": True})
+        st, _, e = px.json("POST", "/v1/rerank", {"query": "hi", "documents": ["a"], "stream": True})
         check(st == 400 and e.get("error", {}).get("param") == "stream", f"a stream on a pass-through route: {st} {e}")
         st, _, e = px.json("POST", "/v1/nonsense", {"x": 1})
         check(st == 404 and "no route /v1/nonsense" in json.dumps(e), f"an unknown upstream route: {st} {str(e)[:120]}")
