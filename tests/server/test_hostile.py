@@ -370,6 +370,15 @@ def metric(port, name):
     return None
 
 
+def run_clients(one, n):
+    """one(0) .. one(n - 1), each on its own thread, all at once; returns when all have returned."""
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def dropped_streams(port, n=40, engine=True):
     """`n` streaming requests whose clients leave after their first event (or at once)."""
     got_first = []
@@ -388,11 +397,7 @@ def dropped_streams(port, n=40, engine=True):
             got_first.append(i)
         c.sock.shutdown(socket.SHUT_RDWR)
         c.close()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_clients(one, n)
     cases.append(f"{n} dropped streams")
     if engine:
         end = time.monotonic() + 120  # bounds a hang; the condition decides
@@ -428,11 +433,7 @@ def dropped_embeddings(port, n=6, engine=True):
             answer = json.loads(r.read()) if r.status == 200 else {}
             complete.append(r.status == 200 and len(answer.get("data", [])) == 512)
         c.close()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_clients(one, n)
     cases.append(f"{n} embedding batches of 512, half dropped")
     check(len(complete) == (n + 1) // 2 and all(complete), f"the clients that stayed got every vector: {complete}")
     end = time.monotonic() + 120  # bounds a hang; the condition decides
