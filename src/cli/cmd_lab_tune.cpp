@@ -138,6 +138,11 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
                   "the kernel bandwidth as a share of each range, 0 = off (Optuna's)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10.0));
+  sub->add_option("--denoise-degree", f->tune.tpe.denoise_degree,
+                  "Degree of that smoother: 2 fits each parameter and its square, 1 fits lines (the stop-49 "
+                  "smoother, used with --denoise 0.2)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 2));
   sub->add_flag_callback(
       "--random-startup", [f] { f->tune.tpe.latin_hypercube_startup = false; },
       "Draw the startup trials independently at random, as Optuna does (default: a Latin hypercube)");

@@ -154,12 +154,20 @@ std::vector<double> reference_point(const std::vector<std::vector<double>>& pts)
   return worst;
 }
 
-// Local-linear regression of y at each trial's parameters (unit cube), Gaussian weights of
-// bandwidth h; a tiny ridge keeps the slopes finite where the neighbours are few or collinear.
-// A line rather than a weighted mean: good trials tend to sit at an end of a range (min_p = 0),
-// where a local mean is pulled towards the interior's values and a local line is not.
-std::vector<double> local_linear(const std::vector<std::vector<double>>& xs, const std::vector<double>& y, double h) {
-  const size_t n = xs.size(), d = xs.empty() ? 0 : xs[0].size(), m = d + 1;
+// Local polynomial regression of y at each trial's parameters (unit cube), Gaussian weights of
+// bandwidth h; a tiny ridge keeps the coefficients finite where the neighbours are few or
+// collinear. Degree 1 fits a line around each trial: better than a weighted mean where good trials
+// sit at an end of a range (min_p = 0), but at the bottom of a valley (temperature's optimum is
+// inside its range) a line is pulled up by both walls, and only a narrow window keeps that bias
+// small, so each estimate rests on few trials. Degree 2 adds each parameter's square (no cross
+// terms, loess's usual degree): a valley is then part of the model, and the window can be wide
+// enough to pool most of the study. It needs trials to spare, so it applies from 3d + 1 trials
+// (its 2d + 1 coefficients and one more per parameter); a study with fewer fits lines.
+std::vector<double> local_polynomial(const std::vector<std::vector<double>>& xs, const std::vector<double>& y, double h,
+                                     int degree) {
+  const size_t n = xs.size(), d = xs.empty() ? 0 : xs[0].size();
+  const bool quadratic = degree >= 2 && n >= 3 * d + 1;
+  const size_t m = quadratic ? 2 * d + 1 : d + 1;
   std::vector<double> out(n);
   for (size_t i = 0; i < n; ++i) {
     std::vector<double> a(m * m, 0.0), rhs(m, 0.0);
@@ -168,7 +176,10 @@ std::vector<double> local_linear(const std::vector<std::vector<double>>& xs, con
       for (size_t k = 0; k < d; ++k) r2 += (xs[j][k] - xs[i][k]) * (xs[j][k] - xs[i][k]);
       const double w = std::exp(-0.5 * r2 / (h * h));
       std::vector<double> z(m, 1.0);
-      for (size_t k = 0; k < d; ++k) z[k + 1] = xs[j][k] - xs[i][k];
+      for (size_t k = 0; k < d; ++k) {
+        z[k + 1] = xs[j][k] - xs[i][k];
+        if (quadratic) z[d + k + 1] = z[k + 1] * z[k + 1];
+      }
       for (size_t r = 0; r < m; ++r) {
         rhs[r] += w * z[r] * y[j];
         for (size_t c = 0; c < m; ++c) a[r * m + c] += w * z[r] * z[c];
@@ -287,7 +298,7 @@ std::vector<std::vector<double>> MotpeSampler::split_values(const std::vector<Co
       std::vector<double> y;
       for (const auto& v : values) y.push_back(v[k]);
       if (!std::all_of(y.begin(), y.end(), [](double v) { return std::isfinite(v); })) continue;
-      const std::vector<double> s = local_linear(xs, y, opts_.denoise_bandwidth);
+      const std::vector<double> s = local_polynomial(xs, y, opts_.denoise_bandwidth, opts_.denoise_degree);
       for (size_t i = 0; i < trials.size(); ++i) values[i][k] = s[i];
     }
   }

@@ -55,12 +55,15 @@ struct TpeOptions {
   // RandomSampler). Better coverage for the same budget; `--random-startup` restores Optuna's.
   bool latin_hypercube_startup = true;
   // Noisy objectives are smoothed before the good/bad split: each value measured on a finite
-  // sample (a failure rate of 120 requests is mostly 0, 1 or 2 failures) is replaced by a
-  // local-linear regression over the trials near it, Gaussian weights of this bandwidth in the unit
+  // sample (a failure rate of 120 requests is mostly 0, 1 or 2 failures) is replaced by a local
+  // polynomial regression over the trials near it, Gaussian weights of this bandwidth in the unit
   // cube of the parameters, so the split ranks trials by what their neighbourhood says rather than
   // by one binomial draw. The split alone changes; the Parzen estimators still sit on the trials'
   // parameters. 0: off, Optuna's split on the raw values. docs/lab.md has the measurements.
-  double denoise_bandwidth = 0.2;
+  double denoise_bandwidth = 0.8;
+  // The polynomial's degree: 2 (each parameter and its square, from 3d + 1 trials for d
+  // parameters; lines before) or 1 (lines throughout, the stop-49 smoother, with bandwidth 0.2).
+  int denoise_degree = 2;
   // The share of the completed trials that the split puts in "below": ceil(gamma n), at most 25.
   // Optuna's default is 0.1; 0.25 is hyperopt's original TPE setting. With the split denoised, a
   // larger good group gives l(x) more than two or three kernels to go on early in a study, which

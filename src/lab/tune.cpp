@@ -137,7 +137,8 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
   // the sampler splits on: noisy rates smoothed over neighbouring trials (--denoise), so a trial
   // that drew 0 failures among failing neighbours does not take a phase-2 place on luck alone. On
   // the failure test problem (200 seeds, 24 trials, top 5 x 600 requests) this turned 141
-  // recommendations into 184, with a true failure rate of 0.76% instead of 1.16% (docs/lab.md).
+  // recommendations into 184, with a true failure rate of 0.76% instead of 1.16%; stop 55's local
+  // quadratic smoother made it 190 (docs/lab.md).
   if (opts.phase2_top > 0 && !res.interrupted && phase1_count() >= opts.n_trials) {
     std::vector<CompletedTrial> done;
     for (auto* x : p1) done.push_back(completed(*x));
