@@ -768,32 +768,26 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     };
     auto push = [&](const json& j) { push_line("data: " + dump(j) + "\n\n"); };
     // The Responses API's typed events: `event: TYPE`, the type and a sequence number in the data.
+    // The message item opens with the first visible text, so an answer of tool calls alone has
+    // none; the calls come as items at the end (server/responses_api.h).
     const std::string resp_id = "resp_" + so.request_id, msg_id = "msg_" + so.request_id;
     int64_t seq = 0;
-    bool opened = false;
+    bool started = false, msg_opened = false;
+    std::string sent, pending;
     auto event = [&](const std::string& type, const json& fields) {
       json all{{"type", type}, {"sequence_number", seq++}};
       all.update(fields);
       push_line("event: " + type + "\ndata: " + dump(all) + "\n\n");
     };
+    auto events = [&](const ResponseEvents& ev) {
+      for (const auto& [type, fields] : ev) event(type, fields);
+    };
     auto open_response = [&](const std::string& m) {
-      if (opened) return;
-      opened = true;
+      if (started) return;
+      started = true;
       const json skeleton = response_in_progress(echo, resp_id, created, m);
       event("response.created", {{"response", skeleton}});
       event("response.in_progress", {{"response", skeleton}});
-      event("response.output_item.added", {{"output_index", 0},
-                                           {"item",
-                                            {{"id", msg_id},
-                                             {"type", "message"},
-                                             {"status", "in_progress"},
-                                             {"role", "assistant"},
-                                             {"content", json::array()}}}});
-      event("response.content_part.added",
-            {{"item_id", msg_id},
-             {"output_index", 0},
-             {"content_index", 0},
-             {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
     };
     SessionResult r;
     Upstream* used = upstreams_[0].get();
@@ -808,9 +802,17 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                 push(json{{"index", 0}, {"content", out.content}, {"tokens", json::array()}, {"stop", false}});
             } else if (responses) {
               open_response(model_of(model, chunk));
-              if (!out.content.empty())
+              pending += out.content;
+              if (!msg_opened && pending.find_first_not_of(" \t\r\n") != std::string::npos) {
+                msg_opened = true;
+                events(response_message_opening(msg_id));
+              }
+              if (msg_opened && !pending.empty()) {
                 event("response.output_text.delta",
-                      {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", out.content}});
+                      {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", pending}});
+                sent += pending;
+                pending.clear();
+              }
             } else {
               push(shaper.chunk(chunk, out, lps, nullptr));
             }
@@ -829,22 +831,17 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       push(llama_answer_of(r, body, m, ttft, seconds(), true));
     } else if (r.ok && !r.client_gone && responses) {
       open_response(m);
+      json message{{"role", "assistant"}, {"content", r.text}};
+      if (!r.tool_calls.is_null()) message["tool_calls"] = r.tool_calls;
       const json chat_answer{
           {"model", m},
           {"choices",
            json::array({{{"index", 0},
-                         {"message", {{"role", "assistant"}, {"content", r.text}}},
+                         {"message", std::move(message)},
                          {"finish_reason", client_finish_reason(r.finish_reason, opts_.finish_reason_compat)}}})},
           {"usage", usage_of(r)},
           {"coda", report_of(r)}};
-      const json final = response_object(chat_answer, echo, resp_id, created);
-      const json part{{"type", "output_text"}, {"text", r.text}, {"annotations", json::array()}};
-      event("response.output_text.done",
-            {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"text", r.text}});
-      event("response.content_part.done",
-            {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
-      event("response.output_item.done", {{"output_index", 0}, {"item", final["output"][0]}});
-      event(final["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", final}});
+      events(response_closing(response_object(chat_answer, echo, resp_id, created), sent, msg_opened));
     } else if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, Released{}, {},
                                client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());

@@ -28,6 +28,47 @@ std::variant<std::string, ApiError> item_text(const Json& content, const std::st
   return text;
 }
 
+// The Responses API's function tools ({type, name, description, parameters, strict}) as chat's
+// ({type, function: {...}}); the chat parser then checks names and schemas as it does for chat.
+std::variant<Json, ApiError> chat_tools(const Json& tools) {
+  if (!tools.is_array())
+    return invalid_request("tools", "tools: expected an array of {\"type\": \"function\", \"name\": ...}");
+  Json out = Json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& t = tools[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || !t.contains("type") || !t["type"].is_string())
+      return invalid_request("tools", where + ": expected an object with a type");
+    const std::string type = t["type"].get<std::string>();
+    if (type != "function")
+      return invalid_request("tools",
+                             where + ".type: '" + type.substr(0, 40) +
+                                 "' is not supported; coda serve offers function tools, which the client runs");
+    Json fn = Json::object();
+    for (const char* k : {"name", "description", "parameters", "strict"})
+      if (t.contains(k) && !t[k].is_null()) fn[k] = t[k];
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+// tool_choice: "auto", "none", "required", or {"type": "function", "name"} (chat nests the name).
+std::variant<Json, ApiError> chat_tool_choice(const Json& tc) {
+  if (tc.is_string()) return tc;
+  if (tc.is_object() && tc.value("type", Json()) == "function" && tc.contains("name") && tc["name"].is_string())
+    return Json{{"type", "function"}, {"function", {{"name", tc["name"]}}}};
+  return invalid_request("tool_choice",
+                         "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                         "\"name\": ...}");
+}
+
+// A string field of an input item, or the error that names it.
+std::variant<std::string, ApiError> item_string(const Json& item, const char* key, const std::string& where) {
+  if (!item.contains(key) || !item[key].is_string())
+    return invalid_request("input", where + "." + key + ": expected a string");
+  return item[key].get<std::string>();
+}
+
 }  // namespace
 
 std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& echo) {
@@ -40,8 +81,6 @@ std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& ec
     return invalid_request(
         "previous_response_id",
         "previous_response_id: coda serve stores no responses; send the whole conversation in input");
-  if (const auto* t = field("tools"); t && !(t->is_array() && t->empty()))
-    return invalid_request("tools", "tools: not supported on /v1/responses; use /v1/chat/completions for tool calls");
   Json messages = Json::array();
   if (const auto* ins = field("instructions")) {
     if (!ins->is_string()) return invalid_request("instructions", "instructions: expected a string");
@@ -59,9 +98,40 @@ std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& ec
       if (!item.is_object()) return invalid_request("input", where + ": expected a message object");
       const std::string type =
           item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
+      if (type == "function_call") {
+        // A call from an earlier response: an assistant turn's tool call, joined to the assistant
+        // turn just before it (the text and the calls of one response are one turn).
+        auto call_id = item_string(item, "call_id", where), name = item_string(item, "name", where),
+             arguments = item_string(item, "arguments", where);
+        for (auto* v : {&call_id, &name, &arguments})
+          if (auto* e = std::get_if<ApiError>(v)) return *e;
+        Json call{
+            {"id", std::get<std::string>(call_id)},
+            {"type", "function"},
+            {"function", {{"name", std::get<std::string>(name)}, {"arguments", std::get<std::string>(arguments)}}}};
+        if (messages.empty() || messages.back()["role"] != "assistant")
+          messages.push_back({{"role", "assistant"}, {"content", nullptr}});
+        Json& turn = messages.back();
+        if (!turn.contains("tool_calls")) turn["tool_calls"] = Json::array();
+        turn["tool_calls"].push_back(std::move(call));
+        continue;
+      }
+      if (type == "function_call_output") {
+        auto call_id = item_string(item, "call_id", where);
+        if (auto* e = std::get_if<ApiError>(&call_id)) return *e;
+        if (!item.contains("output")) return invalid_request("input", where + ".output: required");
+        // The output is a string, or input_text parts.
+        auto output = item_text(item["output"], where);
+        if (auto* e = std::get_if<ApiError>(&output)) return *e;
+        messages.push_back({{"role", "tool"},
+                            {"tool_call_id", std::get<std::string>(call_id)},
+                            {"content", std::get<std::string>(output)}});
+        continue;
+      }
       if (type != "message")
         return invalid_request("input", where + ": items of type '" + type.substr(0, 40) +
-                                            "' are not supported; send messages (role and content)");
+                                            "' are not supported; send messages (role and content), function_call "
+                                            "and function_call_output items");
       if (!item.contains("role") || !item["role"].is_string())
         return invalid_request("input", where + ".role: expected user, assistant, system or developer");
       const std::string role = item["role"].get<std::string>();
@@ -78,10 +148,45 @@ std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& ec
   }
   Json chat{{"messages", std::move(messages)}};
   // Fields with the same meaning on both routes; the chat parser checks their types and ranges.
-  for (const char* k :
-       {"model", "temperature", "top_p", "stream", "seed", "user", "top_k", "min_p", "repetition_penalty",
-        "frequency_penalty", "presence_penalty", "stop", "coda", "ignore_eos", "min_tokens", "logit_bias"})
+  for (const char* k : {"model",
+                        "temperature",
+                        "top_p",
+                        "stream",
+                        "seed",
+                        "user",
+                        "top_k",
+                        "min_p",
+                        "repetition_penalty",
+                        "frequency_penalty",
+                        "presence_penalty",
+                        "stop",
+                        "coda",
+                        "ignore_eos",
+                        "min_tokens",
+                        "logit_bias",
+                        "guided_json",
+                        "guided_choice",
+                        "guided_regex",
+                        "guided_grammar",
+                        "grammar",
+                        "structured_outputs"})
     if (const auto* v = field(k)) chat[k] = *v;
+  if (const auto* t = field("tools")) {
+    auto tools = chat_tools(*t);
+    if (auto* e = std::get_if<ApiError>(&tools)) return *e;
+    if (!std::get<Json>(tools).empty()) chat["tools"] = std::move(std::get<Json>(tools));
+    echo.tools = *t;
+  }
+  if (const auto* tc = field("tool_choice")) {
+    auto choice = chat_tool_choice(*tc);
+    if (auto* e = std::get_if<ApiError>(&choice)) return *e;
+    chat["tool_choice"] = std::move(std::get<Json>(choice));
+    echo.tool_choice = *tc;
+  }
+  if (const auto* p = field("parallel_tool_calls")) {
+    if (!p->is_boolean()) return invalid_request("parallel_tool_calls", "parallel_tool_calls: expected true or false");
+    echo.parallel_tool_calls = *p;
+  }
   if (const auto* m = field("max_output_tokens")) {
     chat["max_tokens"] = *m;
     echo.max_output_tokens = *m;
@@ -127,13 +232,13 @@ Json response_in_progress(const ResponsesEcho& echo, const std::string& id, int6
               {"max_output_tokens", echo.max_output_tokens},
               {"model", model},
               {"output", Json::array()},
-              {"parallel_tool_calls", false},
+              {"parallel_tool_calls", echo.parallel_tool_calls},
               {"previous_response_id", nullptr},
               {"store", false},
               {"temperature", echo.temperature},
               {"text", echo.text},
-              {"tool_choice", "none"},
-              {"tools", Json::array()},
+              {"tool_choice", echo.tool_choice},
+              {"tools", echo.tools},
               {"top_p", echo.top_p},
               {"metadata", echo.metadata},
               {"usage", nullptr}};
@@ -148,20 +253,37 @@ Json response_object(const Json& chat_body, const ResponsesEcho& echo, const std
   const std::string finish = choice.value("finish_reason", "stop");
   const Json message = choice.value("message", Json::object());
   const Json text = message.value("content", Json(""));
-  Json content = Json::array();
-  content.push_back(
-      {{"type", "output_text"}, {"text", text.is_string() ? text : Json("")}, {"annotations", Json::array()}});
-  if (finish == "stop") {
+  const Json calls = message.value("tool_calls", Json::array());
+  if (finish == "stop" || finish == "tool_calls") {
     out["status"] = "completed";
   } else {
     out["status"] = "incomplete";
     out["incomplete_details"] = {{"reason", finish == "length" ? "max_output_tokens" : finish}};
   }
-  out["output"] = Json::array({Json{{"type", "message"},
-                                    {"id", "msg_" + id.substr(id.find('_') + 1)},
-                                    {"status", out["status"]},
-                                    {"role", "assistant"},
-                                    {"content", std::move(content)}}});
+  // The message item when there is text, or nothing else; then one function_call item per call.
+  out["output"] = Json::array();
+  const bool has_text = text.is_string() && !text.get<std::string>().empty();
+  if (has_text || !calls.is_array() || calls.empty()) {
+    Json content = Json::array();
+    content.push_back({{"type", "output_text"}, {"text", has_text ? text : Json("")}, {"annotations", Json::array()}});
+    out["output"].push_back({{"type", "message"},
+                             {"id", "msg_" + id.substr(id.find('_') + 1)},
+                             {"status", out["status"]},
+                             {"role", "assistant"},
+                             {"content", std::move(content)}});
+  }
+  if (calls.is_array())
+    for (const Json& c : calls) {
+      if (!c.is_object()) continue;
+      const std::string call_id = c.value("id", std::string());
+      const Json fn = c.value("function", Json::object());
+      out["output"].push_back({{"type", "function_call"},
+                               {"id", "fc_" + (call_id.rfind("call_", 0) == 0 ? call_id.substr(5) : call_id)},
+                               {"call_id", call_id},
+                               {"name", fn.value("name", std::string())},
+                               {"arguments", fn.value("arguments", std::string())},
+                               {"status", "completed"}});
+    }
   const Json u = chat_body.value("usage", Json::object());
   const Json cached = u.value("prompt_tokens_details", Json::object()).value("cached_tokens", Json(0));
   out["usage"] = {{"input_tokens", u.value("prompt_tokens", Json(0))},
@@ -171,6 +293,66 @@ Json response_object(const Json& chat_body, const ResponsesEcho& echo, const std
                   {"total_tokens", u.value("total_tokens", Json(0))}};
   if (chat_body.contains("coda")) out["coda"] = chat_body["coda"];
   return out;
+}
+
+ResponseEvents response_message_opening(const std::string& msg_id) {
+  const Json item{{"id", msg_id},
+                  {"type", "message"},
+                  {"status", "in_progress"},
+                  {"role", "assistant"},
+                  {"content", Json::array()}};
+  const Json part{{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}};
+  ResponseEvents ev;
+  ev.push_back({"response.output_item.added", {{"output_index", 0}, {"item", item}}});
+  ev.push_back({"response.content_part.added",
+                {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}}});
+  return ev;
+}
+
+ResponseEvents response_closing(const Json& final, const std::string& sent, bool opened) {
+  ResponseEvents ev;
+  const Json& output = final["output"];
+  for (size_t k = 0; k < output.size(); ++k) {
+    const Json& item = output[k];
+    const std::string item_id = item.value("id", std::string());
+    if (item.value("type", std::string()) == "message") {
+      const std::string text = item["content"][0].value("text", std::string());
+      if (!opened) {
+        for (auto& e : response_message_opening(item_id)) ev.push_back(std::move(e));
+        opened = true;
+      }
+      // What the deltas have not carried yet. The text before a tool call may have been sent with
+      // leading whitespace that the parsed content no longer has.
+      std::string rest;
+      const size_t lead = sent.find_first_not_of(" \t\r\n");
+      const std::string trimmed = lead == std::string::npos ? "" : sent.substr(lead);
+      if (text.compare(0, sent.size(), sent) == 0)
+        rest = text.substr(sent.size());
+      else if (text.compare(0, trimmed.size(), trimmed) == 0)
+        rest = text.substr(trimmed.size());
+      if (!rest.empty())
+        ev.push_back({"response.output_text.delta",
+                      {{"item_id", item_id}, {"output_index", k}, {"content_index", 0}, {"delta", rest}}});
+      ev.push_back({"response.output_text.done",
+                    {{"item_id", item_id}, {"output_index", k}, {"content_index", 0}, {"text", text}}});
+      ev.push_back({"response.content_part.done",
+                    {{"item_id", item_id}, {"output_index", k}, {"content_index", 0}, {"part", item["content"][0]}}});
+    } else {
+      // A function call streams as OpenAI's do: the item added, its arguments (whole: a call is
+      // parsed once the model has written all of it), and done.
+      Json added = item;
+      added["status"] = "in_progress";
+      added["arguments"] = "";
+      ev.push_back({"response.output_item.added", {{"output_index", k}, {"item", std::move(added)}}});
+      ev.push_back({"response.function_call_arguments.delta",
+                    {{"item_id", item_id}, {"output_index", k}, {"delta", item["arguments"]}}});
+      ev.push_back({"response.function_call_arguments.done",
+                    {{"item_id", item_id}, {"output_index", k}, {"arguments", item["arguments"]}}});
+    }
+    ev.push_back({"response.output_item.done", {{"output_index", k}, {"item", item}}});
+  }
+  ev.push_back({final["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", final}}});
+  return ev;
 }
 
 }  // namespace coda

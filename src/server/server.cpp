@@ -489,63 +489,74 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
     return;
   }
   // The stream's events, in OpenAI's order: created, in_progress, the message item and its text
-  // part added, one output_text.delta per piece of text, then the text, part and item done and the
-  // whole response completed (or incomplete). Each is `event: TYPE` with its JSON as data.
+  // part added with the first visible text, one output_text.delta per piece of text, then the
+  // text, part and item done, each function call's item, and the whole response completed (or
+  // incomplete). Each is `event: TYPE` with its JSON as data. With tools, text that may start a
+  // call in the model's format waits for the end, as on the chat route, and a forced call is all
+  // held (server/responses_api.h).
   res.set_header("Cache-Control", "no-cache");
   struct State {
+    explicit State(bool thinking_opened) : thinking(thinking_opened) {}
     int64_t seq = 0;
-    bool opened = false;
-    std::string text;
+    bool started = false, opened = false;
+    std::string sent, pending, reply;  // sent: the deltas so far; reply: the text, held or not
+    size_t reply_sent = 0;
     ReasoningSplitter thinking;
   };
-  auto st = std::make_shared<State>(State{0, false, "", ReasoningSplitter(r.reasoning_opened)});
+  auto st = std::make_shared<State>(r.reasoning_opened);
   const std::string model = r.model.empty() ? opts_.defaults.model_id : r.model;
   const std::string msg_id = "msg_" + id.substr(5);
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, ticket, r, echo, id, chat_id, msg_id, model, created, st](size_t, httplib::DataSink& sink) {
-        auto event = [&](const std::string& type, nlohmann::ordered_json j) {
+        auto event = [&](const std::string& type, const nlohmann::ordered_json& j) {
           nlohmann::ordered_json all{{"type", type}, {"sequence_number", st->seq++}};
           all.update(j);
           const std::string e = "event: " + type + "\ndata: " + dump_json(all) + "\n\n";
           return sink.write(e.data(), e.size());
         };
-        auto item = [&](const std::string& status, const std::string& text) {
-          nlohmann::ordered_json content = nlohmann::ordered_json::array();
-          if (!text.empty() || status != "in_progress")
-            content.push_back(
-                {{"type", "output_text"}, {"text", text}, {"annotations", nlohmann::ordered_json::array()}});
-          return nlohmann::ordered_json{
-              {"id", msg_id}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", content}};
+        auto events = [&](const ResponseEvents& ev) {
+          for (const auto& [type, j] : ev)
+            if (!event(type, j)) return false;
+          return true;
         };
-        const nlohmann::ordered_json part0{
-            {"type", "output_text"}, {"text", ""}, {"annotations", nlohmann::ordered_json::array()}};
-        if (!st->opened) {
-          st->opened = true;
+        if (!st->started) {
+          st->started = true;
           const auto skeleton = response_in_progress(echo, id, created, model);
           if (!event("response.created", {{"response", skeleton}}) ||
-              !event("response.in_progress", {{"response", skeleton}}) ||
-              !event("response.output_item.added", {{"output_index", 0}, {"item", item("in_progress", "")}}) ||
-              !event("response.content_part.added",
-                     {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part0}}))
+              !event("response.in_progress", {{"response", skeleton}}))
             return false;
         }
         std::string text;
         std::vector<TokenLogprob> lps;
         bool done = false;
         ticket->wait(text, lps, done, std::chrono::milliseconds(200));
+        const bool generated = !text.empty();
         if (r.reasoning) {  // the <think> block is not the answer's text
           std::string reasoning, answer;
           st->thinking.feed(text, reasoning, answer);
           if (done) st->thinking.finish(reasoning, answer);
           text = std::move(answer);
         }
-        if (!text.empty()) {
-          st->text += text;
+        if (!r.tool_choice.empty()) text.clear();  // a forced call comes whole at the end
+        if (r.tool_parse != ToolCallFormat::None) {
+          st->reply += text;
+          const size_t safe = std::max(st->reply_sent, tool_call_safe_prefix(r.tool_parse, st->reply, st->reply_sent));
+          text = st->reply.substr(st->reply_sent, safe - st->reply_sent);
+          st->reply_sent = safe;
+        }
+        st->pending += text;
+        if (!st->opened && st->pending.find_first_not_of(" \t\r\n") != std::string::npos) {
+          st->opened = true;
+          if (!events(response_message_opening(msg_id))) return false;
+        }
+        if (st->opened && !st->pending.empty()) {
+          st->sent += st->pending;
           if (!event("response.output_text.delta",
-                     {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", text}}))
+                     {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", st->pending}}))
             return false;
-        } else if (!done && !sink.write(": waiting\n\n", 11)) {  // notices a client that left
+          st->pending.clear();
+        } else if (!done && !generated && !sink.write(": waiting\n\n", 11)) {  // notices a client that left
           return false;
         }
         if (!done) return sink.is_writable();
@@ -555,17 +566,9 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
           sink.done();
           return true;
         }
-        auto final = response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created);
-        const std::string whole = final["output"][0]["content"][0]["text"];
-        nlohmann::ordered_json part = part0;
-        part["text"] = whole;
-        const std::string status = final["status"];
-        event("response.output_text.done",
-              {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"text", whole}});
-        event("response.content_part.done",
-              {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
-        event("response.output_item.done", {{"output_index", 0}, {"item", final["output"][0]}});
-        event(status == "completed" ? "response.completed" : "response.incomplete", {{"response", final}});
+        events(response_closing(
+            response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created), st->sent,
+            st->opened));
         sink.done();
         return true;
       },

@@ -139,8 +139,17 @@ class Gen:
             body = {"messages": [{"role": "user", "content": "The king said"}], "max_tokens": r.choice([1, 4, 8])}
         elif path == "/v1/responses":
             body = {"input": r.choice(["The king said", [{"role": "user", "content": "Hi"}],
-                                       [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]]),
+                                       [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+                                       [{"role": "user", "content": "Hi"},
+                                        {"type": "function_call", "call_id": self.value(2), "name": self.value(2),
+                                         "arguments": self.value(2)},
+                                        {"type": "function_call_output", "call_id": "c", "output": self.value(2)}]]),
                     "max_output_tokens": r.choice([1, 4, 8])}
+            if r.randrange(3) == 0:
+                body["tools"] = [{"type": r.choice(["function", "function", "web_search", 5]), "name": self.value(2),
+                                  "parameters": self.schema(0)}]
+                body["tool_choice"] = r.choice(["auto", "none", "required", {"type": "function", "name": "f"},
+                                                self.value(2)])
         elif path == "/v1/embeddings":
             body = {"input": r.choice(["The king said", ["a", "b"], [1, 2, 3], [[1, 2], [3]]])}
         elif path == "/completion":

@@ -145,6 +145,25 @@ try {
   const final = await client.beta.chat.completions.stream(body).finalChatCompletion();
   check(final.choices[0].finish_reason === "tool_calls" && final.choices[0].message.content.trim() === "Let me check." &&
         isCall(final.choices[0].message), "tool_choice auto, streamed: " + JSON.stringify(final.choices[0].message));
+  // The same reply through responses.create: the SDK reads the call as a function_call item, and
+  // the next turn sends the call and its output back as items.
+  const rbody = { model: "coda", input: "Weather in Paris?", max_output_tokens: 200, guided_choice: [reply],
+    tools: [{ type: "function", name: "get_weather", parameters: body.tools[0].function.parameters }],
+    coda: { guard: "observe" } };
+  const r = await client.responses.create(rbody);
+  const fc = r.output.find((o) => o.type === "function_call");
+  check(r.status === "completed" && r.output_text === "Let me check." && fc?.name === "get_weather" &&
+        JSON.parse(fc.arguments).city === "Paris", "responses.create with tools: " + JSON.stringify(r.output));
+  let streamedCall = null;
+  for await (const ev of await client.responses.create({ ...rbody, stream: true }))
+    if (ev.type === "response.output_item.done" && ev.item.type === "function_call") streamedCall = ev.item;
+  check(streamedCall?.call_id === undefined ? false : JSON.parse(streamedCall.arguments).city === "Paris",
+        "responses.create with tools, streamed: " + JSON.stringify(streamedCall));
+  const next = await client.responses.create({ model: "coda", max_output_tokens: 4, tools: rbody.tools,
+    input: [{ role: "user", content: "Weather in Paris?" }, fc,
+            { type: "function_call_output", call_id: fc.call_id, output: "sunny" }] });
+  check(next.status === "completed" || next.status === "incomplete",
+        "responses.create with the call and its output as items: " + next.status);
 } catch (e) {
   check(false, "unexpected: " + e.stack);
 } finally {

@@ -79,6 +79,17 @@ def stream_text(events, chat):
     return out
 
 
+def responses_stream(server, rq):
+    """A /v1/responses stream read whole: its raw text, and its events as (event line's type, data)."""
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    c.request("POST", "/v1/responses", body=json.dumps(dict(rq, stream=True)).encode(),
+              headers={"Content-Type": "application/json"})
+    raw = c.getresponse().read().decode()
+    c.close()
+    return raw, [(b.split("\n")[0][7:], json.loads(b.split("\n")[1][6:])) for b in raw.split("\n\n")
+                 if b.startswith("event: ")]
+
+
 def finish_of(events):
     for e in events:
         for c in e.get("choices", []):
@@ -295,13 +306,7 @@ def coda_upstream_tests(coda, up, px):
                                                     "temperature": 0, "ignore_eos": True, "coda": {"guard": "stop"}})
     check(st == 200 and body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "repetition"},
           f"/v1/responses: a loop stopped by the proxy: {body.get('status')} {body.get('incomplete_details')}")
-    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=120)
-    c.request("POST", "/v1/responses", body=json.dumps(dict(rq, stream=True)).encode(),
-              headers={"Content-Type": "application/json"})
-    raw = c.getresponse().read().decode()
-    c.close()
-    events = [(b.split("\n")[0][7:], json.loads(b.split("\n")[1][6:])) for b in raw.split("\n\n")
-              if b.startswith("event: ")]
+    raw, events = responses_stream(px, rq)
     types = [t for t, _ in events]
     deltas = "".join(d["delta"] for t, d in events if t == "response.output_text.delta")
     check(types[:2] == ["response.created", "response.in_progress"] and types[-1] in ("response.completed",
@@ -487,6 +492,28 @@ def scripted_tests(coda, work):
         check(got == [("call_a", "function", "get_weather", '{"city": "Paris"}'), ("call_b", "function", "get_time", '{"tz": "CET"}')]
               and m.get("content") == " Checking." and body["choices"][0]["finish_reason"] == "tool_calls",
               f"whole tool calls: {body}")
+        # The same calls asked through the Responses API: function_call items after the message,
+        # whole and streamed (each call's item, its arguments, done), and the response completed.
+        want_items = [("call_a", "get_weather", '{"city": "Paris"}'), ("call_b", "get_time", '{"tz": "CET"}')]
+        rq = {"input": "[tools] go", "tools": [{"type": "function", "name": "get_weather"},
+                                               {"type": "function", "name": "get_time"}]}
+        st, _, body = px.json("POST", "/v1/responses", rq)
+        out = body.get("output", [])
+        check(st == 200 and body["status"] == "completed" and [o["type"] for o in out] == ["message", "function_call",
+              "function_call"] and out[0]["content"][0]["text"] == " Checking." and
+              [(o["call_id"], o["name"], o["arguments"]) for o in out[1:]] == want_items,
+              f"/v1/responses tool calls through the proxy: {str(body)[:400]}")
+        events = [e for _, e in responses_stream(px, rq)[1]]
+        types = [e["type"] for e in events]
+        added = [e["item"]["type"] for e in events if e["type"] == "response.output_item.added"]
+        args = [e["arguments"] for e in events if e["type"] == "response.function_call_arguments.done"]
+        final = events[-1].get("response", {}) if events else {}
+        check(added == ["message", "function_call", "function_call"] and args == [a for _, _, a in want_items] and
+              "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == " Checking." and
+              types[-1] == "response.completed" and
+              [(o.get("call_id"), o.get("name"), o.get("arguments")) for o in final.get("output", [])[1:]] == want_items and
+              [e["sequence_number"] for e in events] == list(range(len(events))),
+              f"/v1/responses tool calls streamed through the proxy: {types}")
         # The operator's bounds: a request asking for 5 repairs gets the operator's 0, so the guard stops;
         # --finish-reason-compat reports that as "stop" for strict clients.
         st, _, body = px_strict.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,

@@ -993,10 +993,10 @@ def responses_tests(s):
         pass
     check(st == 200 and isinstance(parsed, dict) and list(parsed) == ["name"] and js["text"]["format"]["type"] == "json_schema",
           f"text.format json_schema holds the output to the schema: {str(js)[:200]}")
-    for body, param in (({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+    for body, param in (({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
                         ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
                         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
-                        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input"),
+                        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input"),
                         ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"input": []}, "input"),
                         ({}, "input"), ({"input": "x", "text": {"format": {"type": "xml"}}}, "text"),
                         ({"input": "x", "max_output_tokens": 0}, "max_tokens"),

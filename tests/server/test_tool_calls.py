@@ -58,6 +58,115 @@ def is_weather_call(call, city):
             and json.loads(call["function"]["arguments"]) == {"city": city} and call.get("id", "").startswith("call_"))
 
 
+# The Responses API's shape of the same tool: flat, not nested under "function".
+RESPONSES_TOOLS = [dict(type="function", **TOOLS[0]["function"])]
+
+
+def is_weather_item(item, city):
+    return (item.get("type") == "function_call" and item.get("name") == "get_weather" and item.get("status") == "completed"
+            and json.loads(item.get("arguments", "null")) == {"city": city} and item.get("call_id", "").startswith("call_")
+            and item.get("id", "").startswith("fc_"))
+
+
+def responses_tests(s):
+    """/v1/responses with function tools: the calls the model writes come back as function_call items,
+    streamed as OpenAI's events, and a conversation that carries calls and their outputs back as items
+    is the prompt the chat route builds from the same turns."""
+    def ask_responses(reply, **extra):
+        body = {"input": "Weather in Paris?", "tools": RESPONSES_TOOLS, "guided_choice": [reply],
+                "max_output_tokens": 200, "coda": {"guard": "observe"}, **extra}
+        st, _, out = s.json("POST", "/v1/responses", body)
+        check(st == 200, f"responses with tools: status {st}: {out}")
+        return out if st == 200 else {"output": []}
+
+    r = ask_responses(CALL)
+    out = r["output"]
+    check(r.get("status") == "completed" and [o["type"] for o in out] == ["message", "function_call"] and
+          out[0]["content"][0]["text"] == "I will look." and is_weather_item(out[1], "Paris") and
+          r["tools"] == RESPONSES_TOOLS and r["tool_choice"] == "auto",
+          f"responses: the text as a message, the call as a function_call item: {out}")
+    r = ask_responses('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+    check([o["type"] for o in r["output"]] == ["function_call"] and is_weather_item(r["output"][0], "Oslo"),
+          f"responses: a call alone is the only item: {r['output']}")
+    r = ask_responses(CALL, tool_choice="none")
+    check([o["type"] for o in r["output"]] == ["message"] and r["output"][0]["content"][0]["text"] == CALL,
+          f"responses: tool_choice none leaves the text: {r['output']}")
+
+    # Streamed: the message's events, then the call's item, its arguments and done, then completed.
+    def stream_responses(reply):
+        st, events, _ = s.stream("/v1/responses", {"input": "Weather in Paris?", "tools": RESPONSES_TOOLS,
+                                                   "guided_choice": [reply], "max_output_tokens": 200, "stream": True,
+                                                   "coda": {"guard": "observe"}})
+        check(st == 200, f"responses stream: status {st}")
+        return events
+
+    events = stream_responses(CALL)
+    types = [e.get("type") for e in events]
+    deltas = "".join(e["delta"] for e in events if e.get("type") == "response.output_text.delta")
+    added = [e for e in events if e.get("type") == "response.output_item.added"]
+    args = [e for e in events if e.get("type") == "response.function_call_arguments.done"]
+    final = events[-1].get("response", {}) if events else {}
+    check([e.get("sequence_number") for e in events] == list(range(len(events))) and
+          types[-5:] == ["response.output_item.added", "response.function_call_arguments.delta",
+                         "response.function_call_arguments.done", "response.output_item.done", "response.completed"] and
+          [a["item"]["type"] for a in added] == ["message", "function_call"] and added[1]["output_index"] == 1 and
+          deltas.strip() == "I will look." and "<tool_call" not in deltas and
+          len(args) == 1 and json.loads(args[0]["arguments"]) == {"city": "Paris"} and
+          [o["type"] for o in final.get("output", [])] == ["message", "function_call"] and
+          is_weather_item(final["output"][1], "Paris"),
+          f"responses stream with a call: {types} {deltas!r}")
+    events = stream_responses('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+    types = [e.get("type") for e in events]
+    check(types[:3] == ["response.created", "response.in_progress", "response.output_item.added"] and
+          events[2]["item"]["type"] == "function_call" and "response.output_text.delta" not in types and
+          types[-1] == "response.completed", f"responses stream, a call alone: no message item: {types}")
+
+    # The next turn: the call and its output as items. The prompt is the chat route's for the same
+    # turns (the same count, and the same greedy reply).
+    call = {"type": "function_call", "call_id": "call_abc123", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+    items = [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "I will look."}, call,
+             {"type": "function_call_output", "call_id": "call_abc123", "output": "sunny, 21 C"}]
+    turns = CHAT + [{"role": "assistant", "content": "I will look.", "tool_calls": [
+        {"id": "call_abc123", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                    {"role": "tool", "tool_call_id": "call_abc123", "content": "sunny, 21 C"}]
+    st, _, r = s.json("POST", "/v1/responses", {"input": items, "tools": RESPONSES_TOOLS, "max_output_tokens": 6,
+                                                 "temperature": 0})
+    st2, _, c = s.json("POST", "/v1/chat/completions", {"messages": turns, "tools": TOOLS, "max_tokens": 6,
+                                                         "temperature": 0})
+    check(st == 200 and st2 == 200 and r["usage"]["input_tokens"] == c["usage"]["prompt_tokens"] and
+          r["output"][0]["content"][0]["text"] == c["choices"][0]["message"]["content"],
+          f"responses: call and output items make the chat route's prompt: {st} {st2} {str(r)[:300]} {str(c)[:200]}")
+    st, _, tok = s.json("POST", "/tokenize", {"messages": turns, "tools": TOOLS})
+    st2, _, text = s.json("POST", "/detokenize", {"tokens": tok.get("tokens", [])})
+    check("sunny, 21 C" in text.get("prompt", "") and "get_weather" in text.get("prompt", ""),
+          f"the chat route's prompt holds the call and its output: {text.get('prompt', '')[-300:]}")
+
+    # A forced call (tool_choice required, or by name): the output is held to the call's JSON (the
+    # city an enum, so that the small model's call ends).
+    bounded = [dict(RESPONSES_TOOLS[0], parameters={"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": False})]
+    for choice in ("required", {"type": "function", "name": "get_weather"}):
+        st, _, r = s.json("POST", "/v1/responses", {"input": "Weather in Paris?", "tools": bounded,
+                                                     "tool_choice": choice, "max_output_tokens": 1500, "temperature": 1.0,
+                                                     "seed": 0})
+        calls = [o for o in r.get("output", []) if o.get("type") == "function_call"]
+        ok = st == 200 and len(calls) >= 1 and calls[0]["name"] == "get_weather"
+        try:
+            ok = ok and isinstance(json.loads(calls[0]["arguments"]), dict)
+        except ValueError:
+            ok = False
+        check(ok and r["status"] == "completed", f"responses: tool_choice {choice} forces a call: {st} {str(r)[:300]}")
+
+    # What the Responses API offers and coda does not run: refused with the field named.
+    for body, param in (({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
+                        ({"input": "x", "tools": RESPONSES_TOOLS, "tool_choice": {"type": "file_search"}}, "tool_choice"),
+                        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input"),
+                        ({"input": [{"type": "function_call_output", "output": "1"}]}, "input"),
+                        ({"input": "x", "parallel_tool_calls": "yes"}, "parallel_tool_calls")):
+        st, _, e = s.json("POST", "/v1/responses", body)
+        check(st == 400 and e["error"]["param"] == param, f"responses refuses {body}: {st} {e}")
+
+
 def main():
     coda = sys.argv[1]
 
@@ -121,6 +230,7 @@ def main():
         content, calls, finish = ask_stream(s, CALL, max_tokens=16, temperature=0)
         check(not calls and finish == "length" and CALL.startswith(content) and "<t" in content,
               f"streamed cut off {content!r} {calls} {finish}")
+        responses_tests(s)
     finally:
         s.stop()
 
