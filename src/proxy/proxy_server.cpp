@@ -855,6 +855,9 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
         u["usage"] = usage_of(r);
         push(u);
       }
+    } else if (!r.ok && r.emitted && responses) {  // the Responses API's own error event
+      const json e = error_event(r.failure, used->label)["error"];
+      event("error", {{"code", e["code"]}, {"message", e["message"]}, {"param", nullptr}});
     } else if (!r.ok && r.emitted) {
       push(error_event(r.failure, used->label));
     }

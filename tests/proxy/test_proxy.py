@@ -589,6 +589,13 @@ def scripted_tests(coda, work):
                 except (ValueError, KeyError, IndexError):
                     ok = False
                 check(ok, f"{body['prompt']} stream={stream} -> {st} {raw[:300]!r}")
+        # The Responses API ends a stream that fails after text went out with its own `error` event.
+        for marker in ("[drop] x", "[malformed] x"):
+            raw, events = responses_stream(px, {"input": marker})
+            check(events and events[-1][0] == "error" and isinstance(events[-1][1].get("message"), str) and
+                  events[-1][1]["sequence_number"] == len(events) - 1 and
+                  all(b.startswith("event: ") for b in raw.split("\n\n") if b.strip()),
+                  f"/v1/responses {marker} through the proxy: an error event ends the stream: {raw[-300:]!r}")
         check(px.metric_sum("coda:upstream_errors_total", status="timeout") >= 2, "timeouts counted")
         st, _, body = px_dead.json("GET", "/health")
         check(st == 503 and body["status"] == "unavailable", f"/health of a dead upstream: {st} {body}")
