@@ -452,12 +452,14 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 }
 
 void ProxyServer::routes() {
-  install_api_handlers(
-      *http_,
-      {opts_.api_keys, {"/v1/", "/tokenize", "/detokenize", "/completion"}, opts_.max_body_bytes, opts_.read_timeout_s},
-      [this](int status) {
-        metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
-      });
+  install_api_handlers(*http_,
+                       {opts_.api_keys,
+                        {"/v1/", "/tokenize", "/detokenize", "/apply-template", "/completion"},
+                        opts_.max_body_bytes,
+                        opts_.read_timeout_s},
+                       [this](int status) {
+                         metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
+                       });
   // /health: ok while any upstream answers /v1/models; each upstream's state beside. The upstreams
   // are asked at once and given a few seconds: a load balancer's probe must not wait out the
   // upstream read timeout (minutes) behind one hung replica.
@@ -532,7 +534,7 @@ void ProxyServer::routes() {
                        "` does not exist upstream; GET /v1/models lists what it serves.",
                    "invalid_request_error", "model_not_found");
   });
-  for (const char* path : {"/tokenize", "/detokenize"})
+  for (const char* path : {"/tokenize", "/detokenize", "/apply-template"})
     http_->Post(path, [pass, path](const httplib::Request& q, httplib::Response& s) { pass(path, &q.body, s); });
   http_->Get("/version", [pass](const httplib::Request&, httplib::Response& s) { pass("/version", nullptr, s); });
   http_->Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });

@@ -135,7 +135,7 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
           "Unknown route " + req.method + " " + req.path +
               "; see /v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings, /completion "
               "(llama-server's), "
-              "/tokenize, /detokenize, /version, /health, /metrics",
+              "/tokenize, /detokenize, /apply-template, /version, /health, /metrics",
           "invalid_request_error", "not_found");
     else if (res.status == 413 &&
              req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0)

@@ -109,7 +109,7 @@ void Server::routes() {
   install_api_handlers(
       *http_,
       {opts_.api_keys,
-       {"/v1/", "/admin/", "/tokenize", "/detokenize", "/completion", "/props", "/embeddings"},
+       {"/v1/", "/admin/", "/tokenize", "/detokenize", "/apply-template", "/completion", "/props", "/embeddings"},
        opts_.max_body_bytes,
        opts_.read_timeout_s},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
@@ -166,6 +166,8 @@ void Server::routes() {
   });
   http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
   http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
+  http_->Post("/apply-template",
+              [this](const httplib::Request& req, httplib::Response& res) { apply_template(req, res); });
   http_->Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
   http_->Post("/v1/chat/completions",
@@ -457,6 +459,20 @@ void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
     out["token_strs"] = std::move(strs);
   }
   res.set_content(dump_json(out), "application/json");
+}
+
+void Server::apply_template(const httplib::Request& req, httplib::Response& res) {
+  if (auto e = check_request_limits(req.body, opts_.limits)) return send_error(res, *e);
+  // The chat route's parser reads the body (messages, tools, chat_template_kwargs, ...), so the
+  // prompt shown is the one a chat completion of the same body would run on.
+  const auto body = parse_ordered_json(req.body);
+  if (body.is_object() && !body.contains("messages"))
+    return send_error(res, invalid_request("messages", "messages: required (the conversation to render)"));
+  auto parsed = parse_api_request(req.body, true, opts_.defaults);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  auto prompt = gen_.prepare(std::get<ApiRequest>(parsed).gen);
+  if (!prompt) return send_error(res, generation_error(prompt.message()));
+  res.set_content(dump_json(nlohmann::ordered_json{{"prompt", prompt->text}}), "application/json");
 }
 
 void Server::responses(const httplib::Request& req, httplib::Response& res) {

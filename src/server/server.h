@@ -66,6 +66,8 @@ class Server {
   // vLLM's and llama.cpp's POST /tokenize and /detokenize.
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
+  // llama-server's POST /apply-template: a chat body's prompt as the chat template renders it.
+  void apply_template(const httplib::Request& req, httplib::Response& res);
   // OpenAI's POST /v1/embeddings (server/embeddings_api.h), batched with the generations.
   void embeddings(const httplib::Request& req, httplib::Response& res);
   // OpenAI's POST /v1/responses for text (server/responses_api.h), run as a chat completion.

@@ -291,6 +291,9 @@ def coda_upstream_tests(coda, up, px):
     check(st == 200 and body["prompt"] == "In the beginning", f"/detokenize through the proxy: {body}")
     st, _, body = px.json("POST", "/detokenize", {"tokens": [-5]})
     check(st == 400 and body["error"]["param"] == "tokens", f"the upstream's 400 passes through: {st} {body}")
+    st, _, body = px.json("POST", "/apply-template", {"messages": [{"role": "user", "content": "Hi"}]})
+    check(st == 200 and body == up.json("POST", "/apply-template", {"messages": [{"role": "user", "content": "Hi"}]})[2],
+          f"/apply-template through the proxy: {st} {body}")
     st, _, body = px.json("GET", "/version")
     check(st == 200 and body == up.json("GET", "/version")[2], f"/version through the proxy: {body}")
     # OpenAI's Responses API is guarded as chat: the same answer as coda serve's own route, a loop

@@ -754,6 +754,26 @@ def vllm_sampling_field_tests(s):
     check(st == 400 and e["error"]["param"] == "stream_options.continuous_usage_stats", f"bad continuous_usage_stats: {e}")
 
 
+def apply_template_tests(s):
+    """llama-server's POST /apply-template: the prompt a chat completion of the same body runs on."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who was Moses?"}]
+    st, _, a = s.json("POST", "/apply-template", {"messages": messages})
+    _, _, t = s.json("POST", "/tokenize", {"messages": messages, "return_token_strs": True})
+    _, _, d = s.json("POST", "/detokenize", {"tokens": t["tokens"]})
+    _, _, c = s.json("POST", "/v1/chat/completions", {"messages": messages, "max_tokens": 1})
+    # /detokenize leaves special tokens out (the template writes the BOS as text: "<s>").
+    specials = [p for p in t["token_strs"] if re.fullmatch(r"<[^<>]+>", p) and not p.startswith("<0x")]
+    text = a.get("prompt", "")
+    for p in specials:
+        text = text.replace(p, "", 1)
+    check(st == 200 and specials and text == d["prompt"] and "Who was Moses?" in a["prompt"] and
+          t["count"] == c["usage"]["prompt_tokens"],
+          f"/apply-template: the chat prompt, as /tokenize and the chat route see it: {st} {a} {d}")
+    for body in ({}, {"messages": "x"}, {"messages": [{"role": "robot"}]}):
+        st, _, e = s.json("POST", "/apply-template", body)
+        check(st == 400 and e["error"]["message"], f"/apply-template refuses {body}: {st} {e}")
+
+
 def llama_native_tests(s):
     """llama-server's native POST /completion: the same generation as /v1/completions asked the same
     way, in llama-server's shape, with its sampling defaults when the request gives none."""
@@ -1015,6 +1035,7 @@ def main():
         tokenizer_tests(s)
         vllm_sampling_field_tests(s)
         llama_native_tests(s)
+        apply_template_tests(s)
         responses_tests(s)
         prefix_cache_tests(s)
         burst_tests(s)
