@@ -770,12 +770,12 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     };
     auto push = [&](const json& j) { push_line("data: " + dump(j) + "\n\n"); };
     // The Responses API's typed events: `event: TYPE`, the type and a sequence number in the data.
-    // The message item opens with the first visible text, so an answer of tool calls alone has
-    // none; the calls come as items at the end (server/responses_api.h).
-    const std::string resp_id = "resp_" + so.request_id, msg_id = "msg_" + so.request_id;
+    // Its output items (reasoning, message, calls) as ResponseStream decides them
+    // (server/responses_api.h).
+    const std::string resp_id = "resp_" + so.request_id;
     int64_t seq = 0;
-    bool started = false, msg_opened = false;
-    std::string sent, pending;
+    bool started = false;
+    ResponseStream items(so.request_id);
     auto event = [&](const std::string& type, const json& fields) {
       json all{{"type", type}, {"sequence_number", seq++}};
       all.update(fields);
@@ -804,17 +804,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                 push(json{{"index", 0}, {"content", out.content}, {"tokens", json::array()}, {"stop", false}});
             } else if (responses) {
               open_response(model_of(model, chunk));
-              pending += out.content;
-              if (!msg_opened && pending.find_first_not_of(" \t\r\n") != std::string::npos) {
-                msg_opened = true;
-                events(response_message_opening(msg_id));
-              }
-              if (msg_opened && !pending.empty()) {
-                event("response.output_text.delta",
-                      {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", pending}});
-                sent += pending;
-                pending.clear();
-              }
+              events(items.reasoning(out.reasoning));
+              events(items.answer(out.content));
             } else {
               push(shaper.chunk(chunk, out, lps, nullptr));
             }
@@ -835,6 +826,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       open_response(m);
       json message{{"role", "assistant"}, {"content", r.text}};
       if (!r.tool_calls.is_null()) message["tool_calls"] = r.tool_calls;
+      if (!r.reasoning.empty()) message["reasoning_content"] = r.reasoning;
       const json chat_answer{
           {"model", m},
           {"choices",
@@ -843,7 +835,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                          {"finish_reason", client_finish_reason(r.finish_reason, opts_.finish_reason_compat)}}})},
           {"usage", usage_of(r)},
           {"coda", report_of(r)}};
-      events(response_closing(response_object(chat_answer, echo, resp_id, created), sent, msg_opened));
+      events(items.finish(response_object(chat_answer, echo, resp_id, created)));
     } else if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, Released{}, {},
                                client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());

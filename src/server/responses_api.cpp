@@ -260,14 +260,24 @@ Json response_object(const Json& chat_body, const ResponsesEcho& echo, const std
     out["status"] = "incomplete";
     out["incomplete_details"] = {{"reason", finish == "length" ? "max_output_tokens" : finish}};
   }
-  // The message item when there is text, or nothing else; then one function_call item per call.
+  // A reasoning item when the model thought, the message item when there is text or nothing
+  // else, then one function_call item per call.
   out["output"] = Json::array();
+  const std::string suffix = id.substr(id.find('_') + 1);
+  // vLLM's reasoning parsers write reasoning_content, newer releases `reasoning` (coda proxy keeps
+  // the upstream's name).
+  const Json thought = message.value("reasoning_content", message.value("reasoning", Json()));
+  if (thought.is_string() && !thought.empty()) {
+    Json item{{"type", "reasoning"}, {"id", "rs_" + suffix}, {"summary", Json::array()}, {"content", Json::array()}};
+    item["content"].push_back({{"type", "reasoning_text"}, {"text", thought}});
+    out["output"].push_back(std::move(item));
+  }
   const bool has_text = text.is_string() && !text.get<std::string>().empty();
   if (has_text || !calls.is_array() || calls.empty()) {
     Json content = Json::array();
     content.push_back({{"type", "output_text"}, {"text", has_text ? text : Json("")}, {"annotations", Json::array()}});
     out["output"].push_back({{"type", "message"},
-                             {"id", "msg_" + id.substr(id.find('_') + 1)},
+                             {"id", "msg_" + suffix},
                              {"status", out["status"]},
                              {"role", "assistant"},
                              {"content", std::move(content)}});
@@ -295,39 +305,102 @@ Json response_object(const Json& chat_body, const ResponsesEcho& echo, const std
   return out;
 }
 
-ResponseEvents response_message_opening(const std::string& msg_id) {
-  const Json item{{"id", msg_id},
-                  {"type", "message"},
-                  {"status", "in_progress"},
-                  {"role", "assistant"},
-                  {"content", Json::array()}};
-  const Json part{{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}};
+namespace {
+
+Json output_text_part(const std::string& text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
+}
+
+}  // namespace
+
+ResponseEvents ResponseStream::reasoning(const std::string& text) {
   ResponseEvents ev;
-  ev.push_back({"response.output_item.added", {{"output_index", 0}, {"item", item}}});
-  ev.push_back({"response.content_part.added",
-                {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}}});
+  if (text.empty() || thought_closed_) return ev;
+  if (!thinking_) {
+    thinking_ = true;
+    const Json item{{"id", rs_id_}, {"type", "reasoning"}, {"summary", Json::array()}, {"content", Json::array()}};
+    ev.push_back({"response.output_item.added", {{"output_index", 0}, {"item", item}}});
+  }
+  thought_ += text;
+  ev.push_back({"response.reasoning_text.delta",
+                {{"item_id", rs_id_}, {"output_index", 0}, {"content_index", 0}, {"delta", text}}});
   return ev;
 }
 
-ResponseEvents response_closing(const Json& final, const std::string& sent, bool opened) {
+ResponseEvents ResponseStream::close_reasoning() {
   ResponseEvents ev;
+  if (!thinking_ || thought_closed_) return ev;
+  thought_closed_ = true;
+  ev.push_back({"response.reasoning_text.done",
+                {{"item_id", rs_id_}, {"output_index", 0}, {"content_index", 0}, {"text", thought_}}});
+  Json item{{"id", rs_id_}, {"type", "reasoning"}, {"summary", Json::array()}, {"content", Json::array()}};
+  item["content"].push_back({{"type", "reasoning_text"}, {"text", thought_}});
+  ev.push_back({"response.output_item.done", {{"output_index", 0}, {"item", std::move(item)}}});
+  return ev;
+}
+
+ResponseEvents ResponseStream::answer(const std::string& text) {
+  ResponseEvents ev;
+  pending_ += text;
+  if (!opened_ && pending_.find_first_not_of(" \t\r\n") != std::string::npos) {
+    ev = close_reasoning();
+    opened_ = true;
+    const int index = thinking_ ? 1 : 0;
+    const Json item{{"id", msg_id_},
+                    {"type", "message"},
+                    {"status", "in_progress"},
+                    {"role", "assistant"},
+                    {"content", Json::array()}};
+    ev.push_back({"response.output_item.added", {{"output_index", index}, {"item", item}}});
+    ev.push_back(
+        {"response.content_part.added",
+         {{"item_id", msg_id_}, {"output_index", index}, {"content_index", 0}, {"part", output_text_part("")}}});
+  }
+  if (opened_ && !pending_.empty()) {
+    ev.push_back(
+        {"response.output_text.delta",
+         {{"item_id", msg_id_}, {"output_index", thinking_ ? 1 : 0}, {"content_index", 0}, {"delta", pending_}}});
+    sent_ += pending_;
+    pending_.clear();
+  }
+  return ev;
+}
+
+ResponseEvents ResponseStream::finish(const Json& final) {
+  ResponseEvents ev = close_reasoning();
   const Json& output = final["output"];
   for (size_t k = 0; k < output.size(); ++k) {
     const Json& item = output[k];
-    const std::string item_id = item.value("id", std::string());
-    if (item.value("type", std::string()) == "message") {
+    const std::string type = item.value("type", std::string()), item_id = item.value("id", std::string());
+    if (type == "reasoning") {
+      if (thinking_) continue;  // streamed and closed above
+      const Json text = item["content"][0]["text"];
+      Json added = item;
+      added["content"] = Json::array();
+      ev.push_back({"response.output_item.added", {{"output_index", k}, {"item", std::move(added)}}});
+      ev.push_back({"response.reasoning_text.delta",
+                    {{"item_id", item_id}, {"output_index", k}, {"content_index", 0}, {"delta", text}}});
+      ev.push_back({"response.reasoning_text.done",
+                    {{"item_id", item_id}, {"output_index", k}, {"content_index", 0}, {"text", text}}});
+    } else if (type == "message") {
       const std::string text = item["content"][0].value("text", std::string());
-      if (!opened) {
-        for (auto& e : response_message_opening(item_id)) ev.push_back(std::move(e));
-        opened = true;
+      if (!opened_) {
+        opened_ = true;
+        Json added = item;
+        added["status"] = "in_progress";
+        added["content"] = Json::array();
+        ev.push_back({"response.output_item.added", {{"output_index", k}, {"item", std::move(added)}}});
+        ev.push_back(
+            {"response.content_part.added",
+             {{"item_id", item_id}, {"output_index", k}, {"content_index", 0}, {"part", output_text_part("")}}});
       }
       // What the deltas have not carried yet. The text before a tool call may have been sent with
       // leading whitespace that the parsed content no longer has.
       std::string rest;
-      const size_t lead = sent.find_first_not_of(" \t\r\n");
-      const std::string trimmed = lead == std::string::npos ? "" : sent.substr(lead);
-      if (text.compare(0, sent.size(), sent) == 0)
-        rest = text.substr(sent.size());
+      const size_t lead = sent_.find_first_not_of(" \t\r\n");
+      const std::string trimmed = lead == std::string::npos ? "" : sent_.substr(lead);
+      if (text.compare(0, sent_.size(), sent_) == 0)
+        rest = text.substr(sent_.size());
       else if (text.compare(0, trimmed.size(), trimmed) == 0)
         rest = text.substr(trimmed.size());
       if (!rest.empty())

@@ -36,8 +36,8 @@ std::variant<nlohmann::ordered_json, ApiError> responses_to_chat(const nlohmann:
 // A response object from a chat completion body (completion_body's). `status` follows the finish:
 // "completed" (a stop or tool calls), or "incomplete" with incomplete_details.reason
 // ("max_output_tokens", or the guard's reason such as "repetition"); coda's guard report rides
-// along as `coda`. `output` holds the message (when there is text, or no call) and then one
-// function_call item per tool call.
+// along as `coda`. `output` holds a reasoning item (a reasoning model's thinking, when there is
+// some), the message (when there is text, or no call) and then one function_call item per call.
 nlohmann::ordered_json response_object(const nlohmann::ordered_json& chat_body, const ResponsesEcho& echo,
                                        const std::string& id, int64_t created);
 
@@ -48,14 +48,24 @@ nlohmann::ordered_json response_in_progress(const ResponsesEcho& echo, const std
 // A stream's events as (type, fields); the writer adds `type` and `sequence_number`.
 using ResponseEvents = std::vector<std::pair<std::string, nlohmann::ordered_json>>;
 
-// The events that open the message item: output_item.added and content_part.added. A stream
-// opens it with its first visible text, so an answer that is only tool calls has no message.
-ResponseEvents response_message_opening(const std::string& msg_id);
+// The output items of one streamed response as its text arrives, shared by coda serve and coda
+// proxy. A reasoning model's thinking streams as a `reasoning` item (response.reasoning_text.delta,
+// as vLLM and OpenAI's open-weight models send it), closed when the answer starts. The message item
+// opens with the first visible text of the answer, so an answer that is only tool calls has none.
+// finish() sends, from the final response object, what the deltas have not: the rest of the text,
+// each item's done events, each function call (its item, its arguments whole, done), and
+// response.completed or response.incomplete. It writes nothing itself.
+class ResponseStream {
+ public:
+  explicit ResponseStream(const std::string& id_suffix) : rs_id_("rs_" + id_suffix), msg_id_("msg_" + id_suffix) {}
+  ResponseEvents reasoning(const std::string& text);
+  ResponseEvents answer(const std::string& text);
+  ResponseEvents finish(const nlohmann::ordered_json& final);
 
-// The events that end a stream, from the final response object: for the message, the text that
-// `sent` (the deltas so far) lacks and its done events (opened first when `opened` is false); for
-// each function call, its item added, its arguments and its item done; then response.completed or
-// response.incomplete.
-ResponseEvents response_closing(const nlohmann::ordered_json& final, const std::string& sent, bool opened);
+ private:
+  ResponseEvents close_reasoning();
+  std::string rs_id_, msg_id_, thought_, sent_, pending_;
+  bool thinking_ = false, thought_closed_ = false, opened_ = false;
+};
 
 }  // namespace coda

@@ -504,27 +504,27 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
         "application/json");
     return;
   }
-  // The stream's events, in OpenAI's order: created, in_progress, the message item and its text
-  // part added with the first visible text, one output_text.delta per piece of text, then the
-  // text, part and item done, each function call's item, and the whole response completed (or
-  // incomplete). Each is `event: TYPE` with its JSON as data. With tools, text that may start a
-  // call in the model's format waits for the end, as on the chat route, and a forced call is all
-  // held (server/responses_api.h).
+  // The stream's events, in OpenAI's order: created, in_progress, a reasoning model's thinking as
+  // a reasoning item, the message item with the first visible text of the answer and its deltas,
+  // then each item's done events, each function call, and the whole response completed (or
+  // incomplete); ResponseStream (server/responses_api.h) decides them. Each is `event: TYPE` with
+  // its JSON as data. With tools, text that may start a call in the model's format waits for the
+  // end, as on the chat route, and a forced call is all held.
   res.set_header("Cache-Control", "no-cache");
   struct State {
-    explicit State(bool thinking_opened) : thinking(thinking_opened) {}
+    State(bool thinking_opened, const std::string& id_suffix) : items(id_suffix), thinking(thinking_opened) {}
     int64_t seq = 0;
-    bool started = false, opened = false;
-    std::string sent, pending, reply;  // sent: the deltas so far; reply: the text, held or not
+    bool started = false;
+    ResponseStream items;
+    std::string reply;  // tool_choice auto: the answer so far, and how much of it went out
     size_t reply_sent = 0;
     ReasoningSplitter thinking;
   };
-  auto st = std::make_shared<State>(r.reasoning_opened);
+  auto st = std::make_shared<State>(r.reasoning_opened, id.substr(5));
   const std::string model = r.model.empty() ? opts_.defaults.model_id : r.model;
-  const std::string msg_id = "msg_" + id.substr(5);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ticket, r, echo, id, chat_id, msg_id, model, created, st](size_t, httplib::DataSink& sink) {
+      [this, ticket, r, echo, id, chat_id, model, created, st](size_t, httplib::DataSink& sink) {
         auto event = [&](const std::string& type, const nlohmann::ordered_json& j) {
           nlohmann::ordered_json all{{"type", type}, {"sequence_number", st->seq++}};
           all.update(j);
@@ -543,13 +543,13 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
               !event("response.in_progress", {{"response", skeleton}}))
             return false;
         }
-        std::string text;
+        std::string text, reasoning;
         std::vector<TokenLogprob> lps;
         bool done = false;
         ticket->wait(text, lps, done, std::chrono::milliseconds(200));
         const bool generated = !text.empty();
-        if (r.reasoning) {  // the <think> block is not the answer's text
-          std::string reasoning, answer;
+        if (r.reasoning) {  // the <think> block is the reasoning item's, not the answer's
+          std::string answer;
           st->thinking.feed(text, reasoning, answer);
           if (done) st->thinking.finish(reasoning, answer);
           text = std::move(answer);
@@ -561,20 +561,11 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
           text = st->reply.substr(st->reply_sent, safe - st->reply_sent);
           st->reply_sent = safe;
         }
-        st->pending += text;
-        if (!st->opened && st->pending.find_first_not_of(" \t\r\n") != std::string::npos) {
-          st->opened = true;
-          if (!events(response_message_opening(msg_id))) return false;
-        }
-        if (st->opened && !st->pending.empty()) {
-          st->sent += st->pending;
-          if (!event("response.output_text.delta",
-                     {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}, {"delta", st->pending}}))
-            return false;
-          st->pending.clear();
-        } else if (!done && !generated && !sink.write(": waiting\n\n", 11)) {  // notices a client that left
-          return false;
-        }
+        ResponseEvents ev = st->items.reasoning(reasoning);
+        for (auto& e : st->items.answer(text)) ev.push_back(std::move(e));
+        if (!events(ev)) return false;
+        // An SSE comment while nothing else is sent (queued, prefilling): notices a client that left.
+        if (ev.empty() && !done && !generated && !sink.write(": waiting\n\n", 11)) return false;
         if (!done) return sink.is_writable();
         const Expected<GuardedResult>& out = ticket->result();
         if (!out) {
@@ -582,9 +573,8 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
           sink.done();
           return true;
         }
-        events(response_closing(
-            response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created), st->sent,
-            st->opened));
+        events(st->items.finish(
+            response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created)));
         sink.done();
         return true;
       },

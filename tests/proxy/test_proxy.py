@@ -463,6 +463,19 @@ def scripted_tests(coda, work):
             st, _, body = px.json("POST", "/v1/chat/completions", chat_req(marker))
             m = body["choices"][0]["message"] if st == 200 else {}
             check(m.get(key) == " The user wants a fine day." and m.get("content") == answer, f"whole {key}: {body}")
+            # Through the Responses API: a reasoning item before the message, whole and streamed.
+            st, _, body = px.json("POST", "/v1/responses", {"input": marker})
+            out = body.get("output", [])
+            check(st == 200 and [o["type"] for o in out] == ["reasoning", "message"] and
+                  out[0]["content"][0]["text"] == " The user wants a fine day." and out[1]["content"][0]["text"] == answer,
+                  f"/v1/responses {key} through the proxy: {out}")
+            _, events = responses_stream(px, {"input": marker})
+            thought = "".join(d["delta"] for t, d in events if t == "response.reasoning_text.delta")
+            text = "".join(d["delta"] for t, d in events if t == "response.output_text.delta")
+            added = [(d["output_index"], d["item"]["type"]) for t, d in events if t == "response.output_item.added"]
+            check(thought == " The user wants a fine day." and text == answer and
+                  added == [(0, "reasoning"), (1, "message")] and events[-1][0] == "response.completed",
+                  f"/v1/responses {key} streamed through the proxy: {[t for t, _ in events]}")
         # A loop inside the reasoning (the content never starts) is stopped, and so is one under
         # repair: a reasoning cannot be continued from its middle, so no continuation is asked.
         for policy in ("stop", "repair"):

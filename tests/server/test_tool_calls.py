@@ -335,6 +335,28 @@ def main():
         c = ask(s, "Plain answer.")
         if c:
             check(c["message"]["content"] == "Plain answer." and "reasoning_content" not in c["message"], f"Qwen3 plain: {c}")
+        # The Responses API: the thinking as a reasoning item, then the message and the call; streamed,
+        # the reasoning item closes before the message opens, and the indexes follow the items.
+        rq = {"input": "Weather in Paris?", "tools": RESPONSES_TOOLS, "guided_choice": [reply], "max_output_tokens": 200,
+              "coda": {"guard": "observe"}}
+        st, _, r = s.json("POST", "/v1/responses", rq)
+        out = r.get("output", [])
+        check(st == 200 and [o["type"] for o in out] == ["reasoning", "message", "function_call"] and
+              out[0]["content"] == [{"type": "reasoning_text", "text": "\nThe user wants weather.\n"}] and
+              out[1]["content"][0]["text"] == "I will look." and is_weather_item(out[2], "Paris"),
+              f"Qwen3 through /v1/responses: reasoning, message and call items: {out}")
+        st, events, _ = s.stream("/v1/responses", dict(rq, stream=True))
+        types = [e.get("type") for e in events]
+        thought = "".join(e["delta"] for e in events if e.get("type") == "response.reasoning_text.delta")
+        added = [(e["output_index"], e["item"]["type"]) for e in events if e.get("type") == "response.output_item.added"]
+        done = [(e["output_index"], e["item"]["type"]) for e in events if e.get("type") == "response.output_item.done"]
+        final = events[-1].get("response", {}) if events else {}
+        check(st == 200 and thought == "\nThe user wants weather.\n" and
+              added == [(0, "reasoning"), (1, "message"), (2, "function_call")] and added == done and
+              types.index("response.reasoning_text.done") < types.index("response.content_part.added") and
+              [o["type"] for o in final.get("output", [])] == ["reasoning", "message", "function_call"] and
+              [e.get("sequence_number") for e in events] == list(range(len(events))),
+              f"Qwen3 streamed through /v1/responses: {types}")
     finally:
         s.stop()
 
