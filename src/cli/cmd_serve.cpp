@@ -241,6 +241,12 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--pooling", f->pooling,
                   "How /v1/embeddings pools the final hidden states: mean, cls or last (default: the GGUF's "
                   "pooling_type, else mean)");
+  sub->add_option_function<double>(
+         "--responses-store",
+         [f](double mb) { f->server.responses_store_bytes = static_cast<size_t>(mb * 1024 * 1024); },
+         "Memory in MiB for the conversations /v1/responses keeps for previous_response_id, least recently used "
+         "dropped first (default 64; 0: keep none and refuse previous_response_id)")
+      ->check(CLI::Range(0.0, 1048576.0));
   sub->add_flag("--embedding,--embeddings")
       ->description("Accepted for llama-server command lines; /v1/embeddings is always served");
   sub->add_option("--prefix-cache-tokens", f->prefix_cache_tokens,

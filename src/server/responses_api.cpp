@@ -71,21 +71,40 @@ std::variant<std::string, ApiError> item_string(const Json& item, const char* ke
 
 }  // namespace
 
-std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& echo) {
+std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& echo, const ResponseLookup* lookup) {
   if (!in.is_object()) return invalid_request("", "The request body must be a JSON object.");
   auto field = [&](const char* k) -> const Json* {
     auto it = in.find(k);
     return it == in.end() || it->is_null() ? nullptr : &*it;
   };
-  if (field("previous_response_id"))
-    return invalid_request(
-        "previous_response_id",
-        "previous_response_id: coda serve stores no responses; send the whole conversation in input");
+  if (const auto* st = field("store")) {
+    if (!st->is_boolean()) return invalid_request("store", "store: expected true or false");
+    echo.store = st->get<bool>();
+  }
   Json messages = Json::array();
   if (const auto* ins = field("instructions")) {
     if (!ins->is_string()) return invalid_request("instructions", "instructions: expected a string");
     messages.push_back({{"role", "system"}, {"content", *ins}});
     echo.instructions = *ins;
+  }
+  if (const auto* prev = field("previous_response_id")) {
+    if (lookup == nullptr)
+      return invalid_request("previous_response_id",
+                             "previous_response_id: this server keeps no responses (coda serve --responses-store 0, "
+                             "or coda proxy); send the whole conversation in input");
+    if (!prev->is_string()) return invalid_request("previous_response_id", "previous_response_id: expected a string");
+    const auto history = (*lookup)(prev->get<std::string>());
+    if (!history) {
+      ApiError e = invalid_request(
+          "previous_response_id",
+          "previous_response_id: no stored response '" + prev->get<std::string>().substr(0, 80) +
+              "' (made with store: false, evicted from the --responses-store memory, or before a restart); send "
+              "the whole conversation in input");
+      e.code = "previous_response_not_found";
+      return e;
+    }
+    for (const Json& m : *history) messages.push_back(m);
+    echo.previous_response_id = *prev;
   }
   const auto* input = field("input");
   if (input == nullptr) return invalid_request("input", "input: required (a string, or an array of message items)");
@@ -221,6 +240,19 @@ std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& ec
   return chat;
 }
 
+Json conversation_after(const Json& chat_request, const ResponsesEcho& echo, const Json& chat_body) {
+  Json turns = Json::array();
+  const Json& messages = chat_request["messages"];
+  for (size_t i = echo.instructions.is_string() ? 1 : 0; i < messages.size(); ++i) turns.push_back(messages[i]);
+  const Json none = Json::object();
+  const Json& choices = chat_body.contains("choices") ? chat_body["choices"] : none;
+  const Json message = choices.is_array() && !choices.empty() ? choices[0].value("message", Json::object()) : none;
+  Json answer{{"role", "assistant"}, {"content", message.value("content", Json(""))}};
+  if (message.contains("tool_calls")) answer["tool_calls"] = message["tool_calls"];
+  turns.push_back(std::move(answer));
+  return turns;
+}
+
 Json response_in_progress(const ResponsesEcho& echo, const std::string& id, int64_t created, const std::string& model) {
   return Json{{"id", id},
               {"object", "response"},
@@ -233,8 +265,8 @@ Json response_in_progress(const ResponsesEcho& echo, const std::string& id, int6
               {"model", model},
               {"output", Json::array()},
               {"parallel_tool_calls", echo.parallel_tool_calls},
-              {"previous_response_id", nullptr},
-              {"store", false},
+              {"previous_response_id", echo.previous_response_id},
+              {"store", echo.store},
               {"temperature", echo.temperature},
               {"text", echo.text},
               {"tool_choice", echo.tool_choice},

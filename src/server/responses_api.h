@@ -8,12 +8,16 @@
 // shape, `function_call` and `function_call_output` items in `input` become the assistant's calls
 // and the tool's answers, and the calls the model makes come back as `function_call` items.
 //
-// What a text model cannot do is refused with a 400 that says so: images and files in `input`,
-// hosted tools (web or file search, computer use), and `previous_response_id` (coda serve stores no
-// responses; send the conversation in `input`).
+// coda serve keeps recent conversations in memory (server/response_store.h), so a request may name
+// the response it follows with `previous_response_id` instead of sending the conversation again.
+//
+// What a text model cannot do is refused with a 400 that says so: images and files in `input`, and
+// hosted tools (web or file search, computer use).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -27,11 +31,25 @@ namespace coda {
 struct ResponsesEcho {
   nlohmann::ordered_json instructions = nullptr, max_output_tokens = nullptr, temperature = nullptr, top_p = nullptr,
                          metadata = nlohmann::ordered_json::object(), text = {{"format", {{"type", "text"}}}},
-                         tools = nlohmann::ordered_json::array(), tool_choice = "auto", parallel_tool_calls = true;
+                         tools = nlohmann::ordered_json::array(), tool_choice = "auto", parallel_tool_calls = true,
+                         previous_response_id = nullptr;
+  bool store = true;  // keep the conversation for a later previous_response_id (OpenAI's default)
 };
 
-// The chat completions body for a /v1/responses request, or the error that names the field.
-std::variant<nlohmann::ordered_json, ApiError> responses_to_chat(const nlohmann::ordered_json& in, ResponsesEcho& echo);
+// The conversation a stored response ended, by its id (server/response_store.h).
+using ResponseLookup = std::function<std::optional<nlohmann::ordered_json>(const std::string&)>;
+
+// The chat completions body for a /v1/responses request, or the error that names the field. With
+// `lookup`, previous_response_id puts the conversation it names between the instructions and the
+// input (the earlier instructions are not carried over, as OpenAI specifies); without it the field
+// is refused.
+std::variant<nlohmann::ordered_json, ApiError> responses_to_chat(const nlohmann::ordered_json& in, ResponsesEcho& echo,
+                                                                 const ResponseLookup* lookup = nullptr);
+
+// What a stored response keeps: the chat turns of its request without the instructions' system
+// turn, then its answer as an assistant turn (text and tool calls).
+nlohmann::ordered_json conversation_after(const nlohmann::ordered_json& chat_request, const ResponsesEcho& echo,
+                                          const nlohmann::ordered_json& chat_body);
 
 // A response object from a chat completion body (completion_body's). `status` follows the finish:
 // "completed" (a stop or tool calls), or "incomplete" with incomplete_details.reason

@@ -8,6 +8,7 @@
 #include "chat/tool_calls.h"
 #include "core/json_parse.h"
 #include "core/malloc_tuning.h"
+#include "core/strings.h"
 #include "core/version.h"
 #include "server/embeddings_api.h"
 #include "server/http_api.h"
@@ -76,6 +77,7 @@ Server::Server(Generator& gen, ServerOptions opts)
           gen, metrics_,
           SchedulerOptions{opts_.max_queue, opts_.max_batch, opts_.kv_budget_tokens, 64, opts_.prefix_cache_tokens})) {
   started_ = static_cast<int64_t>(std::time(nullptr));
+  if (opts_.responses_store_bytes > 0) responses_ = std::make_unique<ResponseStore>(opts_.responses_store_bytes);
   const int threads =
       opts_.http_threads > 0 ? opts_.http_threads : static_cast<int>(opts_.max_queue + opts_.max_batch) + 8;
   http_ = make_http_server(opts_.tls, tls_error_);  // bind() reports a certificate that did not load
@@ -482,10 +484,12 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
   const auto in = parse_ordered_json(req.body);
   if (in.is_discarded()) return reject(invalid_request("", "The request body is not valid JSON."));
   ResponsesEcho echo;
-  auto body = responses_to_chat(in, echo);
+  const ResponseLookup lookup = [this](const std::string& prev) { return responses_->get(prev); };
+  auto body = responses_to_chat(in, echo, responses_ ? &lookup : nullptr);
   if (auto* e = std::get_if<ApiError>(&body)) return reject(*e);
-  // The chat route's limits hold for what the translation made too.
-  const std::string chat_body = dump_json(std::get<nlohmann::ordered_json>(body));
+  // The chat route's limits hold for what the translation made too (a stored conversation counts).
+  const auto& chat_request = std::get<nlohmann::ordered_json>(body);
+  const std::string chat_body = dump_json(chat_request);
   if (auto e = check_request_limits(chat_body, opts_.limits)) return reject(*e);
   auto parsed = parse_api_request(chat_body, true, opts_.defaults);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reject(*e);
@@ -494,14 +498,22 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
   auto ticket = scheduler_->submit(r);
   if (!ticket) return refuse_at_capacity(res, "; retry shortly.");
   const std::string chat_id = response_id(req, res, true);
-  const std::string id = "resp_" + chat_id.substr(chat_id.find('-') + 1);
+  // Unique even when a client sends one X-Request-Id for a whole conversation: previous_response_id
+  // names a response by it.
+  const std::string id = "resp_" + random_hex_id();
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  // The conversation this response ends, kept for a later previous_response_id.
+  auto remember = [store = responses_.get(), echo, id,
+                   turns = chat_request.value("messages", nlohmann::ordered_json::array())](
+                      const nlohmann::ordered_json& chat_answer) {
+    if (store && echo.store) store->put(id, conversation_after({{"messages", turns}}, echo, chat_answer));
+  };
   if (!r.stream) {
     const Expected<GuardedResult>& out = *result_unless_client_leaves({ticket}, ClientWatch(req))[0];
     if (!out) return send_error(res, generation_error(out.message()));
-    res.set_content(
-        dump_json(response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created)),
-        "application/json");
+    const auto answer = completion_body(r, *out, chat_id, created, gen_.vocab());
+    remember(answer);
+    res.set_content(dump_json(response_object(answer, echo, id, created)), "application/json");
     return;
   }
   // The stream's events, in OpenAI's order: created, in_progress, a reasoning model's thinking as
@@ -524,7 +536,7 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
   const std::string model = r.model.empty() ? opts_.defaults.model_id : r.model;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ticket, r, echo, id, chat_id, model, created, st](size_t, httplib::DataSink& sink) {
+      [this, ticket, r, echo, id, chat_id, model, created, st, remember](size_t, httplib::DataSink& sink) {
         auto event = [&](const std::string& type, const nlohmann::ordered_json& j) {
           nlohmann::ordered_json all{{"type", type}, {"sequence_number", st->seq++}};
           all.update(j);
@@ -573,8 +585,9 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
           sink.done();
           return true;
         }
-        events(st->items.finish(
-            response_object(completion_body(r, *out, chat_id, created, gen_.vocab()), echo, id, created)));
+        const auto answer = completion_body(r, *out, chat_id, created, gen_.vocab());
+        remember(answer);
+        events(st->items.finish(response_object(answer, echo, id, created)));
         sink.done();
         return true;
       },

@@ -21,6 +21,7 @@
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/request_limits.h"
+#include "server/response_store.h"
 #include "server/scheduler.h"
 
 namespace coda {
@@ -43,6 +44,9 @@ struct ServerOptions {
   TlsFiles tls;  // serve https (--ssl-certfile, --ssl-keyfile)
   std::string model_path;  // GET /props reports it, as llama-server does
   Pooling pooling = Pooling::Mean;  // how /v1/embeddings pools the final hidden states (--pooling)
+  // Memory for the conversations /v1/responses keeps for previous_response_id (--responses-store
+  // MB; 0: none kept, previous_response_id refused).
+  size_t responses_store_bytes = size_t{64} << 20;
 };
 
 class Server {
@@ -78,6 +82,7 @@ class Server {
   ServerOptions opts_;
   Metrics metrics_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ResponseStore> responses_;  // null when --responses-store is 0
   std::unique_ptr<httplib::Server> http_;  // https when the options give a certificate
   std::string tls_error_;                  // a certificate that did not load (bind() reports it)
   int64_t started_ = 0;

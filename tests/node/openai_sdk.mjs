@@ -108,8 +108,17 @@ try {
   check(types[0] === "response.created" && types.includes("response.output_text.done") && last !== null &&
         deltas === resp.output_text && last.output[0].content[0].text === resp.output_text,
         "responses.create with stream: typed events whose deltas make the text: " + types.slice(0, 5).join(","));
+  // A second turn that names the first by previous_response_id, as the Agents SDK chains them.
+  const turn2 = await client.responses.create({ model: "coda", previous_response_id: resp.id, input: "And then?",
+    max_output_tokens: 4, temperature: 0 });
+  const asChat2 = await client.chat.completions.create({ model: "coda", max_tokens: 4, temperature: 0,
+    messages: [{ role: "user", content: rq.input }, { role: "assistant", content: resp.output_text },
+               { role: "user", content: "And then?" }] });
+  check(turn2.previous_response_id === resp.id && turn2.usage.input_tokens === asChat2.usage.prompt_tokens &&
+        turn2.output_text === asChat2.choices[0].message.content,
+        "responses.create with previous_response_id: the conversation continues: " + JSON.stringify(turn2.output_text));
   await expectError(client.responses.create({ model: "coda", input: "x", previous_response_id: "resp_1" }),
-    OpenAI.BadRequestError, 400, "previous_response_id -> BadRequestError");
+    OpenAI.BadRequestError, 400, "an unknown previous_response_id -> BadRequestError");
   await expectError(client.chat.completions.create({ model: "coda", messages: [{ role: "user", content: "x" }], temperature: 9 }),
     OpenAI.BadRequestError, 400, "invalid temperature -> BadRequestError");
   await expectError(client.completions.create({ model: "coda", prompt: "x", max_tokens: 100000 }),

@@ -1013,8 +1013,39 @@ def responses_tests(s):
         pass
     check(st == 200 and isinstance(parsed, dict) and list(parsed) == ["name"] and js["text"]["format"]["type"] == "json_schema",
           f"text.format json_schema holds the output to the schema: {str(js)[:200]}")
+    # previous_response_id: the stored conversation (without the earlier instructions, as OpenAI
+    # specifies) then the new input; the prompt is the chat route's for the same turns, whole or
+    # streamed, and chained.
+    first = {"instructions": "Answer briefly.", "input": "My name is Ada.", "max_output_tokens": 6, "temperature": 0}
+    st, _, r1 = s.json("POST", "/v1/responses", first)
+    turns = [{"role": "user", "content": "My name is Ada."},
+             {"role": "assistant", "content": r1["output"][0]["content"][0]["text"] if st == 200 else ""}]
+    chain = r1.get("id")
+    for step, stream in ((2, False), (3, True), (4, False)):
+        ask = {"previous_response_id": chain, "input": f"Question {step}: what is my name?", "max_output_tokens": 6,
+               "temperature": 0}
+        if stream:
+            st, events, _ = s.stream("/v1/responses", dict(ask, stream=True))
+            r = events[-1].get("response", {}) if st == 200 and events else {}
+        else:
+            st, _, r = s.json("POST", "/v1/responses", ask)
+        turns.append({"role": "user", "content": ask["input"]})
+        _, _, c = s.json("POST", "/v1/chat/completions", {"messages": turns, "max_tokens": 6, "temperature": 0})
+        text = r.get("output", [{}])[0].get("content", [{}])[0].get("text")
+        check(st == 200 and r["previous_response_id"] == chain and r["store"] is True and
+              r["usage"]["input_tokens"] == c["usage"]["prompt_tokens"] and text == c["choices"][0]["message"]["content"],
+              f"previous_response_id, turn {step} (stream {stream}): the chat route's prompt and reply: {str(r)[:300]}")
+        turns.append({"role": "assistant", "content": text})
+        chain = r.get("id")
+    # store: false keeps nothing, and an unknown id says so with OpenAI's code.
+    _, _, r = s.json("POST", "/v1/responses", {"input": "x", "max_output_tokens": 1, "store": False})
+    for prev in (r.get("id"), "resp_unknown"):
+        st, _, e = s.json("POST", "/v1/responses", {"input": "x", "previous_response_id": prev})
+        check(st == 400 and e["error"]["param"] == "previous_response_id" and
+              e["error"]["code"] == "previous_response_not_found", f"previous_response_id {prev} not kept: {st} {e}")
     for body, param in (({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
-                        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+                        ({"input": "x", "previous_response_id": 5}, "previous_response_id"),
+                        ({"input": "x", "store": "yes"}, "store"),
                         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
                         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input"),
                         ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"input": []}, "input"),
