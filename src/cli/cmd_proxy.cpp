@@ -135,6 +135,11 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--connect-timeout", f->opts.upstream.connect_timeout_s, "Seconds to connect to the upstream")
       ->capture_default_str();
+  sub->add_option_function<double>(
+         "--responses-store", [f](double mb) { f->opts.responses_store_bytes = static_cast<size_t>(mb * 1024 * 1024); },
+         "Memory in MiB for the conversations /v1/responses keeps for previous_response_id, least recently used "
+         "dropped first (default 64; 0: keep none and refuse previous_response_id)")
+      ->check(CLI::Range(0.0, 1048576.0));
   sub->add_option("--max-body", f->opts.max_body_bytes, "Largest request body in bytes (413 beyond)")
       ->capture_default_str();
   sub->add_option("--read-timeout", f->opts.read_timeout_s,

@@ -12,6 +12,7 @@
 
 #include "core/json_parse.h"
 #include "core/malloc_tuning.h"
+#include "core/strings.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/llama_api.h"
@@ -222,6 +223,7 @@ Expected<std::unique_ptr<ProxyServer>> ProxyServer::create(ProxyOptions options)
 
 ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstream>> upstreams)
     : opts_(std::move(options)), upstreams_(std::move(upstreams)) {
+  if (opts_.responses_store_bytes > 0) responses_ = std::make_unique<ResponseStore>(opts_.responses_store_bytes);
   const int threads = opts_.max_connections + 8;
   http_ = make_http_server(opts_.tls, tls_error_);  // bind() reports a certificate that did not load
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
@@ -608,12 +610,21 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     if (auto e = check_request_limits(dump(body), opts_.limits)) return reject(e->status, e->message, e->param);
   }
   ResponsesEcho echo;
+  // A response's id is unique even under one X-Request-Id: previous_response_id names it.
+  const std::string resp_id = responses ? "resp_" + random_hex_id() : "";
+  json turns;  // the conversation the response ends, kept for a later previous_response_id
   if (responses) {
-    auto translated = responses_to_chat(body, echo);
-    if (auto* e = std::get_if<ApiError>(&translated)) return reject(e->status, e->message, e->param);
+    const ResponseLookup lookup = [this](const std::string& prev) { return responses_->get(prev); };
+    auto translated = responses_to_chat(body, echo, responses_ ? &lookup : nullptr);
+    if (auto* e = std::get_if<ApiError>(&translated)) return reject(e->status, e->message, e->param, e->code);
     body = std::move(std::get<json>(translated));
+    turns = json{{"messages", body["messages"]}};
     if (auto e = check_request_limits(dump(body), opts_.limits)) return reject(e->status, e->message, e->param);
   }
+  // By value: a stream's session thread calls it after this handler has returned.
+  auto remember = [store = responses_.get(), echo, resp_id, turns = std::move(turns)](const json& chat_answer) {
+    if (store && echo.store) store->put(resp_id, conversation_after(turns, echo, chat_answer));
+  };
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
     return reject(400, "stream: expected true or false", "stream");
@@ -745,7 +756,10 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     j["choices"] = json::array({choice});
     j["usage"] = usage_of(r);
     j["coda"] = report_of(r);
-    if (responses) j = response_object(j, echo, "resp_" + so.request_id, created);
+    if (responses) {
+      remember(j);
+      j = response_object(j, echo, resp_id, created);
+    }
     res.set_content(dump(j), "application/json");
     return;
   }
@@ -760,7 +774,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   SessionOptions watched = so;  // the HTTP thread below watches the client until the first text
   watched.client_left = [st] { return st->client_gone.load(); };
   std::thread([this, st, body, view, so = std::move(watched), chat, llama, responses, echo, created, include_usage,
-               shaper, model, seconds, done_in_flight]() mutable {
+               shaper, model, seconds, done_in_flight, resp_id, remember]() mutable {
     double ttft = -1;
     auto push_line = [&](std::string line) {
       std::lock_guard<std::mutex> lock(st->mu);
@@ -772,10 +786,10 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     // The Responses API's typed events: `event: TYPE`, the type and a sequence number in the data.
     // Its output items (reasoning, message, calls) as ResponseStream decides them
     // (server/responses_api.h).
-    const std::string resp_id = "resp_" + so.request_id;
+
     int64_t seq = 0;
     bool started = false;
-    ResponseStream items(so.request_id);
+    ResponseStream items(resp_id.empty() ? so.request_id : resp_id.substr(5));
     auto event = [&](const std::string& type, const json& fields) {
       json all{{"type", type}, {"sequence_number", seq++}};
       all.update(fields);
@@ -835,6 +849,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                          {"finish_reason", client_finish_reason(r.finish_reason, opts_.finish_reason_compat)}}})},
           {"usage", usage_of(r)},
           {"coda", report_of(r)}};
+      remember(chat_answer);
       events(items.finish(response_object(chat_answer, echo, resp_id, created)));
     } else if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, Released{}, {},

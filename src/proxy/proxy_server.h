@@ -27,6 +27,7 @@
 #include "server/http_listen.h"
 #include "server/metrics.h"
 #include "server/request_limits.h"
+#include "server/response_store.h"
 
 namespace coda::proxy {
 
@@ -48,6 +49,9 @@ struct ProxyOptions {
   size_t max_body_bytes = size_t{8} << 20;
   int read_timeout_s = 30;  // for the client's request body
   RequestLimits limits;     // what one request may contain, as coda serve
+  // Memory for the conversations /v1/responses keeps for previous_response_id, as coda serve
+  // (--responses-store MB; 0: none kept, previous_response_id refused).
+  size_t responses_store_bytes = size_t{64} << 20;
 };
 
 // Consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2018): among n
@@ -101,6 +105,7 @@ class ProxyServer {
   std::vector<std::unique_ptr<Upstream>> upstreams_;
   std::atomic<uint64_t> rotation_{0};
   Metrics metrics_{false};
+  std::unique_ptr<ResponseStore> responses_;  // null when --responses-store is 0
   std::unique_ptr<httplib::Server> http_;  // https when the options give a certificate
   std::string tls_error_;                  // a certificate that did not load (bind() reports it)
   std::atomic<int> in_flight_{0};

@@ -316,8 +316,28 @@ def coda_upstream_tests(coda, up, px):
           "response.incomplete") and deltas == text and "[DONE]" not in raw and
           [d["sequence_number"] for _, d in events] == list(range(len(events))) and all(t == d["type"] for t, d in events),
           f"/v1/responses streamed through the proxy: typed events whose deltas make the text: {types[:3]} {deltas!r}")
+    # previous_response_id: the proxy keeps the conversation and sends the upstream all of it; the
+    # second turn gets coda serve's own answer to the whole conversation.
+    st, _, first = px.json("POST", "/v1/responses", {"input": "My name is Ada.", "max_output_tokens": 6,
+                                                     "temperature": 0})
+    said = first["output"][0]["content"][0]["text"] if st == 200 else ""
+    for stream in (False, True):
+        ask = {"previous_response_id": first.get("id"), "input": "What is my name?", "max_output_tokens": 6,
+               "temperature": 0}
+        if stream:
+            _, events = responses_stream(px, ask)
+            st, body = 200, events[-1][1].get("response", {}) if events else {}
+        else:
+            st, _, body = px.json("POST", "/v1/responses", ask)
+        direct = up.json("POST", "/v1/chat/completions", {"messages": [
+            {"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": said},
+            {"role": "user", "content": "What is my name?"}], "max_tokens": 6, "temperature": 0})[2]
+        check(st == 200 and body.get("previous_response_id") == first.get("id") and
+              body["output"][0]["content"][0]["text"] == direct["choices"][0]["message"]["content"],
+              f"previous_response_id through the proxy (stream {stream}): {str(body)[:300]}")
     st, _, body = px.json("POST", "/v1/responses", {"input": "x", "previous_response_id": "resp_1"})
-    check(st == 400 and body["error"]["param"] == "previous_response_id", f"previous_response_id refused: {st}")
+    check(st == 400 and body["error"]["param"] == "previous_response_id" and
+          body["error"]["code"] == "previous_response_not_found", f"an unknown previous_response_id: {st} {body}")
     # Embeddings pass through as coda serve answers them (written in chunks there), errors too.
     direct = up.json("POST", "/v1/embeddings", {"input": ["In the beginning", "And Moses"]})[2]
     st, _, body = px.json("POST", "/v1/embeddings", {"input": ["In the beginning", "And Moses"]})
