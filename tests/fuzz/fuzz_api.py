@@ -52,6 +52,7 @@ STRINGS = ["", "a", "0", "1", "true", "null", "\u0000", "<|im_end|>", "</s>", "x
 class Gen:
     def __init__(self, seed):
         self.r = random.Random(seed)
+        self.last_response_id = "resp_none"  # a stored one, for previous_response_id
 
     def value(self, d=0):
         r = self.r
@@ -145,6 +146,10 @@ class Gen:
                                          "arguments": self.value(2)},
                                         {"type": "function_call_output", "call_id": "c", "output": self.value(2)}]]),
                     "max_output_tokens": r.choice([1, 4, 8])}
+            if r.randrange(4) == 0:
+                body["previous_response_id"] = r.choice(["resp_unknown", self.value(2), self.last_response_id])
+            if r.randrange(6) == 0:
+                body["store"] = self.value(2)
             if r.randrange(3) == 0:
                 body["tools"] = [{"type": r.choice(["function", "function", "web_search", 5]), "name": self.value(2),
                                   "parameters": self.schema(0)}]
@@ -223,7 +228,9 @@ def main():
                     if path == "/completion":
                         assert answer["stop"] is True and isinstance(answer["content"], str)
                     if path == "/v1/responses":
-                        assert answer["object"] == "response" and answer["output"][0]["type"] == "message"
+                        assert answer["object"] == "response" and answer["output"] and all(
+                            o["type"] in ("message", "function_call", "reasoning") for o in answer["output"])
+                        gen.last_response_id = answer["id"]
                     if path == "/v1/embeddings":
                         assert answer["object"] == "list" and answer["data"][0]["object"] == "embedding"
                 except Exception:  # noqa: BLE001
