@@ -550,6 +550,13 @@ void ProxyServer::routes() {
   // answered as a response object or its typed events (server/responses_api.h).
   http_->Post("/v1/responses",
               [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true, false, true); });
+  // The responses the proxy made are kept here, not upstream.
+  http_->Get(R"(/v1/responses/([^/]+))", [this](const httplib::Request& q, httplib::Response& s) {
+    answer_stored_response(responses_.get(), q.matches[1].str(), false, s);
+  });
+  http_->Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& q, httplib::Response& s) {
+    answer_stored_response(responses_.get(), q.matches[1].str(), true, s);
+  });
   // The engine's other /v1 routes (embeddings, rerank, score, ...): clients that share one base URL
   // keep working behind the proxy. They are not watched (the guard watches completions and chat),
   // and pass through as JSON, counted by route.
@@ -614,7 +621,11 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   const std::string resp_id = responses ? "resp_" + random_hex_id() : "";
   json turns;  // the conversation the response ends, kept for a later previous_response_id
   if (responses) {
-    const ResponseLookup lookup = [this](const std::string& prev) { return responses_->get(prev); };
+    const ResponseLookup lookup = [this](const std::string& prev) -> std::optional<json> {
+      auto entry = responses_->get(prev);
+      if (!entry) return std::nullopt;
+      return (*entry)["messages"];
+    };
     auto translated = responses_to_chat(body, echo, responses_ ? &lookup : nullptr);
     if (auto* e = std::get_if<ApiError>(&translated)) return reject(e->status, e->message, e->param, e->code);
     body = std::move(std::get<json>(translated));
@@ -622,8 +633,10 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     if (auto e = check_request_limits(dump(body), opts_.limits)) return reject(e->status, e->message, e->param);
   }
   // By value: a stream's session thread calls it after this handler has returned.
-  auto remember = [store = responses_.get(), echo, resp_id, turns = std::move(turns)](const json& chat_answer) {
-    if (store && echo.store) store->put(resp_id, conversation_after(turns, echo, chat_answer));
+  auto remember = [store = responses_.get(), echo, resp_id, turns = std::move(turns)](const json& chat_answer,
+                                                                                      const json& response) {
+    if (store && echo.store)
+      store->put(resp_id, {{"messages", conversation_after(turns, echo, chat_answer)}, {"response", response}});
   };
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
@@ -757,8 +770,9 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     j["usage"] = usage_of(r);
     j["coda"] = report_of(r);
     if (responses) {
-      remember(j);
-      j = response_object(j, echo, resp_id, created);
+      const json chat_answer = std::move(j);
+      j = response_object(chat_answer, echo, resp_id, created);
+      remember(chat_answer, j);
     }
     res.set_content(dump(j), "application/json");
     return;
@@ -849,8 +863,9 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                          {"finish_reason", client_finish_reason(r.finish_reason, opts_.finish_reason_compat)}}})},
           {"usage", usage_of(r)},
           {"coda", report_of(r)}};
-      remember(chat_answer);
-      events(items.finish(response_object(chat_answer, echo, resp_id, created)));
+      const json final = response_object(chat_answer, echo, resp_id, created);
+      remember(chat_answer, final);
+      events(items.finish(final));
     } else if (r.ok && !r.client_gone) {
       json last = shaper.chunk(r.last_chunk, Released{}, {},
                                client_finish_reason(r.finish_reason, opts_.finish_reason_compat).c_str());

@@ -2,9 +2,9 @@
 
 namespace coda {
 
-bool ResponseStore::put(const std::string& id, nlohmann::ordered_json messages) {
+bool ResponseStore::put(const std::string& id, nlohmann::ordered_json entry) {
   // Counted as what it holds: the serialized size, plus the id twice (list and index).
-  const size_t bytes = messages.dump().size() + 2 * id.size() + sizeof(Entry);
+  const size_t bytes = entry.dump().size() + 2 * id.size() + sizeof(Entry);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(id); it != index_.end()) {
     bytes_ -= it->second->bytes;
@@ -12,7 +12,7 @@ bool ResponseStore::put(const std::string& id, nlohmann::ordered_json messages) 
     index_.erase(it);
   }
   if (bytes > budget_) return false;
-  lru_.push_front(Entry{id, std::move(messages), bytes});
+  lru_.push_front(Entry{id, std::move(entry), bytes});
   index_[id] = lru_.begin();
   bytes_ += bytes;
   evict_locked();
@@ -24,7 +24,7 @@ std::optional<nlohmann::ordered_json> ResponseStore::get(const std::string& id) 
   auto it = index_.find(id);
   if (it == index_.end()) return std::nullopt;
   lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->messages;
+  return it->second->value;
 }
 
 bool ResponseStore::erase(const std::string& id) {

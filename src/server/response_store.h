@@ -1,7 +1,8 @@
 // Responses kept for OpenAI's `previous_response_id`: a new turn names the response it follows
 // instead of sending the conversation again, as the Agents SDK and coding agents do. Each stored
-// entry is the chat conversation that response ended (its input turns and its answer), so the next
-// request is that conversation plus its own input.
+// entry holds the chat conversation that response ended (its input turns and its answer), so the
+// next request is that conversation plus its own input, and the response object itself, for
+// GET /v1/responses/{id}: {"messages": [...], "response": {...}}.
 //
 // Memory is bounded: entries are counted by the size of their JSON, and the least recently used
 // go first once the total passes the budget (`--responses-store MB`). An entry larger than the
@@ -23,10 +24,9 @@ class ResponseStore {
  public:
   explicit ResponseStore(size_t budget_bytes) : budget_(budget_bytes) {}
 
-  // Keeps `messages` (a chat messages array) under `id`; returns false when it alone is over the
-  // budget (nothing is kept then).
-  bool put(const std::string& id, nlohmann::ordered_json messages);
-  // The conversation kept under `id`, and marks it recently used.
+  // Keeps `entry` under `id`; returns false when it alone is over the budget (nothing is kept then).
+  bool put(const std::string& id, nlohmann::ordered_json entry);
+  // The entry kept under `id`, and marks it recently used.
   std::optional<nlohmann::ordered_json> get(const std::string& id);
   bool erase(const std::string& id);
 
@@ -37,7 +37,7 @@ class ResponseStore {
  private:
   struct Entry {
     std::string id;
-    nlohmann::ordered_json messages;
+    nlohmann::ordered_json value;
     size_t bytes;
   };
   void evict_locked();

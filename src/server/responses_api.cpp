@@ -1,5 +1,7 @@
 #include "server/responses_api.h"
 
+#include "server/http_api.h"
+
 namespace coda {
 
 namespace {
@@ -458,6 +460,18 @@ ResponseEvents ResponseStream::finish(const Json& final) {
   }
   ev.push_back({final["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", final}}});
   return ev;
+}
+
+void answer_stored_response(ResponseStore* store, const std::string& id, bool remove, httplib::Response& res) {
+  std::optional<Json> entry = store ? store->get(id) : std::nullopt;
+  if (!entry || (remove && !store->erase(id)))
+    return send_api_error(res, 404,
+                          "No response with id '" + id.substr(0, 80) +
+                              "' is kept (made with store: false, evicted from the --responses-store memory, deleted, "
+                              "or before a restart)",
+                          "invalid_request_error", "not_found");
+  const Json body = remove ? Json{{"id", id}, {"object", "response.deleted"}, {"deleted", true}} : (*entry)["response"];
+  res.set_content(dump_json(body), "application/json");
 }
 
 }  // namespace coda

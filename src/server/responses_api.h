@@ -15,6 +15,8 @@
 // hosted tools (web or file search, computer use).
 #pragma once
 
+#include <httplib.h>
+
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "server/openai_api.h"
+#include "server/response_store.h"
 
 namespace coda {
 
@@ -62,6 +65,11 @@ nlohmann::ordered_json response_object(const nlohmann::ordered_json& chat_body, 
 // The skeleton of a response still running (response.created / response.in_progress).
 nlohmann::ordered_json response_in_progress(const ResponsesEcho& echo, const std::string& id, int64_t created,
                                             const std::string& model);
+
+// GET (`remove` false) and DELETE (`remove` true) /v1/responses/{id}, answered from `store` (null:
+// none kept): the stored response object, or {"id", "object": "response.deleted", "deleted":
+// true}; a 404 that says why when it is not kept.
+void answer_stored_response(ResponseStore* store, const std::string& id, bool remove, httplib::Response& res);
 
 // A stream's events as (type, fields); the writer adds `type` and `sequence_number`.
 using ResponseEvents = std::vector<std::pair<std::string, nlohmann::ordered_json>>;

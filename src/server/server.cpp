@@ -178,6 +178,12 @@ void Server::routes() {
   for (const char* path : {"/completion", "/completions"})
     http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { llama_completion(req, res); });
   http_->Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) { responses(req, res); });
+  http_->Get(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    answer_stored_response(responses_.get(), req.matches[1].str(), false, res);
+  });
+  http_->Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    answer_stored_response(responses_.get(), req.matches[1].str(), true, res);
+  });
   for (const char* path : {"/v1/embeddings", "/embeddings"})  // the second is llama-server's alias
     http_->Post(path, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
 }
@@ -484,7 +490,11 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
   const auto in = parse_ordered_json(req.body);
   if (in.is_discarded()) return reject(invalid_request("", "The request body is not valid JSON."));
   ResponsesEcho echo;
-  const ResponseLookup lookup = [this](const std::string& prev) { return responses_->get(prev); };
+  const ResponseLookup lookup = [this](const std::string& prev) -> std::optional<nlohmann::ordered_json> {
+    auto entry = responses_->get(prev);
+    if (!entry) return std::nullopt;
+    return (*entry)["messages"];
+  };
   auto body = responses_to_chat(in, echo, responses_ ? &lookup : nullptr);
   if (auto* e = std::get_if<ApiError>(&body)) return reject(*e);
   // The chat route's limits hold for what the translation made too (a stored conversation counts).
@@ -502,18 +512,22 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
   // names a response by it.
   const std::string id = "resp_" + random_hex_id();
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  // The conversation this response ends, kept for a later previous_response_id.
+  // The conversation this response ends and the response, kept for a later previous_response_id
+  // and GET /v1/responses/{id}.
   auto remember = [store = responses_.get(), echo, id,
                    turns = chat_request.value("messages", nlohmann::ordered_json::array())](
-                      const nlohmann::ordered_json& chat_answer) {
-    if (store && echo.store) store->put(id, conversation_after({{"messages", turns}}, echo, chat_answer));
+                      const nlohmann::ordered_json& chat_answer, const nlohmann::ordered_json& response) {
+    if (store && echo.store)
+      store->put(id,
+                 {{"messages", conversation_after({{"messages", turns}}, echo, chat_answer)}, {"response", response}});
   };
   if (!r.stream) {
     const Expected<GuardedResult>& out = *result_unless_client_leaves({ticket}, ClientWatch(req))[0];
     if (!out) return send_error(res, generation_error(out.message()));
     const auto answer = completion_body(r, *out, chat_id, created, gen_.vocab());
-    remember(answer);
-    res.set_content(dump_json(response_object(answer, echo, id, created)), "application/json");
+    const auto final = response_object(answer, echo, id, created);
+    remember(answer, final);
+    res.set_content(dump_json(final), "application/json");
     return;
   }
   // The stream's events, in OpenAI's order: created, in_progress, a reasoning model's thinking as
@@ -586,8 +600,9 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
           return true;
         }
         const auto answer = completion_body(r, *out, chat_id, created, gen_.vocab());
-        remember(answer);
-        events(st->items.finish(response_object(answer, echo, id, created)));
+        const auto final = response_object(answer, echo, id, created);
+        remember(answer, final);
+        events(st->items.finish(final));
         sink.done();
         return true;
       },

@@ -335,6 +335,11 @@ def coda_upstream_tests(coda, up, px):
         check(st == 200 and body.get("previous_response_id") == first.get("id") and
               body["output"][0]["content"][0]["text"] == direct["choices"][0]["message"]["content"],
               f"previous_response_id through the proxy (stream {stream}): {str(body)[:300]}")
+    st, _, got = px.json("GET", f"/v1/responses/{first.get('id')}")
+    st2, _, gone = px.json("DELETE", f"/v1/responses/{first.get('id')}")
+    st3, _, _ = px.json("GET", f"/v1/responses/{first.get('id')}")
+    check(st == 200 and got == first and st2 == 200 and gone["deleted"] is True and st3 == 404,
+          f"GET and DELETE /v1/responses/{{id}} on the proxy's own store: {st} {st2} {st3}")
     st, _, body = px.json("POST", "/v1/responses", {"input": "x", "previous_response_id": "resp_1"})
     check(st == 400 and body["error"]["param"] == "previous_response_id" and
           body["error"]["code"] == "previous_response_not_found", f"an unknown previous_response_id: {st} {body}")

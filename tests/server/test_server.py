@@ -1037,8 +1037,22 @@ def responses_tests(s):
               f"previous_response_id, turn {step} (stream {stream}): the chat route's prompt and reply: {str(r)[:300]}")
         turns.append({"role": "assistant", "content": text})
         chain = r.get("id")
+    # A kept response comes back whole by GET /v1/responses/{id}; DELETE removes it, and then it is
+    # neither found nor continued.
+    st, _, got = s.json("GET", f"/v1/responses/{r1.get('id')}")
+    check(st == 200 and got == r1, f"GET /v1/responses/{{id}}: the response as it was answered: {st} {str(got)[:200]}")
+    st, _, gone = s.json("DELETE", f"/v1/responses/{r1.get('id')}")
+    check(st == 200 and gone == {"id": r1.get("id"), "object": "response.deleted", "deleted": True},
+          f"DELETE /v1/responses/{{id}}: {st} {gone}")
+    st, _, e = s.json("GET", f"/v1/responses/{r1.get('id')}")
+    st2, _, e2 = s.json("DELETE", f"/v1/responses/{r1.get('id')}")
+    st3, _, e3 = s.json("POST", "/v1/responses", {"input": "x", "previous_response_id": r1.get("id")})
+    check(st == 404 and st2 == 404 and e["error"]["code"] == "not_found" and st3 == 400,
+          f"a deleted response is gone: {st} {st2} {st3} {e}")
     # store: false keeps nothing, and an unknown id says so with OpenAI's code.
     _, _, r = s.json("POST", "/v1/responses", {"input": "x", "max_output_tokens": 1, "store": False})
+    st, _, e = s.json("GET", f"/v1/responses/{r.get('id')}")
+    check(st == 404, f"store: false: GET finds nothing: {st} {e}")
     for prev in (r.get("id"), "resp_unknown"):
         st, _, e = s.json("POST", "/v1/responses", {"input": "x", "previous_response_id": prev})
         check(st == 400 and e["error"]["param"] == "previous_response_id" and
