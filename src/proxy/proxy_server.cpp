@@ -621,22 +621,16 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   const std::string resp_id = responses ? "resp_" + random_hex_id() : "";
   json turns;  // the conversation the response ends, kept for a later previous_response_id
   if (responses) {
-    const ResponseLookup lookup = [this](const std::string& prev) -> std::optional<json> {
-      auto entry = responses_->get(prev);
-      if (!entry) return std::nullopt;
-      return (*entry)["messages"];
-    };
-    auto translated = responses_to_chat(body, echo, responses_ ? &lookup : nullptr);
+    auto translated = responses_to_chat(body, echo, responses_.get());
     if (auto* e = std::get_if<ApiError>(&translated)) return reject(e->status, e->message, e->param, e->code);
     body = std::move(std::get<json>(translated));
-    turns = json{{"messages", body["messages"]}};
+    turns = body["messages"];
     if (auto e = check_request_limits(dump(body), opts_.limits)) return reject(e->status, e->message, e->param);
   }
   // By value: a stream's session thread calls it after this handler has returned.
   auto remember = [store = responses_.get(), echo, resp_id, turns = std::move(turns)](const json& chat_answer,
                                                                                       const json& response) {
-    if (store && echo.store)
-      store->put(resp_id, {{"messages", conversation_after(turns, echo, chat_answer)}, {"response", response}});
+    keep_response(store, resp_id, echo, turns, chat_answer, response);
   };
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
@@ -800,7 +794,6 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     // The Responses API's typed events: `event: TYPE`, the type and a sequence number in the data.
     // Its output items (reasoning, message, calls) as ResponseStream decides them
     // (server/responses_api.h).
-
     int64_t seq = 0;
     bool started = false;
     ResponseStream items(resp_id.empty() ? so.request_id : resp_id.substr(5));

@@ -73,7 +73,7 @@ std::variant<std::string, ApiError> item_string(const Json& item, const char* ke
 
 }  // namespace
 
-std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& echo, const ResponseLookup* lookup) {
+std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& echo, ResponseStore* store) {
   if (!in.is_object()) return invalid_request("", "The request body must be a JSON object.");
   auto field = [&](const char* k) -> const Json* {
     auto it = in.find(k);
@@ -90,13 +90,13 @@ std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& ec
     echo.instructions = *ins;
   }
   if (const auto* prev = field("previous_response_id")) {
-    if (lookup == nullptr)
+    if (store == nullptr)
       return invalid_request("previous_response_id",
                              "previous_response_id: this server keeps no responses (coda serve --responses-store 0, "
                              "or coda proxy); send the whole conversation in input");
     if (!prev->is_string()) return invalid_request("previous_response_id", "previous_response_id: expected a string");
-    const auto history = (*lookup)(prev->get<std::string>());
-    if (!history) {
+    const auto kept = store->get(prev->get<std::string>());
+    if (!kept) {
       ApiError e = invalid_request(
           "previous_response_id",
           "previous_response_id: no stored response '" + prev->get<std::string>().substr(0, 80) +
@@ -105,7 +105,7 @@ std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& ec
       e.code = "previous_response_not_found";
       return e;
     }
-    for (const Json& m : *history) messages.push_back(m);
+    for (const Json& m : (*kept)["messages"]) messages.push_back(m);
     echo.previous_response_id = *prev;
   }
   const auto* input = field("input");
@@ -242,9 +242,10 @@ std::variant<Json, ApiError> responses_to_chat(const Json& in, ResponsesEcho& ec
   return chat;
 }
 
-Json conversation_after(const Json& chat_request, const ResponsesEcho& echo, const Json& chat_body) {
+void keep_response(ResponseStore* store, const std::string& id, const ResponsesEcho& echo, const Json& messages,
+                   const Json& chat_body, const Json& response) {
+  if (store == nullptr || !echo.store) return;
   Json turns = Json::array();
-  const Json& messages = chat_request["messages"];
   for (size_t i = echo.instructions.is_string() ? 1 : 0; i < messages.size(); ++i) turns.push_back(messages[i]);
   const Json none = Json::object();
   const Json& choices = chat_body.contains("choices") ? chat_body["choices"] : none;
@@ -252,7 +253,7 @@ Json conversation_after(const Json& chat_request, const ResponsesEcho& echo, con
   Json answer{{"role", "assistant"}, {"content", message.value("content", Json(""))}};
   if (message.contains("tool_calls")) answer["tool_calls"] = message["tool_calls"];
   turns.push_back(std::move(answer));
-  return turns;
+  store->put(id, {{"messages", std::move(turns)}, {"response", response}});
 }
 
 Json response_in_progress(const ResponsesEcho& echo, const std::string& id, int64_t created, const std::string& model) {

@@ -17,7 +17,6 @@
 
 #include <httplib.h>
 
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,20 +38,19 @@ struct ResponsesEcho {
   bool store = true;  // keep the conversation for a later previous_response_id (OpenAI's default)
 };
 
-// The conversation a stored response ended, by its id (server/response_store.h).
-using ResponseLookup = std::function<std::optional<nlohmann::ordered_json>(const std::string&)>;
-
 // The chat completions body for a /v1/responses request, or the error that names the field. With
-// `lookup`, previous_response_id puts the conversation it names between the instructions and the
-// input (the earlier instructions are not carried over, as OpenAI specifies); without it the field
+// a `store`, previous_response_id puts the conversation it names between the instructions and the
+// input (the earlier instructions are not carried over, as OpenAI specifies); without one the field
 // is refused.
 std::variant<nlohmann::ordered_json, ApiError> responses_to_chat(const nlohmann::ordered_json& in, ResponsesEcho& echo,
-                                                                 const ResponseLookup* lookup = nullptr);
+                                                                 ResponseStore* store = nullptr);
 
-// What a stored response keeps: the chat turns of its request without the instructions' system
-// turn, then its answer as an assistant turn (text and tool calls).
-nlohmann::ordered_json conversation_after(const nlohmann::ordered_json& chat_request, const ResponsesEcho& echo,
-                                          const nlohmann::ordered_json& chat_body);
+// Keeps response `id` in `store` (when there is one and the request did not say store: false):
+// the chat turns of its request (`messages`, the translated body's) without the instructions'
+// system turn, then its answer as an assistant turn (text and tool calls), and the response object.
+void keep_response(ResponseStore* store, const std::string& id, const ResponsesEcho& echo,
+                   const nlohmann::ordered_json& messages, const nlohmann::ordered_json& chat_body,
+                   const nlohmann::ordered_json& response);
 
 // A response object from a chat completion body (completion_body's). `status` follows the finish:
 // "completed" (a stop or tool calls), or "incomplete" with incomplete_details.reason

@@ -490,12 +490,7 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
   const auto in = parse_ordered_json(req.body);
   if (in.is_discarded()) return reject(invalid_request("", "The request body is not valid JSON."));
   ResponsesEcho echo;
-  const ResponseLookup lookup = [this](const std::string& prev) -> std::optional<nlohmann::ordered_json> {
-    auto entry = responses_->get(prev);
-    if (!entry) return std::nullopt;
-    return (*entry)["messages"];
-  };
-  auto body = responses_to_chat(in, echo, responses_ ? &lookup : nullptr);
+  auto body = responses_to_chat(in, echo, responses_.get());
   if (auto* e = std::get_if<ApiError>(&body)) return reject(*e);
   // The chat route's limits hold for what the translation made too (a stored conversation counts).
   const auto& chat_request = std::get<nlohmann::ordered_json>(body);
@@ -514,12 +509,9 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   // The conversation this response ends and the response, kept for a later previous_response_id
   // and GET /v1/responses/{id}.
-  auto remember = [store = responses_.get(), echo, id,
-                   turns = chat_request.value("messages", nlohmann::ordered_json::array())](
+  auto remember = [store = responses_.get(), echo, id, turns = chat_request["messages"]](
                       const nlohmann::ordered_json& chat_answer, const nlohmann::ordered_json& response) {
-    if (store && echo.store)
-      store->put(id,
-                 {{"messages", conversation_after({{"messages", turns}}, echo, chat_answer)}, {"response", response}});
+    keep_response(store, id, echo, turns, chat_answer, response);
   };
   if (!r.stream) {
     const Expected<GuardedResult>& out = *result_unless_client_leaves({ticket}, ClientWatch(req))[0];

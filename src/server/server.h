@@ -74,7 +74,8 @@ class Server {
   void apply_template(const httplib::Request& req, httplib::Response& res);
   // OpenAI's POST /v1/embeddings (server/embeddings_api.h), batched with the generations.
   void embeddings(const httplib::Request& req, httplib::Response& res);
-  // OpenAI's POST /v1/responses for text (server/responses_api.h), run as a chat completion.
+  // OpenAI's POST /v1/responses for text and function tools (server/responses_api.h), run as a chat
+  // completion.
   void responses(const httplib::Request& req, httplib::Response& res);
   void serve_choices(ApiRequest r, bool chat, const httplib::Request& req, httplib::Response& res);
 
