@@ -317,23 +317,34 @@ TEST(Client, ACallerThatLeavesIsHeardWhileTheServerIsSilent) {
   EXPECT_EQ(flagged.error_kind, ErrorKind::Cancelled) << flagged.error;
 }
 
-// A loopback port nobody listens on: bound to learn a free number, then closed.
-int closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+// A loopback port nobody listens on: bound, never listening, and held until the test ends. A
+// connect there is refused. Closing it early would free the number for any `--port 0` server of a
+// test running beside this one, and the "closed" port would answer.
+class ClosedPort {
+ public:
+  ClosedPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+  }
+  ~ClosedPort() { ::close(fd_); }
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
 
 TEST(Client, RefusedConnection) {
-  const int port = closed_port();
-  auto c = client_for("http://127.0.0.1:" + std::to_string(port)).complete(kStream, false);
+  const ClosedPort closed;
+  auto c = client_for(closed.url()).complete(kStream, false);
   EXPECT_FALSE(c.ok);
   EXPECT_EQ(c.error_kind, ErrorKind::Connection) << c.error;
   EXPECT_EQ(c.status, 0);
@@ -365,8 +376,8 @@ TEST(LoadRun, ErrorsHangsAndCutStreamsAreRecordsNotCrashes) {
 }
 
 TEST(LoadRun, ADownTargetStopsTheRunEarly) {
-  const int port = closed_port();
-  lab::HttpTarget target(client_for("http://127.0.0.1:" + std::to_string(port)));
+  const ClosedPort closed;
+  lab::HttpTarget target(client_for(closed.url()));
   lab::LoadOptions o;
   o.rate_per_min = 6000;
   o.requests = 200;

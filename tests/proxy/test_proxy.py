@@ -365,7 +365,9 @@ def scripted_tests(coda, work):
     dead_sock = socket.socket()
     dead_sock.bind(("127.0.0.1", 0))
     dead_port = dead_sock.getsockname()[1]
-    dead_sock.close()  # nothing listens there now
+    # Bound but never listening: a connect there is refused, and the port stays ours for the whole
+    # test. Closing it would free the port for the next `--port 0` server of a test running beside
+    # this one (proxy_http and proxy_http_asan run in parallel), and the "dead" upstream would answer.
     px_dead = proxy(coda, dead_port)
     px_strict = proxy(coda, up.port, "--finish-reason-compat", "--max-repairs", "0", "--max-connections", "1",
                       "--upstream-timeout", "2")
@@ -673,6 +675,7 @@ def scripted_tests(coda, work):
         px.wait_until("no request in flight", lambda: px.metric_sum("coda:num_requests_running") == 0)
         up.wait_until("every upstream stream closed", lambda: up.json("GET", "/stats")[2]["open"] == 0)
     finally:
+        dead_sock.close()
         for p in procs:
             err = p.stop()
             if p.proc.returncode not in (0, -15):
@@ -725,7 +728,9 @@ def replica_tests(coda):
     dead_sock = socket.socket()
     dead_sock.bind(("127.0.0.1", 0))
     dead_port = dead_sock.getsockname()[1]
-    dead_sock.close()  # nothing listens there now
+    # Bound but never listening: a connect there is refused, and the port stays ours for the whole
+    # test. Closing it would free the port for the next `--port 0` server of a test running beside
+    # this one (proxy_http and proxy_http_asan run in parallel), and the "dead" upstream would answer.
     dead = f"http://127.0.0.1:{dead_port}"
     ua, ub = f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{b.port}"
     # The dead replica first: every request is tried there before the proxy learns it is down.
@@ -797,6 +802,7 @@ def replica_tests(coda):
         st, _, h = px.json("GET", "/health")
         check(st == 503, f"/health with every replica down: {st}")
     finally:
+        dead_sock.close()
         for p in procs:
             p.stop()
 
