@@ -271,6 +271,10 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "Accepted for vLLM command lines; tool calls are read whenever --tool-call-parser knows the format");
+  sub->add_flag_callback(
+      "--no-slots", [f] { f->server.slots_api = false; },
+      "Do not serve GET /slots (llama-server's per-slot monitoring; behind --api-key, never the prompt's text)");
+  sub->add_flag("--slots")->description("Accepted for llama-server command lines; GET /slots is served by default");
   sub->add_flag("--enable-admin-api", f->server.admin_api,
                 "Serve POST /admin/pause and /admin/resume (hold the scheduler between steps; behind --api-key)");
   out.push_back({sub, [f] { return serve(*f); }});

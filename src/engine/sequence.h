@@ -39,6 +39,7 @@ class Sequence {
   // Tokens to run next, at positions kv().size()...; logits are needed after them.
   const std::vector<int32_t>& pending() const { return pending_; }
   KvCache& kv() { return kv_; }
+  const KvCache& kv() const { return kv_; }
   // Whether logits() wants the logits of every pending token (n x n_vocab, row by row) instead of
   // the last one's: while the prompt runs for a request with prompt logprobs.
   bool all_logits() const { return req_.prompt_logprobs >= 0 && prefilling(); }
@@ -54,6 +55,12 @@ class Sequence {
   Expected<GenerationResult> finish();
   int64_t tokens_in_cache() const { return kv_.size(); }
   int64_t prompt_tokens() const { return static_cast<int64_t>(history_.prompt.size()); }
+  // Prompt tokens in the cache so far (prefilled or copied from the prefix cache).
+  int64_t prefilled_tokens() const { return prefilled_; }
+  int64_t generated_tokens() const { return static_cast<int64_t>(history_.generated.size()); }
+  // The most tokens this sequence may generate (the request's max_tokens within the context).
+  int max_tokens() const { return max_tokens_; }
+  const GenerationRequest& request() const { return req_; }
   // Prompt tokens whose KV was copied from the prefix cache at creation.
   int64_t cached_prompt_tokens() const { return res_.cached_tokens; }
   // The tokens at the cache's positions 0 .. kv().size() - 1 (prompt, then generated tokens).

@@ -166,6 +166,52 @@ json llama_answer_json(const LlamaAnswer& a, bool final_of_stream) {
   return body;
 }
 
+json llama_sampling_params(const SamplingParams& s) {
+  return {{"seed", s.seed},
+          {"temperature", s.temperature},
+          {"dynatemp_range", s.dynatemp_range},
+          {"dynatemp_exponent", s.dynatemp_exponent},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"typical_p", s.typical_p},
+          {"repeat_last_n", s.repetition_window},
+          {"repeat_penalty", s.repetition_penalty},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty},
+          {"ignore_eos", s.ignore_eos}};
+}
+
+json llama_slots(const std::vector<SlotState>& running, size_t total_slots, int64_t n_ctx) {
+  json out = json::array();
+  for (size_t i = 0; i < total_slots; ++i) {
+    const auto it = std::find_if(running.begin(), running.end(),
+                                 [i](const SlotState& st) { return st.slot == static_cast<int>(i); });
+    const SlotState* st = it == running.end() ? nullptr : &*it;
+    json slot{{"id", i},
+              {"id_task", st ? st->task : -1},
+              {"n_ctx", n_ctx},
+              {"speculative", false},
+              {"is_processing", st != nullptr}};
+    if (st != nullptr) {
+      json params = llama_sampling_params(st->sampling);
+      params["n_predict"] = st->n_decoded + st->n_remain;
+      slot["params"] = std::move(params);
+      slot["next_token"] = {
+          {"has_next_token", st->n_remain > 0}, {"n_remain", st->n_remain}, {"n_decoded", st->n_decoded}};
+      slot["coda"] = {{"state", st->prefilling ? "prompt" : "generating"},
+                      {"n_prompt_tokens", st->n_prompt_tokens},
+                      {"n_prompt_tokens_processed", st->n_prompt_tokens_processed},
+                      {"n_prompt_tokens_cached", st->n_prompt_tokens_cached},
+                      {"kv_capacity", st->n_ctx},
+                      {"seconds", st->seconds},
+                      {"guard", st->guard.to_json()}};
+    }
+    out.push_back(std::move(slot));
+  }
+  return out;
+}
+
 json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const std::string& model, int64_t n_ctx,
                            const Vocab& vocab, const LlamaCompletionOptions& o, bool final_of_stream) {
   const GenerationResult& res = g.result;
@@ -184,25 +230,11 @@ json llama_completion_body(const ApiRequest& r, const GuardedResult& g, const st
   a.cached_tokens = res.cached_tokens;
   a.prompt_ms = res.timings.prefill_ms;
   a.predicted_ms = res.timings.decode_ms;
-  a.settings = {{"n_ctx", n_ctx},
-                {"n_predict", q.max_tokens ? *q.max_tokens : -1},
-                {"model", model},
-                {"seed", s.seed},
-                {"temperature", s.temperature},
-                {"dynatemp_range", s.dynatemp_range},
-                {"dynatemp_exponent", s.dynatemp_exponent},
-                {"top_k", s.top_k},
-                {"top_p", s.top_p},
-                {"min_p", s.min_p},
-                {"typical_p", s.typical_p},
-                {"repeat_last_n", s.repetition_window},
-                {"repeat_penalty", s.repetition_penalty},
-                {"presence_penalty", s.presence_penalty},
-                {"frequency_penalty", s.frequency_penalty},
-                {"stop", q.stop},
-                {"ignore_eos", s.ignore_eos},
-                {"stream", r.stream},
-                {"n_probs", o.n_probs}};
+  a.settings = {{"n_ctx", n_ctx}, {"n_predict", q.max_tokens ? *q.max_tokens : -1}, {"model", model}};
+  a.settings.update(llama_sampling_params(s));
+  a.settings["stop"] = q.stop;
+  a.settings["stream"] = r.stream;
+  a.settings["n_probs"] = o.n_probs;
   a.report = g.report.to_json();
   json body = llama_answer_json(a, final_of_stream);
   if (o.n_probs > 0 && !final_of_stream) body["completion_probabilities"] = llama_probabilities(res.logprobs, vocab);

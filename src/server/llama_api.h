@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/openai_api.h"
+#include "server/scheduler.h"
 
 namespace coda {
 
@@ -47,6 +48,15 @@ nlohmann::ordered_json llama_completion_body(const ApiRequest& r, const GuardedR
                                              bool final_of_stream);
 
 // llama-server's sampling defaults, which /completion applies where a request is silent, as the
+// A request's sampling fields by llama-server's names (generation_settings, a slot's params).
+nlohmann::ordered_json llama_sampling_params(const SamplingParams& s);
+
+// GET /slots (llama-server's monitoring route): one object per batch slot (`total_slots`, the
+// --max-num-seqs), idle or running: its id, task, n_ctx, params and next_token counts as
+// llama-server reports them, and under `coda` the prompt's progress, the KV capacity, the time
+// since arrival and the guard's report on the generation so far. Never the prompt's text.
+nlohmann::ordered_json llama_slots(const std::vector<SlotState>& running, size_t total_slots, int64_t n_ctx);
+
 // `params` that GET /props reports.
 nlohmann::ordered_json llama_default_params();
 

@@ -1,5 +1,7 @@
 #include "server/scheduler.h"
 
+#include <algorithm>
+
 #include "core/malloc_tuning.h"
 #include "core/timer.h"
 
@@ -142,6 +144,7 @@ void Scheduler::work() {
         ++i;
       }
     }
+    publish_slots(active);
     // Idle now: hand the finished requests' freed memory back to the system.
     if (active.empty() && running_ > 0) return_free_memory();
     running_ = active.size();
@@ -156,6 +159,36 @@ void Scheduler::work() {
     a.seq->cancel();
     a.ticket->finish(Error("the server is shutting down"));
   }
+}
+
+void Scheduler::publish_slots(const std::vector<Active>& active) {
+  std::vector<SlotState> out;
+  out.reserve(active.size());
+  for (const auto& a : active) {
+    const Sequence& s = *a.seq;
+    SlotState st;
+    st.slot = a.slot;
+    st.task = a.task;
+    st.prefilling = s.prefilling();
+    st.n_ctx = s.kv().capacity();
+    st.n_prompt_tokens = s.prompt_tokens();
+    st.n_prompt_tokens_processed = s.prefilled_tokens();
+    st.n_prompt_tokens_cached = s.cached_prompt_tokens();
+    st.n_decoded = s.generated_tokens();
+    st.n_remain = std::max<int64_t>(0, s.max_tokens() - st.n_decoded);
+    st.seconds = a.ticket->since_arrival.ms() / 1000.0;
+    st.sampling = s.request().sampling;
+    st.guard = a.guard->report();
+    out.push_back(std::move(st));
+  }
+  std::sort(out.begin(), out.end(), [](const SlotState& x, const SlotState& y) { return x.slot < y.slot; });
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_ = std::move(out);
+}
+
+std::vector<SlotState> Scheduler::slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_;
 }
 
 // Takes the front of the queue, whatever becomes of it (admitted, cancelled, failed): the waiting
@@ -212,7 +245,9 @@ bool Scheduler::admit(std::vector<Active>& active, int64_t& kv_used) {
       metrics_.set_gauge("coda:prefix_cache_tokens", static_cast<double>(prefix_->tokens_held()));
     }
     kv_used += need;
-    active.push_back(Active{std::move(t), std::move(guard), std::move(*seq)});
+    int slot = 0;  // the lowest free one
+    while (std::any_of(active.begin(), active.end(), [slot](const Active& a) { return a.slot == slot; })) ++slot;
+    active.push_back(Active{std::move(t), std::move(guard), std::move(*seq), slot, ++tasks_});
     any = true;
   }
   running_ = active.size();

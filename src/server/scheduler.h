@@ -70,6 +70,21 @@ struct SchedulerOptions {
   int64_t prefix_cache_tokens = 0;
 };
 
+// A batch slot as GET /slots shows it (llama-server's monitoring route), with the guard's live
+// report on the generation in it. The worker copies these after each step, so a reader never
+// touches a sequence that is running.
+struct SlotState {
+  int slot = 0;             // 0 .. max_batch - 1, kept by a request from admission to its end
+  int64_t task = 0;         // the request's number, counted from 1 in order of admission
+  bool prefilling = false;  // the prompt is still running
+  int64_t n_ctx = 0;        // the sequence's KV capacity: prompt + max_tokens
+  int64_t n_prompt_tokens = 0, n_prompt_tokens_processed = 0, n_prompt_tokens_cached = 0;
+  int64_t n_decoded = 0, n_remain = 0;
+  double seconds = 0;  // since the request arrived
+  SamplingParams sampling;
+  GuardReport guard;
+};
+
 class Scheduler {
  public:
   Scheduler(Generator& gen, Metrics& metrics, SchedulerOptions opts);
@@ -88,13 +103,18 @@ class Scheduler {
   void pause();
   void resume();
   bool paused() const;
+  // The running requests as of the end of the last step, by slot.
+  std::vector<SlotState> slots() const;
 
  private:
   struct Active {
     std::shared_ptr<Ticket> ticket;
     std::unique_ptr<Guard> guard;
     std::unique_ptr<Sequence> seq;
+    int slot = 0;
+    int64_t task = 0;
   };
+  void publish_slots(const std::vector<Active>& active);
   void work();
   void pop_waiting();
   bool admit(std::vector<Active>& active, int64_t& kv_used);
@@ -110,6 +130,8 @@ class Scheduler {
   bool stop_ = false;
   bool paused_ = false;
   std::atomic<size_t> running_{0};
+  std::vector<SlotState> slots_;  // guarded by mu_
+  int64_t tasks_ = 0;             // scheduler thread only
   ForwardBuffers buf_;
   std::unique_ptr<PrefixCache> prefix_;  // scheduler thread only
   std::thread worker_;  // last: starts once everything above is built

@@ -111,7 +111,8 @@ void Server::routes() {
   install_api_handlers(
       *http_,
       {opts_.api_keys,
-       {"/v1/", "/admin/", "/tokenize", "/detokenize", "/apply-template", "/completion", "/props", "/embeddings"},
+       {"/v1/", "/admin/", "/tokenize", "/detokenize", "/apply-template", "/completion", "/props", "/embeddings",
+        "/slots"},
        opts_.max_body_bytes,
        opts_.read_timeout_s},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
@@ -159,6 +160,18 @@ void Server::routes() {
     res.set_content(dump_json(llama_props(gen_.n_ctx(), opts_.max_batch, opts_.model_path, opts_.defaults.model_id,
                                           t ? t->source() : "", gen_.vocab())),
                     "application/json");
+  });
+  // llama-server's monitoring route: what each batch slot is doing, and how its generation looks to
+  // the guard. `fail_on_no_slot` answers 503 when every slot is busy, as llama-server does.
+  http_->Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!opts_.slots_api)
+      return send_api_error(res, 501, "This server was started with --no-slots; restart it without to serve GET /slots",
+                            "not_supported_error");
+    const auto running = scheduler_->slots();
+    if (req.has_param("fail_on_no_slot") && running.size() >= opts_.max_batch)
+      return send_api_error(res, 503, "No slot available: all " + std::to_string(opts_.max_batch) + " are busy",
+                            "unavailable_error");
+    res.set_content(dump_json(llama_slots(running, opts_.max_batch, gen_.n_ctx())), "application/json");
   });
   http_->Get("/v1/health", [](const httplib::Request&, httplib::Response& res) {  // llama-server's alias
     res.set_content("{\"status\":\"ok\"}", "application/json");

@@ -40,6 +40,7 @@ struct ServerOptions {
   int http_threads = 0;                // --max-connections; 0: max_queue + max_batch + 8
   RequestLimits limits;
   bool admin_api = false;  // POST /admin/pause and /admin/resume (behind the API key)
+  bool slots_api = true;   // GET /slots (behind the API key); --no-slots turns it off
   ServerDefaults defaults;
   TlsFiles tls;  // serve https (--ssl-certfile, --ssl-keyfile)
   std::string model_path;  // GET /props reports it, as llama-server does

@@ -1070,6 +1070,92 @@ def responses_tests(s):
         check(st == 400 and e["error"]["param"] == param, f"/v1/responses refuses {body}: {st} {e}")
 
 
+def slots_tests(s):
+    """GET /slots (llama-server's monitoring route): one entry per batch slot, idle or running, with
+    the request's params and token counts, and the guard's live report under `coda`. Four long
+    generations are caught running and the batch is held (/admin/pause) so that what /slots says
+    can be checked against what was sent; then they are dropped and every slot is idle again."""
+    st, _, props = s.json("GET", "/props")
+    n_ctx, total = props["default_generation_settings"]["n_ctx"], props["total_slots"]
+    st, _, slots = s.json("GET", "/slots")
+    check(st == 200 and [x["id"] for x in slots] == list(range(total)) and
+          not any(x["is_processing"] for x in slots) and all(x["id_task"] == -1 and x["n_ctx"] == n_ctx for x in slots),
+          f"/slots idle: {st} {slots}")
+    check(s.request("GET", "/slots?fail_on_no_slot=1")[0] == 200, "fail_on_no_slot with idle slots: 200")
+    # Long enough that none can end before it is seen: the whole context (ignore_eos), one greedy
+    # (it loops, and the observing guard reports it), three sampled.
+    max_tokens = n_ctx - 64
+    bodies = [{"prompt": "In the beginning God", "temperature": 0, "max_tokens": max_tokens, "stream": True,
+               "ignore_eos": True, "coda": {"guard": "observe"}}]
+    bodies += [{"prompt": f"La vita {i}", "temperature": 0.7, "top_p": 0.9, "seed": i, "max_tokens": max_tokens,
+                "stream": True, "ignore_eos": True, "coda": {"guard": "observe"}} for i in range(total - 1)]
+    conns = []
+    s.admin("pause")
+    for b in bodies:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+        c.request("POST", "/v1/completions", body=json.dumps(b).encode(), headers={"Content-Type": "application/json"})
+        conns.append(c)
+    s.wait_for("all queued", lambda m: m("coda:num_requests_waiting") == len(bodies))
+    s.admin("resume")
+    seen = []
+
+    def all_running_and_greedy_flagged():
+        seen[:] = [s.json("GET", "/slots")[2]]
+        busy = [x for x in seen[0] if x["is_processing"]]
+        greedy = [x for x in busy if x["params"]["temperature"] == 0]
+        return (len(busy) == total and all(x["next_token"]["n_decoded"] > 0 for x in busy) and len(greedy) == 1 and
+                len(greedy[0]["coda"]["guard"]["events"]) > 0)
+
+    end = time.monotonic() + 120
+    while time.monotonic() < end and not all_running_and_greedy_flagged():
+        time.sleep(0.02)
+    s.admin("pause")
+    st, _, a = s.json("GET", "/slots")
+    st2, _, b = s.json("GET", "/slots")
+    check(st == 200 and a == b, "paused: /slots holds still between steps")
+    busy = [x for x in a if x["is_processing"]]
+    check(len(busy) == total, f"every slot busy: {seen}")
+    check(s.request("GET", "/slots?fail_on_no_slot=1")[0] == 503, "fail_on_no_slot with every slot busy: 503")
+    tasks = sorted(x["id_task"] for x in busy)
+    check(len(set(tasks)) == total and tasks[0] > 0, f"distinct task numbers: {tasks}")
+    for x in busy:
+        p, nt, cd = x["params"], x["next_token"], x["coda"]
+        greedy = p["temperature"] == 0
+        check(p["n_predict"] == max_tokens and nt["n_decoded"] + nt["n_remain"] == max_tokens and nt["has_next_token"],
+              f"slot {x['id']}: counts against max_tokens {max_tokens}: {p['n_predict']} {nt}")
+        check(greedy or (abs(p["temperature"] - 0.7) < 1e-6 and abs(p["top_p"] - 0.9) < 1e-6 and p["ignore_eos"]),
+              f"slot {x['id']}: the request's sampling params: {p}")
+        check(cd["state"] == "generating" and cd["n_prompt_tokens"] > 0 and
+              cd["n_prompt_tokens_processed"] == cd["n_prompt_tokens"] and
+              cd["kv_capacity"] == cd["n_prompt_tokens"] + max_tokens and cd["seconds"] > 0,
+              f"slot {x['id']}: prompt and cache: {cd}")
+        check(cd["guard"]["signals"]["tokens"] == nt["n_decoded"] and cd["guard"]["policy"] == "observe",
+              f"slot {x['id']}: the guard has seen every token so far: {cd['guard']['signals']} vs {nt['n_decoded']}")
+        if greedy:
+            check(any(e["type"] in ("loop", "flooding", "repetition") for e in cd["guard"]["events"]),
+                  f"the greedy loop is flagged while it runs: {cd['guard']['events']}")
+    # Each slot carries its own generation's report: the greedy loop repeats its bigrams, the sampled
+    # texts hardly do.
+    d2 = {x["params"]["temperature"] == 0: [] for x in busy}
+    for x in busy:
+        d2[x["params"]["temperature"] == 0].append(x["coda"]["guard"]["signals"]["distinct2"])
+    check(max(d2[True]) < min(d2[False]), f"distinct bigrams: greedy {d2[True]} below sampled {d2[False]}")
+    # The prompt tokens /slots counts are the ones /tokenize gives (the BOS included).
+    st, _, tok = s.json("POST", "/tokenize", {"content": "In the beginning God", "add_special": True})
+    greedy = [x for x in busy if x["params"]["temperature"] == 0][0]
+    check(greedy["coda"]["n_prompt_tokens"] == len(tok["tokens"]),
+          f"n_prompt_tokens {greedy['coda']['n_prompt_tokens']} = /tokenize's {len(tok['tokens'])}")
+    # Dropped clients end their generations; every slot goes idle again.
+    for c in conns:
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+    s.admin("resume")
+    end = time.monotonic() + 120
+    while time.monotonic() < end and any(x["is_processing"] for x in s.json("GET", "/slots")[2]):
+        time.sleep(0.02)
+    check(not any(x["is_processing"] for x in s.json("GET", "/slots")[2]), "every slot idle after the clients left")
+
+
 def main():
     coda, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -1081,6 +1167,7 @@ def main():
         vllm_sampling_field_tests(s)
         llama_native_tests(s)
         apply_template_tests(s)
+        slots_tests(s)
         responses_tests(s)
         prefix_cache_tests(s)
         burst_tests(s)
