@@ -456,7 +456,7 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
 void ProxyServer::routes() {
   install_api_handlers(*http_,
                        {opts_.api_keys,
-                        {"/v1/", "/tokenize", "/detokenize", "/apply-template", "/completion"},
+                        {"/v1/", "/tokenize", "/detokenize", "/apply-template", "/completion", "/props", "/slots"},
                         opts_.max_body_bytes,
                         opts_.read_timeout_s},
                        [this](int status) {
@@ -539,6 +539,44 @@ void ProxyServer::routes() {
   for (const char* path : {"/tokenize", "/detokenize", "/apply-template"})
     http_->Post(path, [pass, path](const httplib::Request& q, httplib::Response& s) { pass(path, &q.body, s); });
   http_->Get("/version", [pass](const httplib::Request&, httplib::Response& s) { pass("/version", nullptr, s); });
+  http_->Get("/props", [pass](const httplib::Request&, httplib::Response& s) { pass("/props", nullptr, s); });
+  // llama-server's GET /slots over every replica: each upstream that serves it is asked at once (a
+  // probe's few seconds, as /health), and their slots come back in one array, each marked with its
+  // `upstream`, so a monitor pointed at the proxy sees the whole pool. `fail_on_no_slot` answers
+  // 503 when no replica has an idle slot.
+  http_->Get("/slots", [this](const httplib::Request& q, httplib::Response& res) {
+    std::vector<std::future<Expected<json>>> asks;
+    for (const auto& u : upstreams_)
+      asks.push_back(std::async(std::launch::async, [&client = u->client] {
+        return client.get_json("/slots", nullptr, kHealthProbeTimeoutS);
+      }));
+    json all = json::array();
+    std::string first_error;
+    bool any = false;
+    for (size_t i = 0; i < upstreams_.size(); ++i) {
+      auto slots = asks[i].get();
+      if (!slots || !slots->is_array()) {
+        if (first_error.empty())
+          first_error = upstreams_[i]->label + ": " + (slots ? "not a list of slots" : slots.message());
+        continue;
+      }
+      any = true;
+      for (auto& slot : *slots) {
+        if (!slot.is_object()) continue;
+        slot["upstream"] = upstreams_[i]->label;
+        all.push_back(std::move(slot));
+      }
+    }
+    if (!any)
+      return send_api_error(res, 502, "No upstream answered GET /slots (" + first_error + ")", "upstream_error",
+                            "upstream_slots");
+    const bool idle = std::any_of(all.begin(), all.end(), [](const json& x) {
+      return x.contains("is_processing") && x["is_processing"].is_boolean() && !x["is_processing"].get<bool>();
+    });
+    if (q.has_param("fail_on_no_slot") && !idle)
+      return send_api_error(res, 503, "No slot available on any upstream", "unavailable_error");
+    res.set_content(dump(all), "application/json");
+  });
   http_->Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, false); });
   http_->Post("/v1/chat/completions",
               [this](const httplib::Request& q, httplib::Response& s) { completions(q, s, true); });

@@ -167,6 +167,13 @@ def coda_upstream_tests(coda, up, px):
     up.wait_for("the upstream is idle with an empty KV cache",
                 lambda m: m("coda:num_requests_running") == 0 and m("coda:kv_cache_usage_perc") == 0)
     print(f"stop -> upstream idle, KV 0 after {time.monotonic() - t_end:.3f} s")
+    # llama-server's monitoring routes through the proxy: coda serve's /slots (idle now), each slot
+    # marked with its upstream, and its /props as it is.
+    st, _, own = up.json("GET", "/slots")
+    st2, _, via = px.json("GET", "/slots")
+    check(st == st2 == 200 and via == [dict(x, upstream=f"http://127.0.0.1:{up.port}") for x in own],
+          f"/slots through the proxy: {st2} {via} against {own}")
+    check(px.json("GET", "/props")[2] == up.json("GET", "/props")[2], "/props through the proxy")
 
     # vLLM's return_tokens_as_token_ids: without logprobs of its own the client sees no difference,
     # and the guard still reads the upstream's tokens as text; with them it is refused, not guarded
@@ -779,6 +786,19 @@ def replica_tests(coda):
               states.get(ua) == "ok" and states.get(ub) == "ok", f"/health with one replica down: {st} {health}")
         st, _, m = px.json("GET", "/v1/models")
         check(st == 200 and "data" in m, f"/v1/models from a live replica: {st}")
+        # llama-server's /slots over the pool: every live replica's slots, each marked with its
+        # upstream; the dead one adds none. One of each replica's two slots is idle.
+        st, _, slots = px.json("GET", "/slots")
+        check(st == 200 and sorted((x["upstream"], x["id"], x["is_processing"]) for x in slots) ==
+              [(ua, 0, False), (ua, 1, True), (ub, 0, False), (ub, 1, True)], f"/slots over the replicas: {st} {slots}")
+        check(px.request("GET", "/slots?fail_on_no_slot=1")[0] == 200, "fail_on_no_slot with idle slots: 200")
+        busy = scripted("--slots-busy")
+        procs.append(busy)
+        pb = Proc([coda, "proxy", "--upstream", dead, "--upstream", f"http://127.0.0.1:{busy.port}", "--port", "0"])
+        procs.append(pb)
+        st, _, e = pb.json("GET", "/slots?fail_on_no_slot=1")
+        check(st == 503 and isinstance(e["error"]["message"], str), f"fail_on_no_slot, every slot busy: {st} {e}")
+        check(pb.json("GET", "/slots")[0] == 200, "/slots with every slot busy: 200")
         # The engine's other routes pass through (unwatched), errors with their status.
         st, _, e = px.json("POST", "/v1/embeddings", {"input": ["ab", "abcd"], "model": "m"})
         check(st == 200 and [d["embedding"] for d in e.get("data", [])] == [[2, 0.5, -1.25], [4, 0.5, -1.25]],
@@ -801,6 +821,9 @@ def replica_tests(coda):
         check(st == 502 and "unreachable" in json.dumps(raw), f"every replica down: {st} {str(raw)[:160]}")
         st, _, h = px.json("GET", "/health")
         check(st == 503, f"/health with every replica down: {st}")
+        st, _, e = px.json("GET", "/slots")
+        check(st == 502 and "No upstream answered GET /slots" in e["error"]["message"],
+              f"/slots with every replica down: {st} {e}")
     finally:
         dead_sock.close()
         for p in procs:
