@@ -78,6 +78,7 @@ Scheduler::~Scheduler() {
     for (auto& t : queue_) t->cancelled = true;
   }
   cv_.notify_all();
+  slots_cv_.notify_all();
   worker_.join();
   for (auto& t : queue_) t->finish(Error("the server is shutting down"));
 }
@@ -95,9 +96,12 @@ std::shared_ptr<Ticket> Scheduler::submit(ApiRequest request) {
 }
 
 void Scheduler::pause() {
-  std::lock_guard<std::mutex> lock(mu_);
-  paused_ = true;
-  metrics_.set_gauge("coda:scheduler_paused", 1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    metrics_.set_gauge("coda:scheduler_paused", 1);
+  }
+  slots_cv_.notify_all();  // a /slots reader waiting for the next step takes what there is
 }
 
 void Scheduler::resume() {
@@ -135,8 +139,10 @@ void Scheduler::work() {
     }
     step(active);
     // Finished sequences leave the batch; their caches go with them.
+    bool finished = false;
     for (size_t i = 0; i < active.size();) {
       if (active[i].seq->done()) {
+        finished = true;
         kv_used -= active[i].seq->kv().capacity();
         complete(active[i]);
         active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
@@ -144,7 +150,7 @@ void Scheduler::work() {
         ++i;
       }
     }
-    publish_slots(active);
+    publish_slots(active, admitted || finished || slots_wanted_.exchange(false));
     // Idle now: hand the finished requests' freed memory back to the system.
     if (active.empty() && running_ > 0) return_free_memory();
     running_ = active.size();
@@ -161,7 +167,11 @@ void Scheduler::work() {
   }
 }
 
-void Scheduler::publish_slots(const std::vector<Active>& active) {
+// Taken when a request joins or leaves the batch and when a reader waits for it (slots()), not
+// every step: a guard report walks the whole generation so far (its means and distinct bigrams),
+// which every step would pay for each sequence while nobody looks.
+void Scheduler::publish_slots(const std::vector<Active>& active, bool wanted) {
+  if (!wanted) return;
   std::vector<SlotState> out;
   out.reserve(active.size());
   for (const auto& a : active) {
@@ -182,12 +192,25 @@ void Scheduler::publish_slots(const std::vector<Active>& active) {
     out.push_back(std::move(st));
   }
   std::sort(out.begin(), out.end(), [](const SlotState& x, const SlotState& y) { return x.slot < y.slot; });
-  std::lock_guard<std::mutex> lock(mu_);
-  slots_ = std::move(out);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_ = std::move(out);
+    ++slots_version_;
+  }
+  slots_cv_.notify_all();
 }
 
+// A running batch is asked for a fresh copy, taken after its next step; a reader waits for it a
+// moment at most (a long prefill step), then takes the last one. Paused or idle, the last one is
+// the state.
 std::vector<SlotState> Scheduler::slots() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!paused_ && running_ > 0) {
+    const uint64_t seen = slots_version_;
+    slots_wanted_ = true;
+    slots_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                       [&] { return slots_version_ != seen || paused_ || stop_; });
+  }
   return slots_;
 }
 

@@ -103,7 +103,7 @@ class Scheduler {
   void pause();
   void resume();
   bool paused() const;
-  // The running requests as of the end of the last step, by slot.
+  // The running requests by slot, as of the end of a recent step (see scheduler.cpp).
   std::vector<SlotState> slots() const;
 
  private:
@@ -114,7 +114,7 @@ class Scheduler {
     int slot = 0;
     int64_t task = 0;
   };
-  void publish_slots(const std::vector<Active>& active);
+  void publish_slots(const std::vector<Active>& active, bool wanted);
   void work();
   void pop_waiting();
   bool admit(std::vector<Active>& active, int64_t& kv_used);
@@ -131,7 +131,10 @@ class Scheduler {
   bool paused_ = false;
   std::atomic<size_t> running_{0};
   std::vector<SlotState> slots_;  // guarded by mu_
-  int64_t tasks_ = 0;             // scheduler thread only
+  uint64_t slots_version_ = 0;    // guarded by mu_: bumped each time slots_ is taken
+  mutable std::atomic<bool> slots_wanted_{false};  // a reader waits for a fresh slots_
+  mutable std::condition_variable slots_cv_;
+  int64_t tasks_ = 0;  // scheduler thread only
   ForwardBuffers buf_;
   std::unique_ptr<PrefixCache> prefix_;  // scheduler thread only
   std::thread worker_;  // last: starts once everything above is built
