@@ -403,6 +403,16 @@ def other_engines_flag_tests(coda):
         check("Sanitizer" not in err and "runtime error" not in err, "server stderr clean: " + err[-300:])
     s = Server(coda, "--enable-prefix-caching")
     s.stop()
+    # llama-server's --slots is accepted (GET /slots is served anyway); --no-slots turns it off.
+    s = Server(coda, "--slots")
+    st_on = s.request("GET", "/slots")[0]
+    s.stop()
+    s = Server(coda, "--no-slots")
+    try:
+        st, _, e = s.json("GET", "/slots")
+        check(st_on == 200 and st == 501 and "--no-slots" in e["error"]["message"], f"--slots {st_on}, --no-slots {st}")
+    finally:
+        s.stop()
     # `vllm serve MODEL`: the model file as the first argument.
     bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "coda-tiny-en-it-f16.gguf")
     with tempfile.TemporaryDirectory() as d:
