@@ -71,8 +71,8 @@ struct SchedulerOptions {
 };
 
 // A batch slot as GET /slots shows it (llama-server's monitoring route), with the guard's live
-// report on the generation in it. The worker copies these after each step, so a reader never
-// touches a sequence that is running.
+// report on the generation in it. The worker copies these at the end of a step (when a reader
+// asks, or the batch changed), so a reader never touches a sequence that is running.
 struct SlotState {
   int slot = 0;             // 0 .. max_batch - 1, kept by a request from admission to its end
   int64_t task = 0;         // the request's number, counted from 1 in order of admission
