@@ -465,18 +465,25 @@ void ProxyServer::routes() {
   // /health: ok while any upstream answers /v1/models; each upstream's state beside. The upstreams
   // are asked at once and given a few seconds: a load balancer's probe must not wait out the
   // upstream read timeout (minutes) behind one hung replica.
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  // GET `path` from every upstream at once, each given a probe's few seconds; answers in upstream order.
+  auto ask_every_upstream = [this](const std::string& path) {
+    std::vector<std::future<Expected<json>>> asks;
+    for (const auto& u : upstreams_)
+      asks.push_back(std::async(std::launch::async, [&client = u->client, path] {
+        return client.get_json(path, nullptr, kHealthProbeTimeoutS);
+      }));
+    std::vector<Expected<json>> answers;
+    for (auto& a : asks) answers.push_back(a.get());
+    return answers;
+  };
+  http_->Get("/health", [this, ask_every_upstream](const httplib::Request&, httplib::Response& res) {
     json each = json::array();
     std::string first_error;
     bool any = false;
-    std::vector<std::future<Expected<json>>> probes;
-    for (const auto& u : upstreams_)
-      probes.push_back(std::async(std::launch::async, [&client = u->client] {
-        return client.get_json("/v1/models", nullptr, kHealthProbeTimeoutS);
-      }));
+    auto probes = ask_every_upstream("/v1/models");
     for (size_t i = 0; i < upstreams_.size(); ++i) {
       const auto& u = upstreams_[i];
-      auto models = probes[i].get();
+      auto& models = probes[i];
       json e{{"upstream", u->label}, {"status", models ? "ok" : "unavailable"}, {"in_flight", u->in_flight.load()}};
       if (!models) {
         e["error"] = models.message();
@@ -544,17 +551,13 @@ void ProxyServer::routes() {
   // probe's few seconds, as /health), and their slots come back in one array, each marked with its
   // `upstream`, so a monitor pointed at the proxy sees the whole pool. `fail_on_no_slot` answers
   // 503 when no replica has an idle slot.
-  http_->Get("/slots", [this](const httplib::Request& q, httplib::Response& res) {
-    std::vector<std::future<Expected<json>>> asks;
-    for (const auto& u : upstreams_)
-      asks.push_back(std::async(std::launch::async, [&client = u->client] {
-        return client.get_json("/slots", nullptr, kHealthProbeTimeoutS);
-      }));
+  http_->Get("/slots", [this, ask_every_upstream](const httplib::Request& q, httplib::Response& res) {
+    auto answers = ask_every_upstream("/slots");
     json all = json::array();
     std::string first_error;
     bool any = false;
     for (size_t i = 0; i < upstreams_.size(); ++i) {
-      auto slots = asks[i].get();
+      auto& slots = answers[i];
       if (!slots || !slots->is_array()) {
         if (first_error.empty())
           first_error = upstreams_[i]->label + ": " + (slots ? "not a list of slots" : slots.message());

@@ -47,7 +47,6 @@ nlohmann::ordered_json llama_completion_body(const ApiRequest& r, const GuardedR
                                              int64_t n_ctx, const Vocab& vocab, const LlamaCompletionOptions& o,
                                              bool final_of_stream);
 
-// llama-server's sampling defaults, which /completion applies where a request is silent, as the
 // A request's sampling fields by llama-server's names (generation_settings, a slot's params).
 nlohmann::ordered_json llama_sampling_params(const SamplingParams& s);
 
@@ -57,6 +56,7 @@ nlohmann::ordered_json llama_sampling_params(const SamplingParams& s);
 // since arrival and the guard's report on the generation so far. Never the prompt's text.
 nlohmann::ordered_json llama_slots(const std::vector<SlotState>& running, size_t total_slots, int64_t n_ctx);
 
+// llama-server's sampling defaults, which /completion applies where a request is silent, as the
 // `params` that GET /props reports.
 nlohmann::ordered_json llama_default_params();
 
