@@ -2,18 +2,22 @@
 // chat, streaming with usage, a loop stopped by the guard, and errors as the SDK's typed errors,
 // the upstream's (400, 404) passed through and the proxy's own (401, 502).
 // Usage: node tests/node/openai_sdk_proxy.mjs build/coda
-import { createServer } from "node:net";
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import OpenAI from "openai";
 import { check, checkStreamEqualsWhole, expectError, failures, startCoda } from "./sdk_common.mjs";
 
 const coda = process.argv[2];
-// A port nothing listens on: bound, then closed.
-const deadPort = await new Promise((resolve) => {
-  const s = createServer();
-  s.listen(0, "127.0.0.1", () => {
-    const { port } = s.address();
-    s.close(() => resolve(port));
-  });
+// A port nothing listens on, held for the whole test: a socket bound and never listening, so a
+// connect is refused and no test running beside this one can be given the port. Node cannot bind
+// without listening, so Python holds it until its stdin closes. (A port bound and then closed can
+// be handed to another test's server at once; stop 56 found that race in tests/proxy.)
+const holder = spawn("/usr/bin/python3", ["-c",
+  "import socket, sys\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\nprint(s.getsockname()[1], flush=True)\nsys.stdin.read()"],
+  { stdio: ["pipe", "pipe", "inherit"] });
+const deadPort = await new Promise((resolve, reject) => {
+  createInterface({ input: holder.stdout }).once("line", (line) => resolve(Number(line)));
+  holder.once("exit", (code) => reject(new Error("the port holder exited " + code)));
 });
 
 const upstream = await startCoda(coda, ["serve", "--port", "0", "-t", "1", "--api-key", "upstream-key"]);
@@ -73,6 +77,7 @@ try {
   check(false, "unexpected: " + e.stack);
 } finally {
   for (const p of [dead, proxy, upstream]) p.proc.kill("SIGTERM");
+  holder.stdin.end();
 }
 console.log(`${failures} failure(s)`);
 process.exit(failures ? 1 : 0);
