@@ -50,6 +50,15 @@ int bench(BenchFlags& f, const CLI::App* sub) {
                static_cast<long long>(summary["errors"].get<int64_t>()), summary["failure_rate"].get<double>() * 100,
                ci[0].get<double>() * 100, ci[1].get<double>() * 100,
                ttft.is_number() ? std::to_string(ttft.get<double>()).c_str() : "-", (f.out_dir + "/report.html").c_str());
+  if (const int64_t n = summary["stop_at_limit"].get<int64_t>(); n > 0)
+    std::fprintf(stderr,
+                 "coda bench: %lld request(s) answered finish_reason \"stop\" with completion_tokens at max_tokens %d. "
+                 "Some servers say \"stop\" for a generation cut at the limit (ik_llama.cpp before August 2026, "
+                 "llama.cpp before May 2024), %s\n",
+                 static_cast<long long>(n), load.max_tokens,
+                 load.trust_finish_reason ? "but --trust-finish-reason counted them as successes, as the server said"
+                                          : "so they were counted as failures, as \"length\" (--trust-finish-reason "
+                                            "takes the server at its word)");
   if (run.interrupted) return fail("interrupted; partial results are in " + f.out_dir);
   if (run.target_down || summary["completed"].get<int64_t>() == 0)
     return fail("the target " + target.describe() + " answered no request successfully" +

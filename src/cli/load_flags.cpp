@@ -52,6 +52,9 @@ void add_load_flags(CLI::App* sub, LoadFlags& f) {
   sub->add_option("--failure-reasons", f.failure_reasons,
                   "finish_reasons that count as failures (comma-separated; e.g. length,repetition)")
       ->capture_default_str();
+  sub->add_flag("--trust-finish-reason", f.load.trust_finish_reason,
+                "Count a request answered finish_reason \"stop\" at exactly max_tokens as the server says (a "
+                "success); by default it counts as \"length\", since some servers say \"stop\" for a cut at the limit");
   sub->add_option("--goodput-ttft", f.load.goodput_ttft_ms, "Goodput SLO: TTFT at most this many ms (0: none)");
   sub->add_option("--goodput-tpot", f.load.goodput_tpot_ms, "Goodput SLO: TPOT at most this many ms (0: none)");
   sub->add_flag("--no-stream", f.no_stream, "Non-streaming requests (no TTFT or ITL)");

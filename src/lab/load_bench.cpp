@@ -53,9 +53,16 @@ nlohmann::ordered_json request_body(const BenchPrompt& p, const LoadOptions& opt
   return b;
 }
 
+bool stop_at_limit(const RequestRecord& r) {
+  return r.out.ok && r.out.finish_reason == "stop" && r.max_tokens > 0 && r.out.completion_tokens >= r.max_tokens;
+}
+
 bool is_failure(const RequestRecord& r, const LoadOptions& opts) {
-  return r.out.ok && std::find(opts.failure_reasons.begin(), opts.failure_reasons.end(), r.out.finish_reason) !=
-                         opts.failure_reasons.end();
+  if (!r.out.ok) return false;
+  auto counts = [&](const std::string& reason) {
+    return std::find(opts.failure_reasons.begin(), opts.failure_reasons.end(), reason) != opts.failure_reasons.end();
+  };
+  return counts(r.out.finish_reason) || (!opts.trust_finish_reason && counts("length") && stop_at_limit(r));
 }
 
 LoadRun run_load(Target& target, const std::vector<BenchPrompt>& prompts, const LoadOptions& opts,
@@ -173,21 +180,26 @@ LoadRun run_load(Target& target, const std::vector<BenchPrompt>& prompts, const 
 nlohmann::ordered_json record_json(const RequestRecord& r, const LoadOptions& opts) {
   const auto& c = r.out;
   auto num = [](double v) { return std::isnan(v) || v < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
-  nlohmann::ordered_json j{{"set", r.set},
-                           {"index", r.index},
-                           {"group", r.group},
-                           {"sent_at", r.sent_at},
-                           {"ttft_ms", num(c.ttft_ms)},
-                           {"tpot_ms", num(tpot_ms(c))},
-                           {"e2e_ms", c.e2e_ms},
-                           {"prompt_tokens", c.prompt_tokens < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.prompt_tokens)},
-                           {"completion_tokens", c.completion_tokens < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.completion_tokens)},
-                           {"max_tokens", r.max_tokens},
-                           {"finish_reason", c.finish_reason.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.finish_reason)},
-                           {"failure", is_failure(r, opts)},
-                           {"error", c.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.error)},
-                           {"error_kind", c.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(client::to_string(c.error_kind))},
-                           {"status", c.status}};
+  nlohmann::ordered_json j{
+      {"set", r.set},
+      {"index", r.index},
+      {"group", r.group},
+      {"sent_at", r.sent_at},
+      {"ttft_ms", num(c.ttft_ms)},
+      {"tpot_ms", num(tpot_ms(c))},
+      {"e2e_ms", c.e2e_ms},
+      {"prompt_tokens",
+       c.prompt_tokens < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.prompt_tokens)},
+      {"completion_tokens",
+       c.completion_tokens < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.completion_tokens)},
+      {"max_tokens", r.max_tokens},
+      {"finish_reason",
+       c.finish_reason.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.finish_reason)},
+      {"failure", is_failure(r, opts)},
+      {"stop_at_limit", stop_at_limit(r)},
+      {"error", c.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.error)},
+      {"error_kind", c.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(client::to_string(c.error_kind))},
+      {"status", c.status}};
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   if (c.coda.is_object() && c.coda.contains("events") && c.coda["events"].is_array())
     for (const auto& e : c.coda["events"])
@@ -197,7 +209,7 @@ nlohmann::ordered_json record_json(const RequestRecord& r, const LoadOptions& op
 }
 
 nlohmann::ordered_json summarize(const LoadRun& run, const LoadOptions& opts, const std::string& target) {
-  int64_t completed = 0, failures = 0, errors = 0, out_tokens = 0, good = 0, with_events = 0;
+  int64_t completed = 0, failures = 0, errors = 0, out_tokens = 0, good = 0, with_events = 0, at_limit = 0;
   std::map<std::string, int64_t> reasons, kinds, events;
   std::map<int, std::pair<int64_t, int64_t>> per_set;  // set -> (completed, failures)
   std::map<std::string, std::pair<int64_t, int64_t>> per_group;
@@ -213,6 +225,7 @@ nlohmann::ordered_json summarize(const LoadRun& run, const LoadOptions& opts, co
     const bool fail = is_failure(r, opts);
     failures += fail;
     ++reasons[c.finish_reason.empty() ? "unknown" : c.finish_reason];
+    at_limit += stop_at_limit(r);
     per_set[r.set].first += 1;
     per_set[r.set].second += fail;
     per_group[r.group].first += 1;
@@ -253,6 +266,8 @@ nlohmann::ordered_json summarize(const LoadRun& run, const LoadOptions& opts, co
   s["failure_rate"] = completed ? static_cast<double>(failures) / static_cast<double>(completed) : 0.0;
   s["failure_rate_ci95"] = {ci.first, ci.second};
   s["failure_definition"] = opts.failure_reasons;
+  s["stop_at_limit"] = at_limit;
+  s["trust_finish_reason"] = opts.trust_finish_reason;
   nlohmann::ordered_json sets = nlohmann::ordered_json::array();
   for (const auto& [set, v] : per_set) {
     auto j = rate_json(v.second, v.first);

@@ -6,6 +6,13 @@
 // until max_tokens without ending (finish_reason in `failure_reasons`, "length" by default); the
 // failure rate is over the requests that finished, with a Wilson interval, per set and overall.
 // Requests that errored (connection, timeout, HTTP error) are counted apart, never as failures.
+//
+// Some servers say "stop" for a generation cut at max_tokens: ik_llama.cpp's server until its pull
+// request 2362 (August 2026), llama.cpp's until 7198 (May 2024). Against them every failure would
+// read as a success. So a request answered "stop" whose completion_tokens reached max_tokens counts
+// as "length" too (`stop_at_limit`), unless `trust_finish_reason`. A server that keeps to OpenAI's
+// meaning says "stop" there only when the model's end token was the last one allowed, which is rare;
+// the summary counts these requests apart so a reader can tell which case a run was.
 #pragma once
 
 #include <atomic>
@@ -31,6 +38,7 @@ struct LoadOptions {
   nlohmann::json sampling = nlohmann::json::object();  // OpenAI/vLLM request fields
   bool stream = true;          // streaming gives TTFT and ITL
   std::vector<std::string> failure_reasons = {"length"};
+  bool trust_finish_reason = false;  // true: "stop" at max_tokens is a success, as the server says
   int abort_after_errors = 8;  // this many errors before any success: the target is down, stop
   double goodput_ttft_ms = 0;  // SLOs for goodput; 0: not part of it
   double goodput_tpot_ms = 0;
@@ -66,6 +74,8 @@ LoadRun run_load(Target& target, const std::vector<BenchPrompt>& prompts, const 
 // The request body sent for one prompt (completions or chat by the prompt's kind).
 nlohmann::ordered_json request_body(const BenchPrompt& p, const LoadOptions& opts, uint64_t request_seed);
 
+// Answered "stop" with completion_tokens at (or past) its max_tokens (see the top of this file).
+bool stop_at_limit(const RequestRecord& r);
 bool is_failure(const RequestRecord& r, const LoadOptions& opts);
 // summary.json: requests, completed, errors, failures, failure_rate, failure_rate_ci95, per set,
 // finish_reasons, error_kinds, guard_events, ttft_ms/tpot_ms/itl_ms/e2e_ms {p50, p90, p99, mean},

@@ -7,6 +7,9 @@
   Optuna 3.1's TPESampler's next proposal (two-sample Kolmogorov-Smirnov test per parameter);
 - `coda bench --url` against `coda serve` over loopback counts the finish reasons the server's
   /metrics report;
+- `coda bench` against a server that says "stop" for a generation cut at max_tokens (ik_llama.cpp
+  before August 2026; tests/proxy/scripted_upstream.py's [stop-at-limit]) still counts those
+  requests as failures, and takes the server at its word with --trust-finish-reason;
 - `coda threshold` on the bundled model, greedy: the Kaplan-Meier curve falls where the loops of
   the guard evaluation's reference definition (bench/guard_eval.py) begin, on the same tokens;
 - `coda diagnose` on the bundled model: greedy, it names the decoding plane, and its count of
@@ -209,6 +212,49 @@ def bench_http_tests(coda, work):
         srv.wait(timeout=30)
 
 
+def bench_finish_reason_tests(coda, work):
+    """Failures that a server reports as "stop": a text cut at max_tokens, said "stop" as older
+    ik_llama.cpp and llama.cpp servers say it, is still a generation that never ended."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    up = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "proxy", "scripted_upstream.py")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = "http://127.0.0.1:" + up.stdout.readline().split()[-1]
+        prompts = os.path.join(work, "limit-prompts.jsonl")
+        with open(prompts, "w") as f:
+            for p in ("[loop] [stop-at-limit] Tell", "[text] [stop-at-limit] Say", "[loop] Tell", "[text] Say"):
+                f.write(json.dumps({"prompt": p, "group": "limit" if "stop-at" in p else "truthful"}) + "\n")
+        for stream in (True, False):
+            tag = "stream" if stream else "whole"
+            base = [coda, "bench", "--url", url, "--rate", "0", "--requests", "8", "-n", "16", "--prompts", prompts,
+                    "--seed", "3"] + ([] if stream else ["--no-stream"])
+            out = os.path.join(work, "limit-" + tag)
+            p = run(base + ["-o", out])
+            s = json.load(open(os.path.join(out, "summary.json")))
+            recs = [json.loads(line) for line in open(os.path.join(out, "requests.jsonl"))]
+            loops = [r for r in recs if r["completion_tokens"] == 16]
+            mislabelled = [r for r in loops if r["finish_reason"] == "stop"]
+            check(len(recs) == 8 and loops and mislabelled and len(mislabelled) < len(loops) and
+                  all(r["completion_tokens"] < 16 and r["finish_reason"] == "stop" for r in recs if r not in loops),
+                  f"{tag}: the loops ran to max_tokens, some said stop, some length; the texts ended before "
+                  f"({[(r['finish_reason'], r['completion_tokens']) for r in recs]})")
+            check(s["failures"] == len(loops) and all(r["failure"] == (r in loops) for r in recs) and
+                  all(r["stop_at_limit"] == (r in mislabelled) for r in recs) and
+                  s["stop_at_limit"] == len(mislabelled) and s["finish_reasons"]["stop"] == 8 - len(loops) + len(mislabelled),
+                  f"{tag}: every generation cut at max_tokens is a failure, whatever the server called it "
+                  f"({s['failures']} failures of {len(loops)} loops, {s['stop_at_limit']} said stop)")
+            check("counted as failures" in p.stderr, f"{tag}: the run says what it did: {p.stderr.strip()[-300:]}")
+            trusting = os.path.join(work, "limit-trust-" + tag)
+            p = run(base + ["--trust-finish-reason", "-o", trusting])
+            t = json.load(open(os.path.join(trusting, "summary.json")))
+            check(t["failures"] == len(loops) - len(mislabelled) and t["stop_at_limit"] == len(mislabelled) and
+                  t["trust_finish_reason"] is True and "--trust-finish-reason counted them as successes" in p.stderr,
+                  f"{tag}: --trust-finish-reason counts only what the server called length ({t['failures']})")
+    finally:
+        up.terminate()
+        up.wait(timeout=30)
+
+
 def bench_api_key_tests(coda, work):
     """A target behind a key: without one every request is refused (a clear error, a non-zero exit);
     $OPENAI_API_KEY is sent when --api-key is not given, as vLLM's benchmark sends it."""
@@ -374,6 +420,7 @@ def main():
     proposal_tests(coda, work)
     bench_report = bench_http_tests(coda, work)
     bench_api_key_tests(coda, work)
+    bench_finish_reason_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
     render(tune_report, work)

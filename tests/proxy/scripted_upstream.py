@@ -19,6 +19,8 @@ message on chat):
   [tools]      chat: a short text, then two tool calls streamed as vLLM streams them (id, type and
                name first, the arguments in pieces), finish_reason "tool_calls"
   [overrun]    a broken server: fresh words to ten times max_tokens plus 100, as if it were not sent
+  [stop-at-limit] a text cut at max_tokens says finish_reason "stop", not "length", as ik_llama.cpp's
+               server did before its pull request 2362 (August 2026) and llama.cpp's before 7198
   [ping-mid]   five tokens, then SSE comments (": ping") every 50 ms and never another token
   [empty-mid]  five tokens, then data events with an empty delta every 50 ms and never a token
 
@@ -214,7 +216,7 @@ class Handler(BaseHTTPRequestHandler):
         if tag:  # the load test tells streams apart by a word only their own text has
             toks = [" " + tag.group(1)] + toks
         if len(toks) >= max_tokens and "[overrun]" not in user:
-            toks, finish = toks[:max_tokens], "length"
+            toks, finish = toks[:max_tokens], "stop" if "[stop-at-limit]" in user else "length"
         llamacpp = "[llamacpp]" in user
         pace = re.search(r"\[pace:(\d+)\]", user)
         pace_s = int(pace.group(1)) / 1000.0 if pace else 0.0
