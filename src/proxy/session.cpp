@@ -301,6 +301,13 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       break;
     }
     if (acted && c.error_kind == client::ErrorKind::Cancelled) ++r.upstream_cancellations;
+    // Some servers say "stop" for a generation cut at its max_tokens (ik_llama.cpp before its pull
+    // request 2362, August 2026; llama.cpp before 7198, May 2024). A segment that used every token it
+    // was allowed, by the upstream's own count, ended at the limit: "length", so the client learns its
+    // text was cut, and a repair's hot stretch is continued instead of taken for the end of the text.
+    // (A server that keeps to OpenAI's meaning says "stop" there only when the end token came last.)
+    if (c.ok && seg_finish == "stop" && seg_stop.empty() && c.completion_tokens >= max_tokens_of(request))
+      seg_finish = "length";
     if (!acted) {
       if (!c.ok) {
         // An upstream that refuses the logprobs the proxy asked for: once more as the client asked,

@@ -441,6 +441,23 @@ def scripted_tests(coda, work):
         check(st == 200 and body["choices"][0]["finish_reason"] == "stop" and text.endswith(" The end."),
               f"scripted repair: {body['choices'][0]}")
         check(text.count("The cat sat on the mat") <= 3, f"repair kept at most the copies before the loop: {text!r}")
+        # An upstream that says "stop" for a cut at max_tokens (ik_llama.cpp before its pull request 2362,
+        # llama.cpp before 7198): the repair's hot stretch, cut at its limit, is continued all the same,
+        # not taken for the end of the text; and a text cut at the client's limit comes back "length".
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": "[loop] [stop-at-limit] go|", "max_tokens": 400,
+                                                          "coda": {"guard": "repair"}})
+        text = body["choices"][0]["text"] if st == 200 else ""
+        check(st == 200 and body["choices"][0]["finish_reason"] == "stop" and text.endswith(" The end.") and
+              len(body["coda"]["repairs"]) >= 1, f"repair over an upstream that says stop at the limit: {text[-120:]!r}")
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": "[text] [stop-at-limit] hi|", "max_tokens": 4})
+        check(st == 200 and body["choices"][0]["finish_reason"] == "length" and
+              len(body["choices"][0]["text"].split()) == 4, f"a cut the upstream calls stop is length: {body.get('choices')}")
+        st, events, done = px.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "[text] [stop-at-limit] hi"}],
+                                                              "max_tokens": 4, "stream": True})
+        ends = [c["finish_reason"] for e in events for c in e.get("choices", []) if c.get("finish_reason")]
+        check(done and ends == ["length"], f"streamed, too: {ends}")
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": "[text] [stop-at-limit] hi|", "max_tokens": 40})
+        check(st == 200 and body["choices"][0]["finish_reason"] == "stop", "a text that ended before the limit stays stop")
         # X-Request-Id: the client's goes upstream, with -r1, -r2 on the requests after a repair (vLLM
         # refuses an id still running), and comes back on the answer; without one the proxy makes one.
         st, hdrs, body = px.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
