@@ -573,8 +573,11 @@ void ProxyServer::routes() {
     if (!any)
       return send_api_error(res, 502, "No upstream answered GET /slots (" + first_error + ")", "upstream_error",
                             "upstream_slots");
+    // A slot is idle by llama-server's `is_processing: false`, or by `state: 0` in the older shape
+    // that ik_llama.cpp's server still sends.
     const bool idle = std::any_of(all.begin(), all.end(), [](const json& x) {
-      return x.contains("is_processing") && x["is_processing"].is_boolean() && !x["is_processing"].get<bool>();
+      if (x.contains("is_processing") && x["is_processing"].is_boolean()) return !x["is_processing"].get<bool>();
+      return x.contains("state") && x["state"].is_number_integer() && x["state"].get<int64_t>() == 0;
     });
     if (q.has_param("fail_on_no_slot") && !idle)
       return send_api_error(res, 503, "No slot available on any upstream", "unavailable_error");

@@ -27,7 +27,9 @@ message on chat):
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do;
 --tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls);
 --hang-models holds GET /v1/models without an answer (a hung replica under a health probe).
-GET /slots answers llama-server's shape: two slots, the second busy (both with --slots-busy).
+GET /slots answers llama-server's shape: two slots, the second busy (both with --slots-busy); with
+--slots-state, the older shape that ik_llama.cpp's server sends (`state`: 0 idle, 1 busy, and no
+`is_processing`).
 GET /v1/endless sends a JSON body without end; GET /v1/trickle one byte every 50 ms.
 GET /stats reports requests, streams open now and streams the client closed (cancellations);
 GET /last-bodies, /last-request-ids and /last-authorizations the last ten generation requests'
@@ -79,6 +81,7 @@ class Handler(BaseHTTPRequestHandler):
     refuse_logprobs = False
     hang_models = False
     slots_busy = False
+    slots_state = False
 
     def log_message(self, *a):
         pass
@@ -122,7 +125,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             return self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
         if self.path == "/slots":  # llama-server's: two slots, one busy (both with --slots-busy)
-            return self.send_json(200, [{"id": i, "id_task": 7 if busy else -1, "n_ctx": 4096, "is_processing": busy}
+            busy_key = (lambda b: {"state": int(b)}) if self.slots_state else (lambda b: {"is_processing": b})
+            return self.send_json(200, [{"id": i, "id_task": 7 if busy else -1, "n_ctx": 4096, **busy_key(busy)}
                                         for i, busy in enumerate([self.slots_busy, True])])
         if self.path == "/stats":
             with LOCK:
@@ -328,10 +332,12 @@ def main():
     ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     ap.add_argument("--hang-models", action="store_true")
     ap.add_argument("--slots-busy", action="store_true")
+    ap.add_argument("--slots-state", action="store_true")
     a = ap.parse_args()
     Handler.refuse_logprobs = a.refuse_logprobs
     Handler.hang_models = a.hang_models
     Handler.slots_busy = a.slots_busy
+    Handler.slots_state = a.slots_state
     srv = Server(("127.0.0.1", a.port), Handler)
     if a.tls:
         import ssl

@@ -817,6 +817,14 @@ def replica_tests(coda):
         st, _, e = pb.json("GET", "/slots?fail_on_no_slot=1")
         check(st == 503 and isinstance(e["error"]["message"], str), f"fail_on_no_slot, every slot busy: {st} {e}")
         check(pb.json("GET", "/slots")[0] == 200, "/slots with every slot busy: 200")
+        # The older slot shape (`state`, no `is_processing`) that ik_llama.cpp's server sends.
+        for flags, want in (([], 200), (["--slots-busy"], 503)):
+            old_shape = scripted("--slots-state", *flags)
+            procs.append(old_shape)
+            po = Proc([coda, "proxy", "--upstream", f"http://127.0.0.1:{old_shape.port}", "--port", "0"])
+            procs.append(po)
+            st, _, e = po.json("GET", "/slots?fail_on_no_slot=1")
+            check(st == want, f"fail_on_no_slot over slots with `state` {flags}: {st} {e}")
         # The engine's other routes pass through (unwatched), errors with their status.
         st, _, e = px.json("POST", "/v1/embeddings", {"input": ["ab", "abcd"], "model": "m"})
         check(st == 200 and [d["embedding"] for d in e.get("data", [])] == [[2, 0.5, -1.25], [4, 0.5, -1.25]],
