@@ -1,6 +1,28 @@
 #include "cli/sampling_flags.h"
 
+#include <charconv>
+#include <cstdlib>
+
 namespace coda::cli {
+
+namespace {
+
+// A float parameter as the number the user typed: `--repeat-penalty 1.07` is held as the float
+// nearest 1.07, which widened to double reads 1.0700000524520874 on the wire. The shortest text
+// that gives the same float back ("1.07"), read as a double, is what the user meant.
+nlohmann::json as_typed(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  if (r.ec != std::errc()) return static_cast<double>(v);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+nlohmann::json as_typed(const auto& v) {
+  return v;
+}
+
+}  // namespace
 
 void add_sampling_flags(CLI::App* sub, GenerationRequest& r) {
   SamplingParams& sp = r.sampling;
@@ -53,8 +75,8 @@ nlohmann::json sampling_fields(const CLI::App* app, const GenerationRequest& r) 
   const SamplingParams& sp = r.sampling;
   nlohmann::json j = nlohmann::json::object();
   auto given = [&](const char* flag) { return app->count(flag) > 0; };
-  auto put = [&](const char* flag, const char* field, const nlohmann::json& v) {
-    if (given(flag)) j[field] = v;
+  auto put = [&](const char* flag, const char* field, const auto& v) {
+    if (given(flag)) j[field] = as_typed(v);
   };
   put("--temp", "temperature", sp.temperature);
   put("--top-k", "top_k", sp.top_k);

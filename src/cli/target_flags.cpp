@@ -80,7 +80,9 @@ Expected<BuiltTarget> make_target(const TargetFlags& f) {
     ep.read_timeout_s = f.timeout_s;
     auto c = client::OpenAIClient::create(ep);
     if (!c) return c.error();
-    b.target = std::make_unique<lab::HttpTarget>(std::move(*c));
+    auto http = std::make_unique<lab::HttpTarget>(std::move(*c));
+    http->speaks_llamacpp();  // asked now, so that no request of a timed load waits for it
+    b.target = std::move(http);
     return b;
   }
   GuardConfig guard;

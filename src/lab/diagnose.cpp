@@ -38,7 +38,10 @@ ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_pe
     ++completed;
     lengths.push_back(static_cast<double>(r.length));
     ++finish[r.finish_reason.empty() ? "unknown" : r.finish_reason];
-    hit_max += r.finish_reason == "length";
+    // A run counted in tokens that reached max_tokens hit it, whatever the server called the end:
+    // some say "stop" there (load_bench.h).
+    hit_max +=
+        r.finish_reason == "length" || (r.finish_reason == "stop" && r.guarded_on != "text" && r.length >= max_tokens);
     if (r.mean_entropy >= 0) entropies.push_back(r.mean_entropy);
     bool loop = false;
     for (const auto& [type, onset] : r.episodes) {

@@ -4,7 +4,22 @@
 
 namespace coda::lab {
 
+bool HttpTarget::speaks_llamacpp() {
+  std::call_once(probe_once_, [this] {
+    auto models = client_.get_json("/v1/models", nullptr, 10);
+    if (!models || !models->is_object() || !models->contains("data") || !(*models)["data"].is_array()) return;
+    for (const auto& m : (*models)["data"])
+      if (m.is_object() && m.value("owned_by", nlohmann::ordered_json()) == "llamacpp") llamacpp_ = true;
+  });
+  return llamacpp_;
+}
+
 client::Completion HttpTarget::send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) {
+  if (body.contains("repetition_penalty") && !body.contains("repeat_penalty") && speaks_llamacpp()) {
+    nlohmann::ordered_json named = body;
+    named["repeat_penalty"] = body["repetition_penalty"];
+    return client_.complete(named, chat, {}, cancel);
+  }
   return client_.complete(body, chat, {}, cancel);
 }
 

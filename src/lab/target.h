@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -26,15 +27,23 @@ class Target {
   virtual std::string describe() const = 0;
 };
 
+// Request fields go out with OpenAI's and vLLM's names, which llama.cpp's server shares but for one:
+// it reads the repetition penalty as `repeat_penalty` and ignores `repetition_penalty` without a
+// word (ik_llama.cpp's server too), so a penalty that `coda tune` searched or `coda diagnose` tried
+// would do nothing there. A server that names itself llama.cpp in /v1/models (`owned_by:
+// "llamacpp"`, asked once, at the first request) is sent `repeat_penalty` beside it.
 class HttpTarget : public Target {
  public:
   explicit HttpTarget(client::OpenAIClient client) : client_(std::move(client)) {}
   client::Completion send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) override;
   std::string describe() const override { return client_.describe(); }
   const client::OpenAIClient& client() const { return client_; }
+  bool speaks_llamacpp();  // /v1/models says llama.cpp (asked once; false when it cannot tell)
 
  private:
   client::OpenAIClient client_;
+  std::once_flag probe_once_;
+  bool llamacpp_ = false;
 };
 
 struct EngineTargetOptions {

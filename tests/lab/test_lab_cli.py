@@ -10,6 +10,8 @@
 - `coda bench` against a server that says "stop" for a generation cut at max_tokens (ik_llama.cpp
   before August 2026; tests/proxy/scripted_upstream.py's [stop-at-limit]) still counts those
   requests as failures, and takes the server at its word with --trust-finish-reason;
+- a server whose /v1/models says llama.cpp (`owned_by: "llamacpp"`) is sent the repetition
+  penalty as `repeat_penalty` too, the only name llama.cpp's server reads; others are not;
 - `coda threshold` on the bundled model, greedy: the Kaplan-Meier curve falls where the loops of
   the guard evaluation's reference definition (bench/guard_eval.py) begin, on the same tokens;
 - `coda diagnose` on the bundled model: greedy, it names the decoding plane, and its count of
@@ -255,6 +257,31 @@ def bench_finish_reason_tests(coda, work):
         up.wait(timeout=30)
 
 
+def bench_llamacpp_names_tests(coda, work):
+    """llama.cpp's server reads the repetition penalty only as `repeat_penalty`."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for owned_by in ("llamacpp", None):
+        up = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "proxy", "scripted_upstream.py")] +
+                              (["--owned-by", owned_by] if owned_by else []),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            url = "http://127.0.0.1:" + up.stdout.readline().split()[-1]
+            prompts = os.path.join(work, "names-prompts.jsonl")
+            with open(prompts, "w") as f:
+                f.write(json.dumps({"prompt": "[text] Say"}) + "\n")
+            run([coda, "bench", "--url", url, "--rate", "0", "--requests", "3", "-n", "8", "--prompts", prompts,
+                 "--repeat-penalty", "1.07", "-o", os.path.join(work, f"names-{owned_by}")])
+            bodies = json.loads(urllib.request.urlopen(url + "/last-bodies").read())
+            want = 1.07 if owned_by else None
+            check(len(bodies) == 3 and all(b.get("repetition_penalty") == 1.07 and b.get("repeat_penalty") == want
+                                           for b in bodies),
+                  f"owned_by {owned_by}: repetition_penalty sent, repeat_penalty {want}: "
+                  f"{[(b.get('repetition_penalty'), b.get('repeat_penalty')) for b in bodies]}")
+        finally:
+            up.terminate()
+            up.wait(timeout=30)
+
+
 def bench_api_key_tests(coda, work):
     """A target behind a key: without one every request is refused (a clear error, a non-zero exit);
     $OPENAI_API_KEY is sent when --api-key is not given, as vLLM's benchmark sends it."""
@@ -421,6 +448,7 @@ def main():
     bench_report = bench_http_tests(coda, work)
     bench_api_key_tests(coda, work)
     bench_finish_reason_tests(coda, work)
+    bench_llamacpp_names_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
     render(tune_report, work)

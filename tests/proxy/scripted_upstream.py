@@ -26,7 +26,8 @@ message on chat):
 
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do;
 --tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls);
---hang-models holds GET /v1/models without an answer (a hung replica under a health probe).
+--hang-models holds GET /v1/models without an answer (a hung replica under a health probe);
+--owned-by NAME puts owned_by in its /v1/models entry (llama.cpp's server says "llamacpp").
 GET /slots answers llama-server's shape: two slots, the second busy (both with --slots-busy); with
 --slots-state, the older shape that ik_llama.cpp's server sends (`state`: 0 idle, 1 busy, and no
 `is_processing`).
@@ -82,6 +83,7 @@ class Handler(BaseHTTPRequestHandler):
     hang_models = False
     slots_busy = False
     slots_state = False
+    owned_by = None
 
     def log_message(self, *a):
         pass
@@ -123,7 +125,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.keep_sending(b"1," * 32768, 0)
             return self.keep_sending(b" ", 0.05)
         if self.path == "/v1/models":
-            return self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+            model = {"id": "scripted", "object": "model", **({"owned_by": self.owned_by} if self.owned_by else {})}
+            return self.send_json(200, {"object": "list", "data": [model]})
         if self.path == "/slots":  # llama-server's: two slots, one busy (both with --slots-busy)
             busy_key = (lambda b: {"state": int(b)}) if self.slots_state else (lambda b: {"is_processing": b})
             return self.send_json(200, [{"id": i, "id_task": 7 if busy else -1, "n_ctx": 4096, **busy_key(busy)}
@@ -333,11 +336,13 @@ def main():
     ap.add_argument("--hang-models", action="store_true")
     ap.add_argument("--slots-busy", action="store_true")
     ap.add_argument("--slots-state", action="store_true")
+    ap.add_argument("--owned-by", help="the owned_by of its /v1/models entry (llama.cpp's server says llamacpp)")
     a = ap.parse_args()
     Handler.refuse_logprobs = a.refuse_logprobs
     Handler.hang_models = a.hang_models
     Handler.slots_busy = a.slots_busy
     Handler.slots_state = a.slots_state
+    Handler.owned_by = a.owned_by
     srv = Server(("127.0.0.1", a.port), Handler)
     if a.tls:
         import ssl
