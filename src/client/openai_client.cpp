@@ -531,4 +531,12 @@ void ask_logprobs(nlohmann::ordered_json& body, bool chat, int top) {
   }
 }
 
+bool says_llamacpp(const OpenAIClient& client, double timeout_s) {
+  auto models = client.get_json("/v1/models", nullptr, timeout_s);
+  if (!models || !models->is_object() || !models->contains("data") || !(*models)["data"].is_array()) return false;
+  for (const auto& m : (*models)["data"])
+    if (m.is_object() && m.value("owned_by", nlohmann::ordered_json()) == "llamacpp") return true;
+  return false;
+}
+
 }  // namespace coda::client

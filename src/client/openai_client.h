@@ -157,4 +157,10 @@ class OpenAIClient {
 // `top_logprobs`); empty when absent or malformed.
 std::vector<TokenLogprob> parse_logprobs(const nlohmann::ordered_json& choice_logprobs);
 
+// Whether the server names itself llama.cpp in /v1/models (`owned_by: "llamacpp"`, as llama.cpp's
+// and ik_llama.cpp's servers answer). Their sampling fields are OpenAI's and vLLM's names but for
+// one: the repetition penalty is read only as `repeat_penalty`, and `repetition_penalty` is
+// ignored without a word. False when the server cannot be asked within `timeout_s`.
+bool says_llamacpp(const OpenAIClient& client, double timeout_s);
+
 }  // namespace coda::client

@@ -5,12 +5,7 @@
 namespace coda::lab {
 
 bool HttpTarget::speaks_llamacpp() {
-  std::call_once(probe_once_, [this] {
-    auto models = client_.get_json("/v1/models", nullptr, 10);
-    if (!models || !models->is_object() || !models->contains("data") || !(*models)["data"].is_array()) return;
-    for (const auto& m : (*models)["data"])
-      if (m.is_object() && m.value("owned_by", nlohmann::ordered_json()) == "llamacpp") llamacpp_ = true;
-  });
+  std::call_once(probe_once_, [this] { llamacpp_ = client::says_llamacpp(client_, 10); });
   return llamacpp_;
 }
 

@@ -360,6 +360,11 @@ Upstream* ProxyServer::pick(std::vector<char>& tried, uint64_t key) {
   return upstreams_[cands[chosen]].get();
 }
 
+bool Upstream::speaks_llamacpp() {
+  std::call_once(dialect_once_, [this] { llamacpp_ = client::says_llamacpp(client, 5); });
+  return llamacpp_;
+}
+
 void ProxyServer::mark_down(Upstream& u) {
   const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(opts_.upstream_fail_timeout_s));
@@ -374,7 +379,9 @@ SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view
   while (Upstream* u = pick(tried, key)) {
     used = u;
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_add(1) + 1, {{"upstream", u->label}});
-    r = run_session(u->client, body, view, so, emit);
+    SessionOptions here = so;
+    here.speaks_llamacpp = [u] { return u->speaks_llamacpp(); };
+    r = run_session(u->client, body, view, here, emit);
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_sub(1) - 1, {{"upstream", u->label}});
     // Refused, unreachable (a connect timeout: a host that is gone), or dropped before the client
     // saw anything: another replica can take the request whole. A read timeout is not retried:

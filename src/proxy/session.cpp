@@ -373,6 +373,9 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
                                                std::min<int64_t>(remaining, opt.hot_tokens));
     next["temperature"] = std::min(2.0, std::max(t0, static_cast<double>(a.min_temperature)) * factor);
     next["repetition_penalty"] = std::max(number_or(body, "repetition_penalty", 1.0), static_cast<double>(a.penalty));
+    if (opt.speaks_llamacpp && opt.speaks_llamacpp())
+      next["repeat_penalty"] =
+          std::max(number_or(body, "repeat_penalty", 1.0), next["repetition_penalty"].get<double>());
     hot = true;
     units_at_segment_start = kept;
     request = std::move(next);

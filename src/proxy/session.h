@@ -37,6 +37,10 @@ struct SessionOptions {
   // with "-r1", "-r2", ... on the requests that continue after a repair (a server such as vLLM may
   // still be aborting the earlier one, and refuses an id that is running).
   std::string request_id;
+  // Whether the upstream reads the repetition penalty only as `repeat_penalty` (llama.cpp's
+  // server, which ignores vLLM's `repetition_penalty`): a repair's penalty is then sent by that
+  // name too. Asked only when a repair continues; empty: no.
+  std::function<bool()> speaks_llamacpp;
 };
 
 // What the client asked to see.

@@ -458,6 +458,26 @@ def scripted_tests(coda, work):
         check(done and ends == ["length"], f"streamed, too: {ends}")
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "[text] [stop-at-limit] hi|", "max_tokens": 40})
         check(st == 200 and body["choices"][0]["finish_reason"] == "stop", "a text that ended before the limit stays stop")
+        # A repair's penalty reaches llama.cpp's server, which reads only `repeat_penalty`: an upstream
+        # whose /v1/models says owned_by llamacpp is sent both names; the others only vLLM's.
+        bodies = up.json("GET", "/last-bodies")[2]
+        hot = [b for b in bodies if "[stop-at-limit]" in b.get("prompt", "") and b.get("temperature", 0) >= 1]
+        check(hot and all(b.get("repetition_penalty", 1) > 1 and "repeat_penalty" not in b for b in hot),
+              f"a repair over vLLM-like upstream: repetition_penalty only: {[(b.get('repetition_penalty'), b.get('repeat_penalty')) for b in hot]}")
+        llamacpp = scripted("--owned-by", "llamacpp")
+        px_llamacpp = proxy(coda, llamacpp.port, "--guard", "stop")
+        try:
+            st, _, body = px_llamacpp.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
+                                                                       "repeat_penalty": 1.01, "coda": {"guard": "repair"}})
+            hot = [b for b in llamacpp.json("GET", "/last-bodies")[2] if b.get("temperature", 0) >= 1]
+            check(st == 200 and body["choices"][0]["text"].endswith(" The end.") and hot and
+                  all(b.get("repetition_penalty", 1) > 1.01 and b.get("repeat_penalty") == b["repetition_penalty"]
+                      for b in hot),
+                  f"a repair over llama.cpp's server sends repeat_penalty too: "
+                  f"{[(b.get('repetition_penalty'), b.get('repeat_penalty')) for b in hot]}")
+        finally:
+            px_llamacpp.stop()
+            llamacpp.stop()
         # X-Request-Id: the client's goes upstream, with -r1, -r2 on the requests after a repair (vLLM
         # refuses an id still running), and comes back on the answer; without one the proxy makes one.
         st, hdrs, body = px.json("POST", "/v1/completions", {"prompt": "[loop] go|", "max_tokens": 400,
