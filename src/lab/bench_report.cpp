@@ -48,6 +48,12 @@ std::string bench_report_html(const nlohmann::ordered_json& s, const LoadRun& ru
     << pct(ci[0].get<double>()) << " to " << pct(ci[1].get<double>()) << ". Errors: " << s["errors"].get<int64_t>()
     << ".</p>";
   if (s["interrupted"].get<bool>()) o << "<p class=\"note\">Interrupted: these are partial results.</p>";
+  if (const int64_t n = s.value("stop_at_limit", int64_t{0}); n > 0)
+    o << "<p class=\"note\">" << n
+      << " request(s) were answered <code>finish_reason: \"stop\"</code> at max_tokens, as "
+      << "servers that call a cut at the limit \"stop\" answer (ik_llama.cpp before August 2026, llama.cpp before "
+      << "May 2024); they were counted "
+      << (opts.trust_finish_reason ? "as successes (--trust-finish-reason)." : "as failures, as \"length\".") << "</p>";
 
   o << "<h2>Per set</h2><table><tr><th>set</th><th>requests</th><th>failures</th><th>rate</th><th>95% "
        "interval</th></tr>";

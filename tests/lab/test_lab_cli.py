@@ -245,7 +245,8 @@ def bench_finish_reason_tests(coda, work):
                   s["stop_at_limit"] == len(mislabelled) and s["finish_reasons"]["stop"] == 8 - len(loops) + len(mislabelled),
                   f"{tag}: every generation cut at max_tokens is a failure, whatever the server called it "
                   f"({s['failures']} failures of {len(loops)} loops, {s['stop_at_limit']} said stop)")
-            check("counted as failures" in p.stderr, f"{tag}: the run says what it did: {p.stderr.strip()[-300:]}")
+            check("counted as failures" in p.stderr and "counted as failures" in open(os.path.join(out, "report.html")).read(),
+                  f"{tag}: the run and its report say what it did: {p.stderr.strip()[-300:]}")
             trusting = os.path.join(work, "limit-trust-" + tag)
             p = run(base + ["--trust-finish-reason", "-o", trusting])
             t = json.load(open(os.path.join(trusting, "summary.json")))
