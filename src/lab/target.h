@@ -31,7 +31,7 @@ class Target {
 // it reads the repetition penalty as `repeat_penalty` and ignores `repetition_penalty` without a
 // word (ik_llama.cpp's server too), so a penalty that `coda tune` searched or `coda diagnose` tried
 // would do nothing there. A server that names itself llama.cpp in /v1/models (`owned_by:
-// "llamacpp"`, asked once, at the first request) is sent `repeat_penalty` beside it.
+// "llamacpp"`, asked once, before the first request) is sent `repeat_penalty` beside it.
 class HttpTarget : public Target {
  public:
   explicit HttpTarget(client::OpenAIClient client) : client_(std::move(client)) {}
