@@ -68,7 +68,7 @@ struct Upstream {
   std::atomic<int> in_flight{0};
   std::atomic<int64_t> down_until_ns{0};  // steady clock; skipped until then (unless all are)
   // Whether its /v1/models says llama.cpp (`owned_by: "llamacpp"`), whose server reads the
-  // repetition penalty only as `repeat_penalty`. Asked once, at the first repair that needs it.
+  // repetition penalty only as `repeat_penalty`. Asked once, at the first request with a penalty.
   bool speaks_llamacpp();
 
  private:

@@ -124,6 +124,10 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   if (!base.contains("stream_options") || !base["stream_options"].is_object())
     base["stream_options"] = nlohmann::ordered_json::object();
   base["stream_options"]["include_usage"] = true;
+  // A client's vLLM-named penalty reaches llama.cpp's server, which reads only its own name.
+  if (base.contains("repetition_penalty") && !base.contains("repeat_penalty") && opt.speaks_llamacpp &&
+      opt.speaks_llamacpp())
+    base["repeat_penalty"] = base["repetition_penalty"];
   const int top = std::max(opt.top_logprobs, view.top_logprobs);
   nlohmann::ordered_json with_lp = base;
   if (opt.top_logprobs > 0) client::ask_logprobs(with_lp, chat, top);

@@ -38,8 +38,8 @@ struct SessionOptions {
   // still be aborting the earlier one, and refuses an id that is running).
   std::string request_id;
   // Whether the upstream reads the repetition penalty only as `repeat_penalty` (llama.cpp's
-  // server, which ignores vLLM's `repetition_penalty`): a repair's penalty is then sent by that
-  // name too. Asked only when a repair continues; empty: no.
+  // server, which ignores vLLM's `repetition_penalty`): the client's penalty and a repair's are
+  // then sent by that name too. Asked only when there is a penalty to send; empty: no.
   std::function<bool()> speaks_llamacpp;
 };
 

@@ -475,6 +475,14 @@ def scripted_tests(coda, work):
                       for b in hot),
                   f"a repair over llama.cpp's server sends repeat_penalty too: "
                   f"{[(b.get('repetition_penalty'), b.get('repeat_penalty')) for b in hot]}")
+            # The client's own vLLM-named penalty too; the plain upstream is sent it as it came.
+            px_llamacpp.json("POST", "/v1/completions", {"prompt": "[text] hi|", "repetition_penalty": 1.05})
+            sent = llamacpp.json("GET", "/last-bodies")[2][-1]
+            px.json("POST", "/v1/completions", {"prompt": "[text] hi|", "repetition_penalty": 1.05})
+            plain = up.json("GET", "/last-bodies")[2][-1]
+            check(sent.get("repeat_penalty") == 1.05 and sent.get("repetition_penalty") == 1.05 and
+                  "repeat_penalty" not in plain and plain.get("repetition_penalty") == 1.05,
+                  f"a client's repetition_penalty reaches llama.cpp as repeat_penalty: {sent} / {plain}")
         finally:
             px_llamacpp.stop()
             llamacpp.stop()
