@@ -58,8 +58,14 @@ int tune(TuneFlags& f, const CLI::App* sub) {
     std::string vals;
     for (double v : tr.eval.values) vals += (vals.empty() ? "" : ", ") + std::to_string(v);
     bar.finish();
-    std::fprintf(stderr, "tune: trial %d (phase %d%s) -> [%s]  (%d/%d)\n", tr.number, tr.phase,
-                 tr.baseline ? ", baseline" : "", vals.c_str(), done, total);
+    // As coda bench says it: a server that calls a cut at max_tokens "stop" (load_bench.h).
+    const int64_t at_limit = tr.eval.details.value("stop_at_limit", int64_t{0});
+    const std::string note =
+        at_limit > 0 ? "; " + std::to_string(at_limit) + " answered \"stop\" at max_tokens, counted as " +
+                           (f.load.load.trust_finish_reason ? "successes (--trust-finish-reason)" : "failures")
+                     : "";
+    std::fprintf(stderr, "tune: trial %d (phase %d%s) -> [%s]  (%d/%d)%s\n", tr.number, tr.phase,
+                 tr.baseline ? ", baseline" : "", vals.c_str(), done, total, note.c_str());
   };
   Expected<lab::TuneResult> res = Error("");
   std::optional<Expected<BuiltTarget>> built;

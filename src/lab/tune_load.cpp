@@ -98,9 +98,14 @@ Evaluator load_evaluator(Target& target, const std::vector<BenchPrompt>& prompts
       e.values.push_back(v);
       e.intervals.push_back(iv);
     }
-    e.details = {{"requests", s["requests"]},   {"completed", s["completed"]}, {"failures", s["failures"]},
-                 {"errors", s["errors"]},       {"finish_reasons", s["finish_reasons"]},
-                 {"mean_output_tokens", s["mean_output_tokens"]}, {"duration_s", s["duration_s"]}};
+    e.details = {{"requests", s["requests"]},
+                 {"completed", s["completed"]},
+                 {"failures", s["failures"]},
+                 {"errors", s["errors"]},
+                 {"finish_reasons", s["finish_reasons"]},
+                 {"stop_at_limit", s["stop_at_limit"]},
+                 {"mean_output_tokens", s["mean_output_tokens"]},
+                 {"duration_s", s["duration_s"]}};
     return e;
   };
 }

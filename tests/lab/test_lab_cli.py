@@ -253,6 +253,15 @@ def bench_finish_reason_tests(coda, work):
             check(t["failures"] == len(loops) - len(mislabelled) and t["stop_at_limit"] == len(mislabelled) and
                   t["trust_finish_reason"] is True and "--trust-finish-reason counted them as successes" in p.stderr,
                   f"{tag}: --trust-finish-reason counts only what the server called length ({t['failures']})")
+        # coda tune counts them the same way, and says so per trial.
+        tuned = os.path.join(work, "limit-tune")
+        p = run([coda, "tune", "--url", url, "--rate", "0", "--requests", "8", "-n", "16", "--prompts", prompts,
+                 "--seed", "3", "--trials", "2", "-o", tuned])
+        trials = json.load(open(os.path.join(tuned, "pareto.json")))["trials"]
+        check(len(trials) == 2 and all(t["details"]["stop_at_limit"] >= 1 and
+                                       t["details"]["failures"] > t["details"]["finish_reasons"]["length"] for t in trials) and
+              p.stderr.count('answered "stop" at max_tokens, counted as failures') == 2,
+              f"coda tune counts a stop at the limit as a failure too: {[t['details'] for t in trials]}")
     finally:
         up.terminate()
         up.wait(timeout=30)
