@@ -92,6 +92,7 @@ void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, bool gat
   d.stop_reason = string_at(ch, "stop_reason");
   if (const auto* lp = member(ch, "logprobs")) d.logprobs = parse_logprobs(*lp);
   if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
+  if (!d.stop_reason.empty()) c.stop_reason = d.stop_reason;
   if (!gather) return;
   c.text += d.text;
   c.reasoning += d.reasoning;
@@ -537,6 +538,17 @@ bool says_llamacpp(const OpenAIClient& client, double timeout_s) {
   for (const auto& m : (*models)["data"])
     if (m.is_object() && m.value("owned_by", nlohmann::ordered_json()) == "llamacpp") return true;
   return false;
+}
+
+bool add_llamacpp_names(nlohmann::ordered_json& body) {
+  if (!body.is_object() || !body.contains("repetition_penalty") || body.contains("repeat_penalty")) return false;
+  body["repeat_penalty"] = body["repetition_penalty"];
+  return true;
+}
+
+bool stopped_at_limit(const Completion& c, int64_t max_tokens) {
+  return c.ok && c.finish_reason == "stop" && c.stop_reason.empty() && max_tokens > 0 &&
+         c.completion_tokens >= max_tokens;
 }
 
 }  // namespace coda::client

@@ -66,6 +66,7 @@ struct Completion {
   std::string text;                   // the generated text (concatenated deltas when streaming, without on_delta)
   std::string reasoning;       // chat: the reasoning beside it (reasoning_content), concatenated
   std::string finish_reason;   // empty when none was reported
+  std::string stop_reason;     // vLLM's (coda's too): the stop string that ended the text; else empty
   int64_t prompt_tokens = -1;  // from usage; -1 when the server did not say
   int64_t completion_tokens = -1;
   std::vector<TokenLogprob> logprobs;
@@ -162,5 +163,15 @@ std::vector<TokenLogprob> parse_logprobs(const nlohmann::ordered_json& choice_lo
 // one: the repetition penalty is read only as `repeat_penalty`, and `repetition_penalty` is
 // ignored without a word. False when the server cannot be asked within `timeout_s`.
 bool says_llamacpp(const OpenAIClient& client, double timeout_s);
+// Adds llama.cpp's name for a field the body gives by vLLM's: `repeat_penalty` for
+// `repetition_penalty` (unless the body names both). Returns whether it added anything.
+bool add_llamacpp_names(nlohmann::ordered_json& body);
+
+// Whether an answer said "stop" for what was a cut at `max_tokens`: its own count of completion
+// tokens reached the cap and no stop string ended it. ik_llama.cpp's server before its pull request
+// 2362 (August 2026) and llama.cpp's before 7198 (May 2024) say "stop" for every cut at the limit;
+// a server that keeps to OpenAI's meaning says it there only when the end token came last, which is
+// rare. The lab counts such an answer as a failure, and the proxy reads it as "length".
+bool stopped_at_limit(const Completion& c, int64_t max_tokens);
 
 }  // namespace coda::client

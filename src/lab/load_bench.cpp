@@ -54,7 +54,7 @@ nlohmann::ordered_json request_body(const BenchPrompt& p, const LoadOptions& opt
 }
 
 bool stop_at_limit(const RequestRecord& r) {
-  return r.out.ok && r.out.finish_reason == "stop" && r.max_tokens > 0 && r.out.completion_tokens >= r.max_tokens;
+  return client::stopped_at_limit(r.out, r.max_tokens);
 }
 
 bool is_failure(const RequestRecord& r, const LoadOptions& opts) {

@@ -7,12 +7,10 @@
 // failure rate is over the requests that finished, with a Wilson interval, per set and overall.
 // Requests that errored (connection, timeout, HTTP error) are counted apart, never as failures.
 //
-// Some servers say "stop" for a generation cut at max_tokens: ik_llama.cpp's server until its pull
-// request 2362 (August 2026), llama.cpp's until 7198 (May 2024). Against them every failure would
-// read as a success. So a request answered "stop" whose completion_tokens reached max_tokens counts
-// as "length" too (`stop_at_limit`), unless `trust_finish_reason`. A server that keeps to OpenAI's
-// meaning says "stop" there only when the model's end token was the last one allowed, which is rare;
-// the summary counts these requests apart so a reader can tell which case a run was.
+// Some servers say "stop" for a generation cut at max_tokens (client::stopped_at_limit). Against
+// them every failure would read as a success, so such a request counts as "length" too
+// (`stop_at_limit`), unless `trust_finish_reason`; the summary counts these requests apart so a
+// reader can tell which case a run was.
 #pragma once
 
 #include <atomic>

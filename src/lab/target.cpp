@@ -10,10 +10,9 @@ bool HttpTarget::speaks_llamacpp() {
 }
 
 client::Completion HttpTarget::send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) {
-  if (body.contains("repetition_penalty") && !body.contains("repeat_penalty") && speaks_llamacpp()) {
+  if (body.contains("repetition_penalty") && speaks_llamacpp()) {
     nlohmann::ordered_json named = body;
-    named["repeat_penalty"] = body["repetition_penalty"];
-    return client_.complete(named, chat, {}, cancel);
+    if (client::add_llamacpp_names(named)) return client_.complete(named, chat, {}, cancel);
   }
   return client_.complete(body, chat, {}, cancel);
 }

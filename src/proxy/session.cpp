@@ -125,9 +125,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     base["stream_options"] = nlohmann::ordered_json::object();
   base["stream_options"]["include_usage"] = true;
   // A client's vLLM-named penalty reaches llama.cpp's server, which reads only its own name.
-  if (base.contains("repetition_penalty") && !base.contains("repeat_penalty") && opt.speaks_llamacpp &&
-      opt.speaks_llamacpp())
-    base["repeat_penalty"] = base["repetition_penalty"];
+  if (base.contains("repetition_penalty") && opt.speaks_llamacpp && opt.speaks_llamacpp())
+    client::add_llamacpp_names(base);
   const int top = std::max(opt.top_logprobs, view.top_logprobs);
   nlohmann::ordered_json with_lp = base;
   if (opt.top_logprobs > 0) client::ask_logprobs(with_lp, chat, top);
@@ -305,13 +304,10 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       break;
     }
     if (acted && c.error_kind == client::ErrorKind::Cancelled) ++r.upstream_cancellations;
-    // Some servers say "stop" for a generation cut at its max_tokens (ik_llama.cpp before its pull
-    // request 2362, August 2026; llama.cpp before 7198, May 2024). A segment that used every token it
-    // was allowed, by the upstream's own count, ended at the limit: "length", so the client learns its
-    // text was cut, and a repair's hot stretch is continued instead of taken for the end of the text.
-    // (A server that keeps to OpenAI's meaning says "stop" there only when the end token came last.)
-    if (c.ok && seg_finish == "stop" && seg_stop.empty() && c.completion_tokens >= max_tokens_of(request))
-      seg_finish = "length";
+    // A segment the upstream called "stop" at its max_tokens was cut (client::stopped_at_limit):
+    // "length", so the client learns its text was cut, and a repair's hot stretch is continued
+    // instead of taken for the end of the text.
+    if (seg_finish == "stop" && client::stopped_at_limit(c, max_tokens_of(request))) seg_finish = "length";
     if (!acted) {
       if (!c.ok) {
         // An upstream that refuses the logprobs the proxy asked for: once more as the client asked,
