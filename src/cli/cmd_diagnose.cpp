@@ -30,12 +30,13 @@ int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
   auto built = make_target(f.target);
   if (!built) return fail(built.message());
   lab::Target& target = *built->target;
-  std::function<Expected<std::string>()> metrics;
+  lab::SystemProbes probes;
   if (auto* http = dynamic_cast<lab::HttpTarget*>(&target)) {
-    // A hung /metrics must not hold the diagnosis up: 5 s at most per read.
-    metrics = [http] { return http->client().get_text("/metrics", 5); };
+    // A hung /metrics or /slots must not hold the diagnosis up: 5 s at most per read.
+    probes.metrics = [http] { return http->client().get_text("/metrics", 5); };
+    probes.slots = [http] { return http->client().get_text("/slots", 5); };
   } else if (auto* engine = dynamic_cast<lab::EngineTarget*>(&target)) {
-    metrics = [engine]() -> Expected<std::string> { return engine->metrics().prometheus(); };
+    probes.metrics = [engine]() -> Expected<std::string> { return engine->metrics().prometheus(); };
   }
   std::fprintf(stderr,
                "coda diagnose: %s, %zu prompts, %d runs per group: decoding at %d tokens (current and a penalty "
@@ -44,7 +45,7 @@ int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
   ProgressLine bar("diagnose");
   InterruptFlag interrupt;
   auto d = lab::run_diagnosis(
-      target, *prompts, f.opts, metrics,
+      target, *prompts, f.opts, probes,
       [&](const lab::DiagnoseProgress& p) {
         bar.update(
             p.runs.done, p.runs.total,

@@ -519,7 +519,11 @@ Expected<nlohmann::ordered_json> OpenAIClient::post_json(const std::string& path
 Expected<std::string> OpenAIClient::get_text(const std::string& path, double timeout_s) const {
   auto a = side_request(path, nullptr, timeout_s, nullptr);
   if (!a) return a.error();
-  if (a->status < 200 || a->status >= 300) return Error("GET " + path + ": HTTP " + std::to_string(a->status));
+  if (a->status < 200 || a->status >= 300) {
+    // llama-server explains itself ("Start it with `--metrics`"): keep what the server said.
+    const std::string m = error_message(parse_ordered_json(a->body));
+    return Error("GET " + path + ": HTTP " + std::to_string(a->status) + (m.empty() ? "" : ": " + m));
+  }
   return std::move(a->body);
 }
 

@@ -185,29 +185,84 @@ void fold_metrics(const std::map<std::string, double>& m, const std::map<std::st
   if (pre >= 0) s.preemptions = std::max(s.preemptions, pre - std::max(0.0, pre0));
 }
 
+bool fold_slots(const std::string& body, SystemSample& s) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_array() || j.empty()) return false;
+  int busy = 0, total = 0;
+  double fullest = -1;
+  int64_t fullest_n_ctx = 0;
+  for (const auto& slot : j) {
+    if (!slot.is_object() || !slot.contains("n_ctx")) return false;
+    ++total;
+    // llama.cpp says is_processing; ik_llama.cpp's older shape says state (0: idle).
+    const auto proc = slot.find("is_processing");
+    const auto state = slot.find("state");
+    const bool is_busy = proc != slot.end()    ? proc->is_boolean() && proc->get<bool>()
+                         : state != slot.end() ? state->is_number() && state->get<double>() != 0
+                                               : false;
+    if (!is_busy) continue;
+    ++busy;
+    // The sequence's tokens in the slot's context: llama.cpp counts the generated tokens into
+    // n_prompt_tokens (its prompt cache holds them); older servers said n_past.
+    const auto n_ctx = slot["n_ctx"];
+    const auto past = slot.find("n_past");
+    const auto held = past != slot.end() ? past : slot.find("n_prompt_tokens");
+    if (held != slot.end() && held->is_number() && n_ctx.is_number() && n_ctx.get<double>() >= 1) {
+      const double share = held->get<double>() / n_ctx.get<double>();
+      if (share > fullest) {
+        fullest = share;
+        fullest_n_ctx = static_cast<int64_t>(n_ctx.get<double>());
+      }
+    }
+  }
+  if (fullest > s.slot_context_peak) {
+    s.slot_context_peak = fullest;
+    s.slot_n_ctx = fullest_n_ctx;
+  }
+  s.slots_available = true;
+  s.slots_total = total;
+  s.slots_busy_peak = std::max(s.slots_busy_peak, busy);
+  return true;
+}
+
 ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, const DiagnoseOptions& o,
-                    const std::function<Expected<std::string>()>& metrics,
-                    const std::function<void(const DiagnoseProgress&)>& on_progress, std::atomic<bool>* stop) {
+                    const SystemProbes& probes, const std::function<void(const DiagnoseProgress&)>& on_progress,
+                    std::atomic<bool>* stop) {
   // The system plane is sampled while the batteries run.
   SystemSample sys;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   std::thread sampler;
-  if (metrics)
+  if (probes.metrics || probes.slots)
     sampler = std::thread([&] {
       std::map<std::string, double> first;
+      bool read_slots = static_cast<bool>(probes.slots);
       std::unique_lock<std::mutex> lock(mu);
-      while (!done) {
-        lock.unlock();
-        auto text = metrics();
-        lock.lock();
-        if (text) {
-          const auto m = parse_prometheus(*text);
-          if (first.empty()) first = m;
-          fold_metrics(m, first, sys);
-        } else if (sys.error.empty()) {
-          sys.error = text.message();
+      // At least one reading, even of a battery over before this thread first ran.
+      for (bool first_pass = true; first_pass || !done; first_pass = false) {
+        if (probes.metrics) {
+          lock.unlock();
+          auto text = probes.metrics();
+          lock.lock();
+          if (text) {
+            const auto m = parse_prometheus(*text);
+            if (first.empty()) first = m;
+            fold_metrics(m, first, sys);
+          } else if (sys.error.empty()) {
+            sys.error = text.message();
+          }
+        }
+        if (read_slots) {
+          lock.unlock();
+          auto body = probes.slots();
+          lock.lock();
+          const bool folded = body && fold_slots(*body, sys);
+          // vLLM and SGLang have no /slots: a first answer that is not a list of slots ends the polling.
+          if (!folded && !sys.slots_available) {
+            read_slots = false;
+            sys.slots_error = body ? "GET /slots: not a list of slots" : body.message();
+          }
         }
         cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; });
       }
@@ -391,11 +446,19 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
   ev["ttft_ms_p50"] = ttft.empty() ? ojson(nullptr) : ojson(percentile(ttft, 0.5));
   ev["ttft_ms_p90"] = ttft.empty() ? ojson(nullptr) : ojson(percentile(ttft, 0.9));
   ev["metrics"] = sys.available ? ojson(sys.source) : ojson(nullptr);
-  if (!sys.available && metrics) ev["metrics_error"] = sys.error;
+  if (!sys.available && probes.metrics) ev["metrics_error"] = sys.error;
   ev["kv_cache_usage_peak"] = sys.kv_usage_peak >= 0 ? ojson(sys.kv_usage_peak) : ojson(nullptr);
   ev["requests_waiting_peak"] = sys.waiting_peak >= 0 ? ojson(sys.waiting_peak) : ojson(nullptr);
   ev["preemptions"] = sys.preemptions >= 0 ? ojson(sys.preemptions) : ojson(nullptr);
   ev["metrics_samples"] = sys.samples;
+  if (sys.slots_available) {
+    ev["slots"] = sys.slots_total;
+    ev["slots_busy_peak"] = sys.slots_busy_peak;
+    ev["slot_context_peak"] = sys.slot_context_peak >= 0 ? ojson(sys.slot_context_peak) : ojson(nullptr);
+    if (sys.slot_context_peak >= 0) ev["slot_n_ctx"] = sys.slot_n_ctx;
+  } else if (probes.slots) {
+    ev["slots_error"] = sys.slots_error;
+  }
   sysv["evidence"] = ev;
   std::vector<std::string> issues;
   if (failed > 0) {
@@ -408,10 +471,18 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
     issues.push_back(e);
   }
   if (sys.kv_usage_peak >= 0.95) issues.push_back("the KV cache reached " + pct(sys.kv_usage_peak));
+  // llama.cpp splits -c among its -np slots (unless --kv-unified), and a sequence that fills its
+  // slot is cut (or shifted, with --context-shift): the commonest way its users run out of context.
+  if (sys.slot_context_peak >= 0.95)
+    issues.push_back("a request filled " + pct(sys.slot_context_peak) + " of its slot's context (GET /slots: " +
+                     std::to_string(sys.slots_total) + " slots of n_ctx " + std::to_string(sys.slot_n_ctx) +
+                     "); raise -c (llama-server splits it among the -np slots unless the KV cache is unified), "
+                     "lower -np or lower max_tokens");
   if (sys.preemptions > 0) issues.push_back(fmt(sys.preemptions, 0) + " preemptions");
   if (!issues.empty()) {
     std::string f;
     for (const auto& s : issues) f += (f.empty() ? "" : "; ") + s;
+    if (!sys.available && probes.metrics) f += "; no metrics (" + sys.error + ")";
     sysv["status"] = "problem";
     sysv["finding"] = f + ". Fix the deployment first: the text of failing or preempted requests says little.";
   } else {
@@ -419,7 +490,8 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
     std::string f = "All " + std::to_string(sent) + " requests completed";
     if (!e2e.empty()) f += "; end-to-end p50 " + fmt(percentile(e2e, 0.5) / 1000, 2) + " s";
     if (sys.kv_usage_peak >= 0) f += "; KV cache peak " + pct(sys.kv_usage_peak);
-    if (!sys.available) f += metrics ? "; no metrics (" + sys.error + ")" : "; no metrics endpoint";
+    if (sys.slot_context_peak >= 0) f += "; fullest slot " + pct(sys.slot_context_peak) + " of its context";
+    if (!sys.available) f += probes.metrics ? "; no metrics (" + sys.error + ")" : "; no metrics endpoint";
     sysv["finding"] = f + ".";
   }
 

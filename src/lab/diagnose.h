@@ -2,8 +2,9 @@
 // problem on one plane masks the plane below it.
 //
 // - **System** (KV cache, queueing, latency, errors): from the target's /metrics (coda's, vLLM's
-//   or llama.cpp's names) sampled during the battery, or the in-process engine's metrics, plus what
-//   the client saw. A target that errors or runs out of KV cache cannot be judged on its text.
+//   or llama.cpp's names) and llama.cpp's /slots sampled during the battery, or the in-process
+//   engine's metrics, plus what the client saw. A target that errors or runs out of KV cache cannot be judged on its
+//   text.
 // - **Decoding** (sampling parameters, repetition, entropy): the user's task at the current
 //   parameters, then the same prompts and seeds with a repetition-penalty variant. Loops that the
 //   variant removes are a decoding problem, fixed by the variant's setting.
@@ -56,19 +57,39 @@ struct SystemSample {
   double preemptions = -1;  // counter increase over the battery
   int samples = 0;
   std::string error;  // why no metrics were read
+  // llama.cpp's GET /slots: each slot holds one sequence in a context of its own n_ctx, so the
+  // fullest busy slot is how close a request came to being cut (or shifted) by the context. Its
+  // server has no /metrics unless started with --metrics, and no KV gauge there (llama.cpp of August
+  // 2026; ik_llama.cpp keeps llamacpp:kv_cache_usage_ratio).
+  bool slots_available = false;
+  int slots_total = 0;
+  int slots_busy_peak = -1;
+  double slot_context_peak = -1;  // 0..1 of n_ctx; -1: no slot told its token count
+  int64_t slot_n_ctx = 0;         // that slot's n_ctx
+  std::string slots_error;
 };
 // Folds one scrape into the sample.
 void fold_metrics(const std::map<std::string, double>& m, const std::map<std::string, double>& first, SystemSample& s);
+// Folds one GET /slots body (llama.cpp's shape, or ik_llama.cpp's older `state`) into the sample; false
+// when it is not a list of slots.
+bool fold_slots(const std::string& body, SystemSample& s);
+
+// How the system plane reads the deployment while the batteries run (empty functions: not at all),
+// each called about once a second from another thread: `metrics` the Prometheus text, `slots`
+// llama.cpp's /slots (given up after the first answer that is not a list of slots).
+struct SystemProbes {
+  std::function<Expected<std::string>()> metrics;
+  std::function<Expected<std::string>()> slots;
+};
 
 struct DiagnoseProgress {
   std::string stage;  // "decoding", "variant", "context"
   ThresholdProgress runs;
 };
 
-// The three batteries and the verdicts. `metrics` reads the target's metrics text (empty function:
-// none); it is called about once a second from another thread while requests run.
+// The three batteries and the verdicts.
 nlohmann::ordered_json run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts,
-                                     const DiagnoseOptions& opts, const std::function<Expected<std::string>()>& metrics,
+                                     const DiagnoseOptions& opts, const SystemProbes& probes,
                                      const std::function<void(const DiagnoseProgress&)>& on_progress,
                                      std::atomic<bool>* stop);
 

@@ -17,6 +17,9 @@
 - `coda diagnose` on the bundled model: greedy, it names the decoding plane, and its count of
   looping runs equals the reference definition's on the same generations (`coda run`); with
   repetition_penalty raised it moves on to the context plane and reports the threshold;
+- `coda diagnose --url` against a llama.cpp server without /metrics (llama-server's default): the
+  system plane keeps the server's own explanation and reads GET /slots, and a slot whose context
+  is 97% full is the problem it names;
 - the reports render in headless Chromium (Debian's) without console errors.
 
 Usage: /usr/bin/python3 tests/lab/test_lab_cli.py build/coda WORK_DIR
@@ -431,6 +434,47 @@ def diagnose_tests(coda, work):
     return os.path.join(greedy, "report.html"), os.path.join(raised, "report.html")
 
 
+def diagnose_http_tests(coda, work):
+    """llama-server answers /metrics only when started with --metrics, and its metrics have no KV
+    gauge (August 2026), so the system plane reads GET /slots: the fullest busy slot's tokens
+    (n_prompt_tokens, which counts the generated ones) against its n_ctx."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    prompts = os.path.join(work, "diagnose-http-prompts.jsonl")
+    with open(prompts, "w") as f:
+        f.write(json.dumps({"prompt": "[text] Say", "group": "g"}) + "\n")
+    for fill in (0.97, 0.5, None):
+        up = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "proxy", "scripted_upstream.py"),
+                               "--metrics-off"] + (["--slots-fill", str(fill)] if fill is not None else []),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            url = "http://127.0.0.1:" + up.stdout.readline().split()[-1]
+            out = os.path.join(work, f"diagnose-http-{fill}")
+            p = run([coda, "diagnose", "--url", url, "--prompts", prompts, "--runs", "2", "--decode-tokens", "16",
+                     "-n", "32", "-o", out])
+            d = json.load(open(os.path.join(out, "diagnosis.json")))
+            plane = d["planes"][0]
+            ev = plane["evidence"]
+            check(ev.get("slots") == 2 and ev.get("slots_busy_peak") == 1 and ev["metrics"] is None and
+                  "Start it with `--metrics`" in ev["metrics_error"] and "Start it with `--metrics`" in p.stdout,
+                  f"fill {fill}: two slots, one busy, and llama-server's own word on its metrics: {ev}")
+            if fill is None:  # a slot that does not say how full it is
+                check("slot_context_peak" in ev and ev["slot_context_peak"] is None and plane["status"] == "ok",
+                      f"fill {fill}: no token count, no figure: {plane}")
+                continue
+            held = int(fill * 4096) / 4096
+            check(abs((ev.get("slot_context_peak") or 0) - held) < 1e-9, f"fill {fill}: the fullest slot holds {held}: {ev}")
+            if fill > 0.95:
+                check(plane["status"] == "problem" and "slot's context" in plane["finding"] and
+                      "-np" in plane["finding"] and "n_ctx 4096" in plane["finding"] and d["verdict"]["plane"] == "system",
+                      f"fill {fill}: a slot at the end of its context is the system plane's problem: {plane['finding']}")
+            else:
+                check(plane["status"] == "ok" and "fullest slot 50% of its context" in plane["finding"],
+                      f"fill {fill}: half a slot is fine, and said: {plane['finding']}")
+        finally:
+            up.terminate()
+            up.wait(timeout=30)
+
+
 def render(report, work):
     """Headless Chromium loads the report; the DevTools console must stay silent."""
     chromium = shutil.which("chromium")
@@ -461,6 +505,7 @@ def main():
     bench_llamacpp_names_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
+    diagnose_http_tests(coda, work)
     render(tune_report, work)
     for r in diagnose_reports:
         render(r, work)

@@ -27,10 +27,12 @@ message on chat):
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do;
 --tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls);
 --hang-models holds GET /v1/models without an answer (a hung replica under a health probe);
---owned-by NAME puts owned_by in its /v1/models entry (llama.cpp's server says "llamacpp").
+--owned-by NAME puts owned_by in its /v1/models entry (llama.cpp's server says "llamacpp");
+--metrics-off answers GET /metrics 501 with the error llama-server sends when started without --metrics.
 GET /slots answers llama-server's shape: two slots, the second busy (both with --slots-busy); with
 --slots-state, the older shape that ik_llama.cpp's server sends (`state`: 0 idle, 1 busy, and no
-`is_processing`).
+`is_processing`); with --slots-fill F, a busy slot holds F of its n_ctx in n_prompt_tokens (llama-server
+counts the generated tokens there).
 GET /v1/endless sends a JSON body without end; GET /v1/trickle one byte every 50 ms.
 GET /stats reports requests, streams open now and streams the client closed (cancellations);
 GET /last-bodies, /last-request-ids and /last-authorizations the last ten generation requests'
@@ -83,6 +85,8 @@ class Handler(BaseHTTPRequestHandler):
     hang_models = False
     slots_busy = False
     slots_state = False
+    slots_fill = None
+    metrics_off = False
     owned_by = None
 
     def log_message(self, *a):
@@ -129,8 +133,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"object": "list", "data": [model]})
         if self.path == "/slots":  # llama-server's: two slots, one busy (both with --slots-busy)
             busy_key = (lambda b: {"state": int(b)}) if self.slots_state else (lambda b: {"is_processing": b})
-            return self.send_json(200, [{"id": i, "id_task": 7 if busy else -1, "n_ctx": 4096, **busy_key(busy)}
+            held = lambda b: {"n_prompt_tokens": int(self.slots_fill * 4096)} if b and self.slots_fill is not None else {}
+            return self.send_json(200, [{"id": i, "id_task": 7 if busy else -1, "n_ctx": 4096, **busy_key(busy), **held(busy)}
                                         for i, busy in enumerate([self.slots_busy, True])])
+        if self.path == "/metrics" and self.metrics_off:
+            return self.send_json(501, {"error": {"code": 501, "type": "not_supported_error", "message":
+                                                  "This server does not support metrics endpoint. Start it with `--metrics`"}})
         if self.path == "/stats":
             with LOCK:
                 return self.send_json(200, {k: v for k, v in STATS.items() if k != "bodies"})
@@ -336,12 +344,16 @@ def main():
     ap.add_argument("--hang-models", action="store_true")
     ap.add_argument("--slots-busy", action="store_true")
     ap.add_argument("--slots-state", action="store_true")
+    ap.add_argument("--slots-fill", type=float)
+    ap.add_argument("--metrics-off", action="store_true")
     ap.add_argument("--owned-by", help="the owned_by of its /v1/models entry (llama.cpp's server says llamacpp)")
     a = ap.parse_args()
     Handler.refuse_logprobs = a.refuse_logprobs
     Handler.hang_models = a.hang_models
     Handler.slots_busy = a.slots_busy
     Handler.slots_state = a.slots_state
+    Handler.slots_fill = a.slots_fill
+    Handler.metrics_off = a.metrics_off
     Handler.owned_by = a.owned_by
     srv = Server(("127.0.0.1", a.port), Handler)
     if a.tls:
