@@ -188,6 +188,14 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
       return event("near_loop", near.onset, near.match * std::min(1.0, near.repeats / (cfg_.near_min_repeats + 2)),
                    {{"period", near.period}, {"repeats", near.repeats}, {"span", near.span}, {"match", near.match}},
                    near.span);
+    // Recombined phrases: no period, few distinct 3-grams (typography aside, as above).
+    const int64_t w = cfg_.near_phrase_window;
+    if (cfg_.near_phrase_max_distinct > 0 && w > 0 && n >= w) {
+      const double d3 = distinct_ngrams(periods_.tokens(), 3, static_cast<size_t>(w));
+      if (d3 < cfg_.near_phrase_max_distinct && !structural_tail(text, w, cfg_.structural_max_share))
+        return event("near_loop", n - w, 1.0 - 0.5 * d3 / cfg_.near_phrase_max_distinct,
+                     {{"distinct3", d3}, {"window", w}}, w);
+    }
   }
   // Entropy collapse: near-certain steps over a repetitive window.
   if (signals_known_ && cfg_.collapse_window > 0 && n >= cfg_.collapse_window && !cooling_down("entropy_collapse", i)) {

@@ -74,10 +74,25 @@ Loop near_loop(const std::vector<int32_t>& t, int min_period, int max_period, do
 double distinct_ngrams(const std::vector<int32_t>& t, int n, size_t window) {
   const size_t len = std::min(window, t.size());
   if (len < static_cast<size_t>(n) + 1) return 1.0;
-  std::set<std::vector<int32_t>> seen;
   const size_t start = t.size() - len;
-  size_t total = 0;
-  for (size_t i = start; i + static_cast<size_t>(n) <= t.size(); ++i, ++total)
+  const size_t total = len - static_cast<size_t>(n) + 1;
+  // Checked every few tokens over 160: up to three ids of 21 bits pack into one integer, so the
+  // count is a sort rather than a set of vectors (larger ids or n take the set).
+  const bool packs = n <= 3 && std::all_of(t.begin() + static_cast<std::ptrdiff_t>(start), t.end(),
+                                           [](int32_t id) { return id >= 0 && id < (1 << 21); });
+  if (packs) {
+    std::vector<uint64_t> keys(total);
+    for (size_t i = 0; i < total; ++i) {
+      uint64_t k = 0;
+      for (int j = 0; j < n; ++j) k = (k << 21) | static_cast<uint64_t>(t[start + i + static_cast<size_t>(j)]);
+      keys[i] = k;
+    }
+    std::sort(keys.begin(), keys.end());
+    const auto distinct = static_cast<size_t>(std::unique(keys.begin(), keys.end()) - keys.begin());
+    return static_cast<double>(distinct) / static_cast<double>(total);
+  }
+  std::set<std::vector<int32_t>> seen;
+  for (size_t i = start; i + static_cast<size_t>(n) <= t.size(); ++i)
     seen.insert(std::vector<int32_t>(t.begin() + static_cast<std::ptrdiff_t>(i),
                                      t.begin() + static_cast<std::ptrdiff_t>(i) + n));
   return static_cast<double>(seen.size()) / static_cast<double>(total);

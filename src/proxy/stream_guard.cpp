@@ -107,6 +107,7 @@ StepVerdict StreamGuard::feed(const std::string& text, const std::vector<client:
     }
     return {};
   }
+  if (!text_only_) guard_.units_are_pieces();
   text_only_ = true;
   std::vector<std::string> done;
   pieces_.feed(text, done);

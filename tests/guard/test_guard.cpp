@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "engine/generator.h"
 #include "gguf/gguf.h"
 #include "guard/guard.h"
+#include "guard/repetition.h"
 #include "tokenizer/vocab.h"
 
 namespace coda {
@@ -143,6 +145,66 @@ TEST(GuardDetectors, LegitimateRepetitionIsNotFlagged) {
     const auto events = f.run(tokenize(text));
     for (const auto& e : events) ADD_FAILURE() << e.type << " flagged in: " << text.substr(0, 60) << " " << e.evidence;
   }
+}
+
+// The bundled model's text through coda proxy's repair (llama.cpp upstream, greedy): clauses
+// recombined with a word inserted or dropped each time, so no period lines up and neither the exact
+// nor the positional near-loop test sees it. Few distinct 3-grams do.
+TEST(GuardDetectors, PhraseLoopWithoutAPeriod) {
+  const std::string text =
+      "and thou shalt not be a great multitude of the land of Egypt, and thou shalt make thee a burnt "
+      "offering unto the LORD. And thou shalt make a burnt offering, and thou shalt make thee a burnt "
+      "offering, and thou shalt make it a burnt offering, and thou shalt make it unto the LORD thy God. And "
+      "thou shalt make a burnt offering, and thou shalt make thee a burnt offering, and thou shalt make it "
+      "a burnt offering, and thou shalt make it unto the LORD thy God. And thou shalt make a burnt "
+      "offering, and thou shalt make it unto the LORD thy God, and thou shalt make it unto the LORD thy "
+      "God, and thou shalt make thee a burnt offering unto the LORD. And thou shalt make a burnt offering, "
+      "and thou shalt make it unto the LORD thy God, and thou shalt make it unto the LORD thy God, and thou "
+      "shalt make thy people to the LORD thy God. And thou shalt make the LORD thy God, and thou shalt make "
+      "thee a burnt offering unto the LORD thy God, and thou shalt make thy people to the LORD thy God, and "
+      "thou shalt make thy people to the LORD thy God. And thou shalt make the LORD thy God, and thou shalt "
+      "make thee a burnt offering unto the LORD thy God, and thou shalt make thy people to the LORD thy "
+      "God, and thou shalt make thy people to the LORD thy God. And thou shalt make thy people, and thou "
+      "shalt make thee a burnt offering, and thou";
+  const auto tokens = tokenize(text);
+  ASSERT_GE(tokens.size(), 200u);
+  Feeder positional;
+  positional.cfg.near_phrase_max_distinct = 0;
+  for (const auto& e : positional.run(tokens)) ADD_FAILURE() << e.type << " without the phrase rule: " << e.evidence;
+  Feeder f;
+  const auto events = f.run(tokens);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, "near_loop");
+  ASSERT_TRUE(events[0].evidence.contains("distinct3")) << events[0].evidence;
+  EXPECT_LT(events[0].evidence["distinct3"].get<double>(), 0.2);
+  EXPECT_EQ(events[0].onset, events[0].detected_at + 1 - 160);
+}
+
+// distinct_ngrams packs ids into integers; a set of n-grams is the reference.
+TEST(GuardSignals, DistinctNgramsMatchesASetOfNgrams) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t alphabet = trial % 2 ? 5 : (1 << 22);  // small: many repeats; large: ids past 21 bits
+    std::vector<int32_t> t(1 + rng() % 300);
+    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(alphabet));
+    if (trial % 4 == 1) t.back() = (1 << 21) - 1;  // the largest id that packs
+    for (int n = 1; n <= 4; ++n)
+      for (size_t window : {size_t{16}, size_t{160}, t.size()}) {
+        const size_t len = std::min(window, t.size());
+        double want = 1.0;
+        if (len >= static_cast<size_t>(n) + 1) {
+          std::set<std::vector<int32_t>> seen;
+          for (size_t i = t.size() - len; i + static_cast<size_t>(n) <= t.size(); ++i)
+            seen.emplace(t.begin() + static_cast<std::ptrdiff_t>(i), t.begin() + static_cast<std::ptrdiff_t>(i) + n);
+          want = static_cast<double>(seen.size()) / static_cast<double>(len - static_cast<size_t>(n) + 1);
+        }
+        ASSERT_DOUBLE_EQ(distinct_ngrams(t, n, window), want)
+            << "trial " << trial << " n " << n << " window " << window;
+      }
+  }
+  // Ids that would collide if packed into 21 bits: (0, 2^21) against (1, 0).
+  EXPECT_DOUBLE_EQ(distinct_ngrams({0, 1 << 21, 1, 0}, 2, 4), 1.0);
+  EXPECT_DOUBLE_EQ(distinct_ngrams({0, (1 << 21) - 1, 1, 0, (1 << 21) - 1}, 2, 5), 0.75);  // the first bigram again
 }
 
 TEST(GuardDetectors, LanguageDriftFromItalianToEnglish) {
