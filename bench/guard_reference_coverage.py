@@ -49,8 +49,8 @@ def degenerate(tokens, a):
     return bool(((c[a.window:] - c[:-a.window]) >= a.share * a.window).any())
 
 
-def flagged_ids(coda, runs):
-    """Ids of the runs whose guard events (coda scan with its defaults) include a loop-family event."""
+def flagged_ids(coda, runs, types=LOOP_TYPES):
+    """Ids of the runs whose guard events (coda scan with its defaults) include one of `types`."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "runs.jsonl")
         with open(path, "w") as f:
@@ -60,7 +60,7 @@ def flagged_ids(coda, runs):
     if out.returncode not in (0, 2):  # 2: something was flagged under --check; not an error here
         sys.exit(out.stderr)
     return {str(j["id"]) for j in map(json.loads, out.stdout.splitlines())
-            if any(e["type"] in LOOP_TYPES for e in j["events"])}
+            if any(e["type"] in types for e in j["events"])}
 
 
 def main():
@@ -71,10 +71,12 @@ def main():
     ap.add_argument("--distance", type=int, default=512)
     ap.add_argument("--window", type=int, default=128)
     ap.add_argument("--share", type=float, default=0.9)
+    ap.add_argument("--types", default=",".join(sorted(LOOP_TYPES)),
+                    help="event types that count as flagged (phrase_loop too: loop,near_loop,flooding,phrase_loop)")
     a = ap.parse_args()
     runs = [json.loads(line) for line in open(a.runs)]
     runs = [dict(r, id=str(i)) for i, r in enumerate(runs) if r["label"] == "greedy"]
-    flagged = flagged_ids(a.coda, runs)
+    flagged = flagged_ids(a.coda, runs, set(a.types.split(",")))
     loops = {r["id"] for r in runs if r["reference_onset"] is not None}
     broader = {r["id"] for r in runs if r["id"] not in loops and degenerate(r["tokens"], a)}
     by_id = {r["id"]: r for r in runs}

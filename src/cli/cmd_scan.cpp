@@ -246,11 +246,10 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--near-line-min-repeats", c.near_line_min_repeats, "Near loop across line breaks: periods")
       ->capture_default_str();
-  sub->add_option("--near-phrase-max-distinct", c.near_phrase_max_distinct,
-                  "Near loop of recombined phrases: distinct 3-grams below this share of the window (0: off)")
+  sub->add_option("--phrase-max-distinct", c.phrase_max_distinct,
+                  "Phrase loop: distinct 3-grams below this share of the window (0: off)")
       ->capture_default_str();
-  sub->add_option("--near-phrase-window", c.near_phrase_window, "Near loop of recombined phrases: window in tokens")
-      ->capture_default_str();
+  sub->add_option("--phrase-window", c.phrase_window, "Phrase loop: window in tokens")->capture_default_str();
   sub->add_flag("--json", f->json_out, "One JSON object per text: source, id, label, tokens, flagged, events");
   sub->add_flag("--check", f->check, "Exit with status 2 when any text is flagged");
   out.push_back({sub, [f] { return scan(*f); }});

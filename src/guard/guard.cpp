@@ -11,6 +11,9 @@ namespace coda {
 
 namespace {
 
+// The periodic loop family: one episode however many of its detectors see it. A phrase loop is an
+// episode of its own, so that the periodic detectors still report (and are measured on) the loops
+// it sees first; a stop for either says "repetition".
 bool is_loop_type(const std::string& t) {
   return t == "loop" || t == "near_loop" || t == "flooding";
 }
@@ -53,8 +56,9 @@ const char* guard_policy_name(GuardPolicy p) {
 }
 
 const std::vector<std::string>& guard_event_types() {
-  static const std::vector<std::string> types = {"flooding",  "loop",           "near_loop", "entropy_collapse",
-                                                 "gibberish", "language_drift", "runaway",   "eos_starvation"};
+  static const std::vector<std::string> types = {"flooding",         "loop",      "near_loop",      "phrase_loop",
+                                                 "entropy_collapse", "gibberish", "language_drift", "runaway",
+                                                 "eos_starvation"};
   return types;
 }
 
@@ -188,14 +192,17 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
       return event("near_loop", near.onset, near.match * std::min(1.0, near.repeats / (cfg_.near_min_repeats + 2)),
                    {{"period", near.period}, {"repeats", near.repeats}, {"span", near.span}, {"match", near.match}},
                    near.span);
-    // Recombined phrases: no period, few distinct 3-grams (typography aside, as above).
-    const int64_t w = cfg_.near_phrase_window;
-    if (cfg_.near_phrase_max_distinct > 0 && w > 0 && n >= w) {
-      const double d3 = distinct_ngrams(periods_.tokens(), 3, static_cast<size_t>(w));
-      if (d3 < cfg_.near_phrase_max_distinct && !structural_tail(text, w, cfg_.structural_max_share))
-        return event("near_loop", n - w, 1.0 - 0.5 * d3 / cfg_.near_phrase_max_distinct,
-                     {{"distinct3", d3}, {"window", w}}, w);
-    }
+  }
+  // Phrase loops: recombined phrases with no period, few distinct 3-grams (typography aside, as for
+  // near loops), checked with them.
+  const int64_t w = cfg_.phrase_window;
+  if (cfg_.phrase_max_distinct > 0 && w > 0 && n >= w && cfg_.near_every > 0 && n % cfg_.near_every == 0 &&
+      loop.period == 0 && !typography && !cooling_down("phrase_loop", i) && !cooling_down("near_loop", i) &&
+      !cooling_down("loop", i)) {
+    const double d3 = distinct_ngrams(periods_.tokens(), 3, static_cast<size_t>(w));
+    if (d3 < cfg_.phrase_max_distinct && !structural_tail(text, w, cfg_.structural_max_share))
+      return event("phrase_loop", n - w, 1.0 - 0.5 * d3 / cfg_.phrase_max_distinct, {{"distinct3", d3}, {"window", w}},
+                   w);
   }
   // Entropy collapse: near-certain steps over a repetitive window.
   if (signals_known_ && cfg_.collapse_window > 0 && n >= cfg_.collapse_window && !cooling_down("entropy_collapse", i)) {
@@ -306,7 +313,7 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   }
   std::optional<GuardEvent> e = detect(token, text);
   if (!e) return verdict;
-  const bool loop_type = is_loop_type(e->type);
+  const bool loop_type = is_loop_type(e->type) || e->type == "phrase_loop";
   const char* stop_reason = loop_type ? "repetition" : "degenerate";
   const bool repairable = e->type != "runaway" && e->type != "eos_starvation";
   const bool in_scope =

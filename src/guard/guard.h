@@ -1,5 +1,5 @@
 // The degeneration guard: an observer on every generation step that turns per-step signals into
-// events (loop, near_loop, flooding, entropy_collapse, gibberish, language_drift, runaway,
+// events (loop, near_loop, phrase_loop, flooding, entropy_collapse, gibberish, language_drift, runaway,
 // eos_starvation) and applies a policy: observe (report only), stop (finish_reason "repetition"
 // for loops, "degenerate" otherwise), or repair (roll back before the episode and resample hotter,
 // a bounded number of times, then stop). Defaults and their measurements: docs/guard.md.
@@ -58,14 +58,14 @@ struct GuardConfig {
   // how legitimate structured text repeats with a changing number or word (docs/guard-eval).
   double near_line_min_match = 0.9;
   double near_line_min_repeats = 12.0;
-  // A loop of recombined phrases ("and thou shalt make thee a burnt offering, and thou shalt make it
-  // unto the LORD, ...") has no period at all: each copy inserts or drops a word, so no position
-  // lines up with its predecessor. It shows as few distinct 3-grams: fewer than this share over
-  // the last near_phrase_window tokens is a near loop too. Legitimate repetition (refrains, forms,
-  // signature blocks, SQL, getters) keeps 0.27 or more over 160 tokens, the model's own sampled
-  // text 0.6 or more, and the phrase loops of the bundled model fall to 0.18 (docs/guard-eval).
-  int near_phrase_window = 160;
-  double near_phrase_max_distinct = 0.2;  // 0: off
+  // Phrase loops: recombined phrases ("and thou shalt make thee a burnt offering, and thou shalt
+  // make it unto the LORD, ...") have no period at all: each copy inserts or drops a word, so no
+  // position lines up with its predecessor. They show as few distinct 3-grams: fewer than this
+  // share over the last phrase_window tokens. Legitimate repetition (refrains, forms, signature
+  // blocks, SQL, getters) keeps 0.27 or more over 160 tokens, the model's own sampled text 0.6 or
+  // more, and the phrase loops of the bundled model fall to 0.18 (docs/guard-eval).
+  int phrase_window = 160;
+  double phrase_max_distinct = 0.2;  // 0: off
   // Entropy collapse: mean entropy over the window below the bound while the window is repetitive.
   int collapse_window = 64;
   double collapse_entropy = 0.15;
@@ -146,10 +146,10 @@ class Guard : public StepObserver {
   void stop_instead_of_repair() {
     if (cfg_.policy == GuardPolicy::Repair) cfg_.policy = GuardPolicy::Stop;
   }
-  // From now on the units are word pieces, not tokens (the proxy without logprobs): the phrase rule
-  // of the near-loop detector is off, because over 160 word pieces a legitimate signature block
-  // falls as low as a phrase loop does (docs/guard-eval).
-  void units_are_pieces() { cfg_.near_phrase_max_distinct = 0; }
+  // From now on the units are word pieces, not tokens (the proxy without logprobs): the phrase-loop
+  // detector is off, because over 160 word pieces a legitimate signature block falls as low as a
+  // phrase loop does (docs/guard-eval).
+  void units_are_pieces() { cfg_.phrase_max_distinct = 0; }
   // One JSON object per step (when config.trace), rollbacks included as {"rollback_to": k}.
   const std::vector<nlohmann::ordered_json>& trace() const { return trace_; }
 

@@ -20,7 +20,7 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 bool is_loop_family(const std::string& t) {
-  return t == "loop" || t == "near_loop" || t == "flooding";
+  return t == "loop" || t == "near_loop" || t == "phrase_loop" || t == "flooding";
 }
 
 // One battery's decoding figures: how many runs looped, how early, how sure the model was.

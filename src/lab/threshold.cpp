@@ -17,7 +17,7 @@
 namespace coda::lab {
 
 const std::vector<std::string>& coherence_episode_types() {
-  static const std::vector<std::string> t = {"loop",      "near_loop",      "flooding",
+  static const std::vector<std::string> t = {"loop",      "near_loop",      "phrase_loop",     "flooding",
                                              "gibberish", "language_drift", "entropy_collapse"};
   return t;
 }
@@ -237,7 +237,8 @@ std::string threshold_report_html(const nlohmann::ordered_json& s) {
   static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"};
   std::map<std::string, std::string> episode_color = {{"loop", "#d62728"},           {"near_loop", "#ff7f0e"},
                                                       {"flooding", "#9467bd"},       {"gibberish", "#8c564b"},
-                                                      {"language_drift", "#1f77b4"}, {"entropy_collapse", "#2ca02c"}};
+                                                      {"language_drift", "#1f77b4"}, {"entropy_collapse", "#2ca02c"},
+                                                      {"phrase_loop", "#e377c2"}};
   std::ostringstream b;
   const int max_tokens = s.value("max_tokens", 0);
   b << "<p>Target: " << svg::escape(s.value("target", "")) << "; max_tokens " << max_tokens

@@ -169,12 +169,13 @@ TEST(GuardDetectors, PhraseLoopWithoutAPeriod) {
   const auto tokens = tokenize(text);
   ASSERT_GE(tokens.size(), 200u);
   Feeder positional;
-  positional.cfg.near_phrase_max_distinct = 0;
-  for (const auto& e : positional.run(tokens)) ADD_FAILURE() << e.type << " without the phrase rule: " << e.evidence;
+  positional.cfg.phrase_max_distinct = 0;
+  for (const auto& e : positional.run(tokens))
+    ADD_FAILURE() << e.type << " without the phrase detector: " << e.evidence;
   Feeder f;
   const auto events = f.run(tokens);
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].type, "near_loop");
+  EXPECT_EQ(events[0].type, "phrase_loop");
   ASSERT_TRUE(events[0].evidence.contains("distinct3")) << events[0].evidence;
   EXPECT_LT(events[0].evidence["distinct3"].get<double>(), 0.2);
   EXPECT_EQ(events[0].onset, events[0].detected_at + 1 - 160);

@@ -19,7 +19,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data", "guard")
 LLAMA3 = os.path.join(HERE, "..", "node", "node_modules", "@lenml", "tokenizer-llama3", "models", "tokenizer.json")
-LOOPS = {"loop", "near_loop", "flooding"}
+LOOPS = {"loop", "near_loop", "phrase_loop", "flooding"}
 failures = []
 
 
@@ -46,7 +46,7 @@ def main():
     out = [json.loads(l) for l in scan(coda, ["--json", "--vocab", LLAMA3, os.path.join(DATA, "legit.jsonl")]).stdout.splitlines()]
     check(len(out) == len(legit) and all(o["id"] == r["id"] for o, r in zip(out, legit)), "one result per text, in order")
     stopped = [o["id"] for o in out if any(e["type"] in ("loop", "flooding") for e in o["events"])]
-    near = [o["id"] for o in out if any(e["type"] == "near_loop" for e in o["events"])]
+    near = [o["id"] for o in out if any(e["type"] in ("near_loop", "phrase_loop") for e in o["events"])]
     check(not stopped, f"legitimate repetition: no exact loop or flood in {len(legit)} texts: {stopped}")
     check(len(near) <= len(legit) // 100, f"legitimate repetition: near loops in {len(near)} of {len(legit)}: {near}")
     cats = sorted({r["label"] for r in legit})
