@@ -174,9 +174,11 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
   if (loop.period > 0 && flood < loop.span && !cooling_down("loop", i))
     return event("loop", loop.onset, loop.repeats / (cfg_.loop_min_repeats + 2),
                  {{"period", loop.period}, {"repeats", loop.repeats}, {"span", loop.span}}, loop.span);
-  // Approximate loops, checked every few tokens.
-  if (cfg_.near_every > 0 && n % cfg_.near_every == 0 && loop.period == 0 && !typography &&
-      !cooling_down("near_loop", i) && !cooling_down("loop", i)) {
+  // Approximate loops and phrase loops, checked every few tokens while no loop-family episode is
+  // quiet (cooling_down of one loop type covers the family).
+  const bool approximate_step =
+      cfg_.near_every > 0 && n % cfg_.near_every == 0 && loop.period == 0 && !typography && !cooling_down("loop", i);
+  if (approximate_step) {
     Loop near = near_loop(periods_.tokens(), 2, cfg_.max_period, cfg_.near_min_match, cfg_.near_min_repeats,
                           cfg_.near_min_span);
     if (near.period > 0 && line_tail(text, near.span))  // structured text: the stricter test
@@ -194,11 +196,9 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
                    near.span);
   }
   // Phrase loops: recombined phrases with no period, few distinct 3-grams (typography aside, as for
-  // near loops), checked with them.
+  // near loops).
   const int64_t w = cfg_.phrase_window;
-  if (cfg_.phrase_max_distinct > 0 && w > 0 && n >= w && cfg_.near_every > 0 && n % cfg_.near_every == 0 &&
-      loop.period == 0 && !typography && !cooling_down("phrase_loop", i) && !cooling_down("near_loop", i) &&
-      !cooling_down("loop", i)) {
+  if (approximate_step && cfg_.phrase_max_distinct > 0 && w > 0 && n >= w && !cooling_down("phrase_loop", i)) {
     const double d3 = distinct_ngrams(periods_.tokens(), 3, static_cast<size_t>(w));
     if (d3 < cfg_.phrase_max_distinct && !structural_tail(text, w, cfg_.structural_max_share))
       return event("phrase_loop", n - w, 1.0 - 0.5 * d3 / cfg_.phrase_max_distinct, {{"distinct3", d3}, {"window", w}},
