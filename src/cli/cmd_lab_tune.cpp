@@ -149,6 +149,12 @@ void add_lab_tune(CLI::App& app, std::vector<Command>& out) {
                   "smoother, used with --denoise 0.2)")
       ->capture_default_str()
       ->check(CLI::Range(1, 2));
+  sub->add_option("--surrogate", f->tune.tpe.surrogate_bandwidth,
+                  "Pick among TPE's candidates the one a local quadratic regression of the objectives predicts to "
+                  "add the most hypervolume: its kernel bandwidth as a share of each range, 0 = off (TPE's pick, "
+                  "Optuna's)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10.0));
   sub->add_flag_callback(
       "--random-startup", [f] { f->tune.tpe.latin_hypercube_startup = false; },
       "Draw the startup trials independently at random, as Optuna does (default: a Latin hypercube)");

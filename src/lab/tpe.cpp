@@ -163,21 +163,25 @@ std::vector<double> reference_point(const std::vector<std::vector<double>>& pts)
 // terms, loess's usual degree): a valley is then part of the model, and the window can be wide
 // enough to pool most of the study. It needs trials to spare, so it applies from 3d + 1 trials
 // (its 2d + 1 coefficients and one more per parameter); a study with fewer fits lines.
-std::vector<double> local_polynomial(const std::vector<std::vector<double>>& xs, const std::vector<double>& y, double h,
-                                     int degree) {
+//
+// The fit is centred on each query point in `at` (the trials themselves when smoothing, a
+// candidate when the surrogate predicts); its intercept is the estimate, NaN where the equations
+// are singular.
+std::vector<double> local_polynomial_at(const std::vector<std::vector<double>>& xs, const std::vector<double>& y,
+                                        const std::vector<std::vector<double>>& at, double h, int degree) {
   const size_t n = xs.size(), d = xs.empty() ? 0 : xs[0].size();
   const bool quadratic = degree >= 2 && n >= 3 * d + 1;
   const size_t m = quadratic ? 2 * d + 1 : d + 1;
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) {
+  std::vector<double> out(at.size());
+  for (size_t i = 0; i < at.size(); ++i) {
     std::vector<double> a(m * m, 0.0), rhs(m, 0.0);
     for (size_t j = 0; j < n; ++j) {
       double r2 = 0;
-      for (size_t k = 0; k < d; ++k) r2 += (xs[j][k] - xs[i][k]) * (xs[j][k] - xs[i][k]);
+      for (size_t k = 0; k < d; ++k) r2 += (xs[j][k] - at[i][k]) * (xs[j][k] - at[i][k]);
       const double w = std::exp(-0.5 * r2 / (h * h));
       std::vector<double> z(m, 1.0);
       for (size_t k = 0; k < d; ++k) {
-        z[k + 1] = xs[j][k] - xs[i][k];
+        z[k + 1] = xs[j][k] - at[i][k];
         if (quadratic) z[d + k + 1] = z[k + 1] * z[k + 1];
       }
       for (size_t r = 0; r < m; ++r) {
@@ -205,8 +209,17 @@ std::vector<double> local_polynomial(const std::vector<std::vector<double>>& xs,
       for (size_t k = r + 1; k < m; ++k) s -= a[r * m + k] * beta[k];
       beta[r] = s / a[r * m + r];
     }
-    out[i] = std::isfinite(beta[0]) ? beta[0] : y[i];
+    out[i] = std::isfinite(beta[0]) ? beta[0] : std::nan("");
   }
+  return out;
+}
+
+// Smoothing: the fit at each trial, the trial's own value where the fit fails.
+std::vector<double> local_polynomial(const std::vector<std::vector<double>>& xs, const std::vector<double>& y, double h,
+                                     int degree) {
+  std::vector<double> out = local_polynomial_at(xs, y, xs, h, degree);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!std::isfinite(out[i])) out[i] = y[i];
   return out;
 }
 
@@ -283,14 +296,7 @@ std::vector<std::vector<double>> MotpeSampler::split_values(const std::vector<Co
   if (trials.empty()) return values;
   if (opts_.denoise_bandwidth > 0) {
     std::vector<std::vector<double>> xs;
-    for (const auto& t : trials) {
-      std::vector<double> x;
-      for (const auto& p : space_) {
-        const Bounds b = bounds_of(p);
-        x.push_back((to_internal(p, t.params.at(p.name)) - b.low) / (b.high - b.low));
-      }
-      xs.push_back(std::move(x));
-    }
+    for (const auto& t : trials) xs.push_back(unit_point(t.params));
     for (size_t k = 0; k < values[0].size(); ++k) {
       if (!std::all_of(trials.begin(), trials.end(),
                        [k](const CompletedTrial& t) { return k < t.noisy.size() && t.noisy[k]; }))
@@ -303,6 +309,55 @@ std::vector<std::vector<double>> MotpeSampler::split_values(const std::vector<Co
     }
   }
   return values;
+}
+
+std::vector<double> MotpeSampler::unit_point(const std::map<std::string, double>& params) const {
+  std::vector<double> x;
+  for (const auto& p : space_) {
+    const Bounds b = bounds_of(p);
+    x.push_back((to_internal(p, params.at(p.name)) - b.low) / (b.high - b.low));
+  }
+  return x;
+}
+
+std::vector<std::vector<double>> MotpeSampler::predict(const std::vector<CompletedTrial>& trials,
+                                                       const std::vector<std::map<std::string, double>>& points) const {
+  std::vector<std::vector<double>> out(points.size());
+  if (trials.empty()) return out;
+  std::vector<std::vector<double>> xs, at;
+  for (const auto& t : trials) xs.push_back(unit_point(t.params));
+  for (const auto& p : points) at.push_back(unit_point(p));
+  for (size_t k = 0; k < trials[0].values.size(); ++k) {
+    std::vector<double> col(points.size());
+    if (k < exact_.size() && exact_[k]) {
+      for (size_t c = 0; c < points.size(); ++c) col[c] = exact_[k](points[c]);
+    } else {
+      std::vector<double> y;
+      for (const auto& t : trials) y.push_back(t.values[k]);
+      col = local_polynomial_at(xs, y, at, opts_.surrogate_bandwidth, 2);
+    }
+    for (size_t c = 0; c < points.size(); ++c) out[c].push_back(col[c]);
+  }
+  return out;
+}
+
+int MotpeSampler::largest_gain(const std::vector<std::vector<double>>& front,
+                               const std::vector<std::vector<double>>& predicted) {
+  if (front.empty()) return -1;
+  const auto ref = reference_point(front);
+  const double hv = hypervolume(front, ref);
+  int best = -1;
+  double best_gain = 1e-12 * std::max(hv, 1e-300);  // a gain must be more than rounding
+  for (size_t c = 0; c < predicted.size(); ++c) {
+    if (predicted[c].size() != ref.size() ||
+        !std::all_of(predicted[c].begin(), predicted[c].end(), [](double v) { return std::isfinite(v); }))
+      continue;
+    auto with = front;
+    with.push_back(predicted[c]);
+    const double gain = hypervolume(with, ref) - hv;
+    if (gain > best_gain) best_gain = gain, best = static_cast<int>(c);
+  }
+  return best;
 }
 
 std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedTrial>& trials, uint64_t number) const {
@@ -356,6 +411,10 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
   const std::vector<double> wa =
       opts_.flat_above_weights ? std::vector<double>(above.size(), 1.0) : default_weights(above.size());
   if (opts_.multivariate) return propose_joint(trials, below, above, wb, wa, rng);
+  // Candidate c is the c-th draw of every parameter's l(x); TPE's pick is each parameter's best
+  // draw on its own.
+  const size_t n_cand = static_cast<size_t>(std::max(1, opts_.n_ei_candidates));
+  std::vector<std::map<std::string, double>> candidates(n_cand);
   for (const auto& p : space_) {
     const Bounds b = bounds_of(p);
     std::vector<double> ob, oa;
@@ -364,14 +423,19 @@ std::map<std::string, double> MotpeSampler::propose(const std::vector<CompletedT
     const Parzen l = make_parzen(ob, wb, b, opts_);
     const Parzen g = make_parzen(oa, wa, b, opts_);
     double best_x = 0, best_score = -std::numeric_limits<double>::infinity();
-    for (int k = 0; k < opts_.n_ei_candidates; ++k) {
+    for (size_t k = 0; k < n_cand; ++k) {
       double x = l.sample(rng);
       // Candidates are scored where they will be evaluated: on the grid.
       if (b.q > 0) x = std::clamp(p.low + std::round((x - p.low) / b.q) * b.q, p.low, p.high);
       const double score = l.log_pdf(x) - g.log_pdf(x);
       if (score > best_score) best_score = score, best_x = x;
+      candidates[k][p.name] = from_internal(p, x);
     }
     out[p.name] = from_internal(p, best_x);
+  }
+  if (opts_.surrogate_bandwidth > 0) {
+    const int pick = largest_gain(values, predict(trials, candidates));
+    if (pick >= 0) return candidates[static_cast<size_t>(pick)];
   }
   return out;
 }

@@ -16,12 +16,14 @@
 //    contribution, above's by Optuna's default weights (older trials ramp down past 25);
 //  - `n_ei_candidates` (64; Optuna's 24) draws from below's estimator; the one maximising
 //    log l(x) - log g(x) is proposed, with the densities as Optuna 3.1.0 computes them (see
-//    `exact_density`).
+//    `exact_density`), unless a surrogate picks among the same draws (`surrogate_bandwidth`,
+//    coda's addition: the draw predicted to add the most hypervolume to the front).
 //
 // The sampler only proposes; it runs nothing (Optuna's habit). Objectives are minimised.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -70,7 +72,22 @@ struct TpeOptions {
   // finds better fronts on the exact benchmark problem and no worse on the noisy one (docs/lab.md,
   // "A larger good group").
   double gamma = 0.25;
+  // TPE proposes, a surrogate picks. l(x) still decides where to look: the n_ei_candidates draws
+  // are its own (each parameter from its estimator). Each draw is then scored by the hypervolume
+  // it would add to the front of the trials so far (the split's values, noisy ones smoothed) if it
+  // landed where a local quadratic regression of each objective over the trials predicts
+  // (Gaussian weights of this bandwidth in the unit cube, as `denoise_bandwidth`; an objective the
+  // parameters determine, such as a parameter's deviation, is computed instead). The largest gain
+  // is proposed; when no draw is predicted to add anything, each parameter takes its largest
+  // l(x)/g(x), TPE's own pick from the same draws. On both benchmark problems this finds fronts
+  // about 1.5-2.5% larger than Optuna's (docs/lab.md, "TPE proposes, a surrogate picks").
+  // 0: off, TPE's pick (Optuna's). The multivariate sampler keeps TPE's pick.
+  double surrogate_bandwidth = 0.8;
 };
+
+// An objective that is a known function of the parameters (a parameter's deviation from its
+// neutral value): the surrogate computes it at a candidate instead of predicting it.
+using ExactObjective = std::function<double(const std::map<std::string, double>&)>;
 
 struct CompletedTrial {
   std::map<std::string, double> params;
@@ -95,6 +112,16 @@ class MotpeSampler {
   // The objective values the split ranks: the trials' own, with noisy ones smoothed
   // (`denoise_bandwidth`). Exposed for tests.
   std::vector<std::vector<double>> split_values(const std::vector<CompletedTrial>& trials) const;
+  // One entry per objective; an empty function (or a missing entry) is predicted by regression.
+  void set_exact_objectives(std::vector<ExactObjective> f) { exact_ = std::move(f); }
+  // The surrogate's objective values at `points` given the completed trials: exact objectives
+  // computed, the others by local quadratic regression. Exposed for tests.
+  std::vector<std::vector<double>> predict(const std::vector<CompletedTrial>& trials,
+                                           const std::vector<std::map<std::string, double>>& points) const;
+  // The index of the candidate whose predicted values add the most hypervolume to `front` (reference
+  // point: 1.1 x the front's worst value per objective), or -1 when none adds any. Exposed for tests.
+  static int largest_gain(const std::vector<std::vector<double>>& front,
+                          const std::vector<std::vector<double>>& predicted);
 
  private:
   std::map<std::string, double> propose_joint(const std::vector<CompletedTrial>& trials,
@@ -102,9 +129,12 @@ class MotpeSampler {
                                               const std::vector<double>& wb, const std::vector<double>& wa,
                                               std::mt19937_64& rng) const;
 
+  std::vector<double> unit_point(const std::map<std::string, double>& params) const;
+
   SearchSpace space_;
   TpeOptions opts_;
   uint64_t seed_;
+  std::vector<ExactObjective> exact_;
 };
 
 }  // namespace coda::lab

@@ -41,6 +41,20 @@ Expected<double> neutral_value(const std::string& p) {
   return it->second;
 }
 
+ExactObjective exact_objective(const std::string& objective) {
+  const std::string suffix = "_deviation";
+  if (objective.size() <= suffix.size() ||
+      objective.compare(objective.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return {};
+  const std::string p = objective.substr(0, objective.size() - suffix.size());
+  const auto neutral = neutral_value(p);
+  if (!neutral) return {};
+  return [p, n = *neutral](const std::map<std::string, double>& params) {
+    const auto it = params.find(p);
+    return std::fabs((it != params.end() ? it->second : n) - n);
+  };
+}
+
 namespace {
 // A trial as the sampler sees it: a value with a sampling interval (a rate) is noisy.
 CompletedTrial completed(const TuneTrial& t) {
@@ -95,6 +109,11 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
   const bool phase2_started =
       std::any_of(res.trials.begin(), res.trials.end(), [](const TuneTrial& t) { return t.phase == 2; });
   MotpeSampler sampler(opts.space, opts.tpe, opts.seed);
+  {
+    std::vector<ExactObjective> exact;
+    for (const auto& o : opts.objectives) exact.push_back(exact_objective(o));
+    sampler.set_exact_objectives(std::move(exact));
+  }
   while (!phase2_started && phase1_count() < opts.n_trials) {
     if (stop && stop->load()) {
       res.interrupted = true;

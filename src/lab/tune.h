@@ -72,6 +72,11 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
 // ...), which is also what "<param>_deviation" objectives measure distance from.
 Expected<double> neutral_value(const std::string& param);
 
+// "<param>_deviation": |param - its neutral value| (the neutral value where the space leaves the
+// parameter out), a function of the trial's parameters. Empty for any other objective, which must
+// be measured.
+ExactObjective exact_objective(const std::string& objective);
+
 nlohmann::ordered_json pareto_json(const TuneResult& r, const TuneOptions& opts);
 std::string tune_report_html(const TuneResult& r, const TuneOptions& opts);
 

@@ -83,11 +83,8 @@ Evaluator load_evaluator(Target& target, const std::vector<BenchPrompt>& prompts
       } else if (obj == "mean_output_tokens") {
         v = s["mean_output_tokens"].get<double>();
         iv = {v, v};
-      } else if (ends_with(obj, "_deviation")) {
-        const std::string p = obj.substr(0, obj.size() - 10);
-        auto it = params.find(p);
-        const double val = it != params.end() ? it->second : *neutral_value(p);
-        v = std::fabs(val - *neutral_value(p));
+      } else if (const ExactObjective f = exact_objective(obj)) {  // "<param>_deviation"
+        v = f(params);
         iv = {v, v};
       } else {  // a latency: "ttft_ms.p50"
         const size_t dot = obj.find('.');

@@ -153,7 +153,7 @@ def proposal_tests(coda, work, seeds=200):
         os.makedirs(d)
         shutil.copy(base, os.path.join(d, "study.log"))
         run([coda, "tune", "--test-problem", "zdt1", "--trials", "21", "--tune-seed", str(seed), "-o", d,
-             "--n-ei-candidates", "24", "--denoise", "0", "--gamma", "0.1"])
+             "--n-ei-candidates", "24", "--denoise", "0", "--gamma", "0.1", "--surrogate", "0"])
         last = json.load(open(os.path.join(d, "pareto.json")))["trials"][20]
         for k in ("x1", "x2"):
             theirs[k].append(t.params[k])
