@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "core/json_parse.h"
@@ -156,6 +157,42 @@ json usage_of(const SessionResult& r) {
   const int64_t p = std::max<int64_t>(0, r.prompt_tokens), c = std::max<int64_t>(0, r.completion_tokens);
   return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
 }
+
+// One choice of a body that is not streamed: what the guard released, as OpenAI shapes it.
+json choice_of(const SessionResult& r, const std::vector<client::TokenLogprob>& lps, const ClientView& view,
+               const std::string& finish_reason) {
+  json choice{{"index", 0}};
+  if (view.chat) {
+    // OpenAI's message: content null beside tool calls that stand alone.
+    choice["message"] = {{"role", "assistant"},
+                         {"content", r.text.empty() && !r.tool_calls.is_null() ? json(nullptr) : json(r.text)}};
+    if (!r.reasoning.empty()) choice["message"][r.reasoning_key] = r.reasoning;
+    if (!r.tool_calls.is_null()) choice["message"]["tool_calls"] = r.tool_calls;
+  } else {
+    choice["text"] = r.text;
+  }
+  size_t offset = 0;
+  choice["logprobs"] = view.logprobs && !lps.empty() ? logprobs_json(lps, view.chat, offset) : json(nullptr);
+  choice["finish_reason"] = finish_reason;
+  choice["stop_reason"] = r.stop_reason.empty() ? json(nullptr) : json(r.stop_reason);
+  return choice;
+}
+
+// A completion request's prompts when it sends a batch (a list of strings, or a list of token-id
+// lists) of more than one; 1 otherwise (a string, one token-id list, a list of one).
+size_t batch_size(const json& body, bool chat) {
+  if (chat || !body.contains("prompt") || !body["prompt"].is_array()) return 1;
+  const json& p = body["prompt"];
+  if (p.size() < 2) return 1;
+  const bool strings = std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_string(); });
+  const bool lists = std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_array(); });
+  return strings || lists ? p.size() : 1;
+}
+
+// As coda serve: at most this many choices (prompts x n) in one request, and at most this many bytes
+// of request copied into them.
+constexpr size_t kMaxChoices = 128;
+constexpr size_t kMaxChoiceBytes = size_t{256} << 20;
 
 json report_of(const SessionResult& r) {
   json j = json::parse(dump_json(r.report.to_json()));
@@ -686,8 +723,33 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
     return reject(400, "stream: expected true or false", "stream");
-  if (body.contains("n") && !(body["n"].is_number_integer() && body["n"].get<int64_t>() == 1) && !body["n"].is_null())
-    return reject(400, "n: only n = 1 is supported through the guard proxy", "n");
+  // n > 1 and a batch of prompts: each choice is a guarded session of its own (serve_choices).
+  int64_t n = 1;
+  if (body.contains("n") && !body["n"].is_null()) {
+    if (!body["n"].is_number_integer() || body["n"].get<int64_t>() < 1 ||
+        body["n"].get<int64_t>() > static_cast<int64_t>(kMaxChoices))
+      return reject(400, "n: expected an integer from 1 to " + std::to_string(kMaxChoices), "n");
+    n = body["n"].get<int64_t>();
+  }
+  const size_t prompts = batch_size(body, chat), choices = prompts * static_cast<size_t>(n);
+  if (choices > 1) {
+    if (llama || responses) return reject(400, "n: only n = 1 is supported on this route", "n");
+    if (choices > kMaxChoices)
+      return reject(400,
+                    std::to_string(prompts) + " prompts x n = " + std::to_string(n) + " is " + std::to_string(choices) +
+                        " choices; allowed at most " + std::to_string(kMaxChoices),
+                    "n");
+    if (choices * req.body.size() > kMaxChoiceBytes)
+      return reject(400,
+                    "n: " + std::to_string(choices) + " choices of a " + std::to_string(req.body.size()) +
+                        "-byte request is too much to hold; send fewer choices or a smaller request",
+                    "n");
+    if (body.value("stream", json(false)) == json(true))
+      return reject(400,
+                    "n > 1 and batches of prompts need stream: false through the guard proxy (each choice is "
+                    "guarded on its own)",
+                    "n");
+  }
   // An echoed prompt would reach the guard as if generated (a few-shot prompt's legitimate
   // repetition stopped as a loop), and the logprobs it asks the upstream for would cover the
   // whole prompt: prompt scoring (lm-evaluation-harness log-likelihoods) is not a generation.
@@ -758,8 +820,9 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   }
   std::string model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
 
-  if (in_flight_.fetch_add(1) >= opts_.max_connections) {
-    in_flight_.fetch_sub(1);
+  const int slots = static_cast<int>(choices);  // each choice is an upstream request of its own
+  if (in_flight_.fetch_add(slots) + slots > opts_.max_connections) {
+    in_flight_.fetch_sub(slots);
     res.set_header("Retry-After", "1");
     return reject(
         429,
@@ -768,13 +831,18 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   }
   const auto t0 = Clock::now();
   auto seconds = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  auto done_in_flight = [this] { in_flight_.fetch_sub(1); };
+  auto done_in_flight = [this, slots] { in_flight_.fetch_sub(slots); };
   const bool stream = body.value("stream", json(false)).is_boolean() && body.value("stream", false);
   const bool include_usage = body.contains("stream_options") && body["stream_options"].is_object() &&
                              body["stream_options"].value("include_usage", json(false)).is_boolean() &&
                              body["stream_options"].value("include_usage", false);
   Shaper shaper{chat, view, (chat ? "chatcmpl-proxy-" : "cmpl-proxy-") + std::to_string(next_id_.fetch_add(1))};
 
+  if (!stream && choices > 1) {
+    serve_choices(req, res, body, prompts, n, view, so, model, shaper.fallback_id);
+    done_in_flight();
+    return;
+  }
   if (!stream) {
     double ttft = -1;
     std::vector<client::TokenLogprob> all_lps;
@@ -798,20 +866,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     if (!r.ok) return send_upstream_failure(res, r.failure, used->label);
     if (llama) return res.set_content(dump(llama_answer_of(r, body, m, ttft, seconds(), false)), "application/json");
     json j = shaper.head(r.last_chunk, false);
-    json choice{{"index", 0}};
-    if (chat) {
-      // OpenAI's message: content null beside tool calls that stand alone.
-      choice["message"] = {{"role", "assistant"},
-                           {"content", r.text.empty() && !r.tool_calls.is_null() ? json(nullptr) : json(r.text)}};
-      if (!r.reasoning.empty()) choice["message"][r.reasoning_key] = r.reasoning;
-      if (!r.tool_calls.is_null()) choice["message"]["tool_calls"] = r.tool_calls;
-    } else
-      choice["text"] = r.text;
-    size_t offset = 0;
-    choice["logprobs"] = view.logprobs && !all_lps.empty() ? logprobs_json(all_lps, chat, offset) : json(nullptr);
-    choice["finish_reason"] = client_finish_reason(r.finish_reason, opts_.finish_reason_compat);
-    choice["stop_reason"] = r.stop_reason.empty() ? json(nullptr) : json(r.stop_reason);
-    j["choices"] = json::array({choice});
+    j["choices"] =
+        json::array({choice_of(r, all_lps, view, client_finish_reason(r.finish_reason, opts_.finish_reason_compat))});
     j["usage"] = usage_of(r);
     j["coda"] = report_of(r);
     if (responses) {
@@ -983,6 +1039,83 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       [st](bool success) {
         if (!success) st->client_gone = true;
       });
+}
+
+// n > 1 or a batch of prompts, not streamed (as coda serve answers them): every choice is a session
+// of its own, run concurrently, each with its own guard, its own upstream request (n = 1, so it can
+// be cancelled or repaired alone) and its own report (`coda` inside the choice). Prompt i's n samples
+// are choices i n .. i n + n - 1, as vLLM orders them; with a seed, choice i gets seed + i, as coda
+// serve gives it. Usage counts each prompt once. One failed choice fails the request, as in coda serve.
+void ProxyServer::serve_choices(const httplib::Request& req, httplib::Response& res, const json& body, size_t prompts,
+                                int64_t n, const ClientView& view, const SessionOptions& so, const std::string& model,
+                                const std::string& fallback_id) {
+  const size_t total = prompts * static_cast<size_t>(n);
+  const bool seeded = body.contains("seed") && body["seed"].is_number_integer();
+  const ClientWatch watch(req);
+  SessionOptions watched = so;
+  watched.client_left = [&watch] { return watch.gone(); };
+  struct Part {
+    SessionResult r;
+    std::vector<client::TokenLogprob> lps;
+    double ttft = -1;
+    Upstream* used = nullptr;
+  };
+  std::vector<Part> parts(total);
+  const auto t0 = Clock::now();
+  auto seconds = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto run_part = [&](size_t i) {
+    json one = body;
+    one.erase("n");
+    if (prompts > 1) one["prompt"] = body["prompt"][i / static_cast<size_t>(n)];
+    if (seeded) one["seed"] = body["seed"].get<int64_t>() + static_cast<int64_t>(i);
+    Part& p = parts[i];
+    p.used = upstreams_[0].get();
+    try {
+      p.r = run_balanced(
+          one, view, watched,
+          [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
+            if (p.ttft < 0) p.ttft = seconds();
+            p.lps.insert(p.lps.end(), lps.begin(), lps.end());
+            return !watch.gone();
+          },
+          p.used);
+    } catch (const std::exception& e) {  // a bug, not user input: this choice fails, the proxy stays up
+      p.r = SessionResult{};
+      p.r.failure.error_kind = client::ErrorKind::Protocol;
+      p.r.failure.error = std::string("internal error: ") + e.what();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < total; ++i) {
+    try {
+      threads.emplace_back(run_part, i);
+    } catch (const std::system_error&) {  // no thread to be had: this choice runs here, in turn
+      run_part(i);
+    }
+  }
+  for (auto& t : threads) t.join();
+  json j;
+  json list = json::array();
+  SessionResult total_usage;
+  total_usage.prompt_tokens = total_usage.completion_tokens = 0;
+  for (size_t i = 0; i < total; ++i) {
+    const Part& p = parts[i];
+    record(p.r, model_of(model, p.r.last_chunk), seconds(), p.ttft, p.used->label);
+  }
+  for (size_t i = 0; i < total; ++i) {
+    const Part& p = parts[i];
+    if (!p.r.ok) return send_upstream_failure(res, p.r.failure, p.used->label);
+    if (j.is_null()) j = Shaper{view.chat, view, fallback_id}.head(p.r.last_chunk, false);
+    json choice = choice_of(p.r, p.lps, view, client_finish_reason(p.r.finish_reason, opts_.finish_reason_compat));
+    choice["index"] = i;
+    choice["coda"] = report_of(p.r);
+    list.push_back(std::move(choice));
+    if (i % static_cast<size_t>(n) == 0) total_usage.prompt_tokens += std::max<int64_t>(0, p.r.prompt_tokens);
+    total_usage.completion_tokens += std::max<int64_t>(0, p.r.completion_tokens);
+  }
+  j["choices"] = std::move(list);
+  j["usage"] = usage_of(total_usage);
+  res.set_content(dump(j), "application/json");
 }
 
 }  // namespace coda::proxy

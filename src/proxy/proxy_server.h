@@ -107,6 +107,11 @@ class ProxyServer {
   SessionResult run_balanced(const nlohmann::ordered_json& body, const ClientView& view, const SessionOptions& so,
                              const Emit& emit, Upstream*& used);
   uint64_t affinity_key(const nlohmann::ordered_json& body, bool chat) const;
+  // n > 1 or a batch of prompts, not streamed: each choice a guarded session of its own.
+  // `fallback_id`: the body's id where the upstream gives none.
+  void serve_choices(const httplib::Request& req, httplib::Response& res, const nlohmann::ordered_json& body,
+                     size_t prompts, int64_t n, const ClientView& view, const SessionOptions& so,
+                     const std::string& model, const std::string& fallback_id);
 
   ProxyOptions opts_;
   std::vector<std::unique_ptr<Upstream>> upstreams_;

@@ -364,6 +364,36 @@ def coda_upstream_tests(coda, up, px):
     return raw.decode()
 
 
+def choices_tests(up, px):
+    """n > 1 and batches of prompts, not streamed: every choice a guarded session of its own, with the
+    seeds coda serve gives its own choices (seed + i), so the proxy's answer holds the upstream's."""
+    def texts(body, chat):
+        return [c["message"]["content"] if chat else c["text"] for c in body["choices"]]
+
+    for path, rq, chat in (
+            ("/v1/completions", {"prompt": "The king said", "n": 3}, False),
+            ("/v1/completions", {"prompt": ["The king said", "And Moses went up to"], "n": 2}, False),
+            ("/v1/completions", {"prompt": ["La vita è come", "In the beginning God", "And David took"]}, False),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me of the king"}], "n": 2}, True)):
+        rq = dict(rq, max_tokens=8, temperature=1.0, seed=11)
+        st, _, mine = px.json("POST", path, rq)
+        _, _, theirs = up.json("POST", path, rq)
+        want = len(theirs.get("choices", []))
+        check(st == 200 and want > 1 and texts(mine, chat) == texts(theirs, chat)
+              and [c["index"] for c in mine["choices"]] == list(range(want))
+              and all("proxy" in c.get("coda", {}) for c in mine["choices"])
+              and mine["usage"]["prompt_tokens"] == theirs["usage"]["prompt_tokens"]
+              and mine["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"],
+              f"{want} choices through the proxy ({path} {rq}): {st} {mine} against {theirs}")
+    print(f"n > 1 and batches: the upstream's own choices, each guarded")
+    for rq, why in (({"n": 2, "stream": True}, "need stream: false"), ({"n": 0}, "from 1 to 128"),
+                    ({"n": 129}, "from 1 to 128"), ({"n": 1.5}, "from 1 to 128"),
+                    ({"prompt": ["a"] * 65, "n": 2}, "130 choices")):
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, **rq})
+        check(st == 400 and body["error"]["param"] == "n" and why in body["error"]["message"],
+              f"{rq} refused with a clear error: {st} {body}")
+
+
 def scripted_tests(coda, work):
     up = scripted()
     refuse = scripted("--refuse-logprobs")
@@ -625,9 +655,10 @@ def scripted_tests(coda, work):
         check(st == 429 and body["error"]["code"] == "rate_limit_exceeded" and hdrs.get("Retry-After") == "1",
               f"beyond --max-connections -> {st} {body}")
         held.join()
-        def client_leaves(body, arrived, what):
+        def client_leaves(body, arrived, what, count=1):
             """Sends `body` on a raw connection, closes it once `arrived(stats0)` holds upstream, and
-            waits for the upstream connection to close and the proxy to count an abort."""
+            waits for the upstream connections (`count`: one per choice) to close and the proxy to
+            count as many aborts."""
             stats0 = up.json("GET", "/stats")[2]
             aborts0 = px.metric_sum("coda:request_success_total", finished_reason="abort")
             raw_body = json.dumps(body).encode()
@@ -637,14 +668,21 @@ def scripted_tests(coda, work):
             up.wait_until(f"the upstream has the request ({what})", lambda: arrived(stats0, up.json("GET", "/stats")[2]))
             c.close()
             up.wait_until(f"the upstream connection closed after the client left ({what})",
-                          lambda: up.json("GET", "/stats")[2]["cancelled"] == stats0["cancelled"] + 1)
+                          lambda: up.json("GET", "/stats")[2]["cancelled"] == stats0["cancelled"] + count)
             px.wait_until(f"the proxy counts an abort, not an upstream timeout ({what})",
-                          lambda: px.metric_sum("coda:request_success_total", finished_reason="abort") == aborts0 + 1)
+                          lambda: px.metric_sum("coda:request_success_total", finished_reason="abort") == aborts0 + count)
 
         # A non-streaming client that leaves is noticed though nothing was written to it: the upstream
         # stream is closed (a cancellation there) instead of running on to max_tokens at 20 ms a token.
         client_leaves({"prompt": "[pace:20][loop] go|", "max_tokens": 100000, "coda": {"guard": "observe"}},
                       lambda s0, s: s["open"] == s0["open"] + 1, "non-streaming, paced upstream")
+        # The same with n = 3: each choice's upstream stream is closed.
+        client_leaves({"prompt": "[pace:20][loop] go|", "max_tokens": 100000, "n": 3, "coda": {"guard": "observe"}},
+                      lambda s0, s: s["open"] == s0["open"] + 3, "n = 3, non-streaming, paced upstream", count=3)
+        # One choice that fails fails the request, with the upstream's failure.
+        st, _, body = px.json("POST", "/v1/completions", {"prompt": ["[text] x|", "[hang-first] x"], "max_tokens": 4})
+        check(st == 504 and body["error"]["code"] == "upstream_timeout",
+              f"a batch with one hung choice -> {st} {body}")
         # A client that leaves before the upstream says anything (a long prefill), streaming or not:
         # the proxy looks for it while waiting and closes the upstream connection at once, where it
         # used to hold it until the upstream's first byte or the read timeout.
@@ -708,8 +746,6 @@ def scripted_tests(coda, work):
         hung = states.get(f"http://127.0.0.1:{hang.port}", {})
         check(st == 200 and hung.get("status") == "unavailable" and "no answer within 5 s" in hung.get("error", "")
               and states.get(f"http://127.0.0.1:{up.port}", {}).get("status") == "ok", f"/health with a hung replica: {st} {body}")
-        st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "n": 2})
-        check(st == 400 and body["error"]["param"] == "n", "n > 1 refused with a clear error")
         st, _, body = px.json("POST", "/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1})
         check(st == 400 and body["error"]["param"] == "echo", "echo (prompt scoring) refused with a clear error")
         for raw in (b"{not json", b"[1]"):
@@ -946,6 +982,7 @@ def main():
     px = proxy(coda, up.port)
     try:
         metrics_text = coda_upstream_tests(coda, up, px)
+        choices_tests(up, px)
         with open(os.path.join(work, "proxy-metrics.txt"), "w") as f:
             f.write(metrics_text)
         promtool = "/usr/bin/promtool"
