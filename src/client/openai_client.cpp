@@ -68,6 +68,14 @@ void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, bool gat
     if (const auto* p = member(*u, "prompt_tokens"); p && p->is_number_integer()) c.prompt_tokens = p->get<int64_t>();
     if (const auto* p = member(*u, "completion_tokens"); p && p->is_number_integer())
       c.completion_tokens = p->get<int64_t>();
+  } else if (const auto* t = member(j, "timings"); t && t->is_object()) {
+    // llama.cpp's server with timings_per_token: the prompt is the tokens it processed and those it
+    // found in its cache. Its closing usage, when the stream gets that far, says the same.
+    const auto* pn = member(*t, "prompt_n");
+    const auto* cn = member(*t, "cache_n");
+    if (pn && cn && pn->is_number_integer() && cn->is_number_integer() && pn->get<int64_t>() >= 0 &&
+        cn->get<int64_t>() >= 0)
+      c.prompt_tokens = pn->get<int64_t>() + cn->get<int64_t>();
   }
   if (const auto* r = member(j, "coda")) c.coda = *r;
   const auto* choices = member(j, "choices");
@@ -536,12 +544,22 @@ void ask_logprobs(nlohmann::ordered_json& body, bool chat, int top) {
   }
 }
 
+std::optional<Engine> engine_of(const OpenAIClient& client, double timeout_s) {
+  int status = 0;
+  auto models = client.get_json("/v1/models", &status, timeout_s);
+  if (!models) return status >= 400 && status < 500 ? std::optional<Engine>(Engine::Unknown) : std::nullopt;
+  if (!models->is_object() || !models->contains("data") || !(*models)["data"].is_array()) return Engine::Unknown;
+  for (const auto& m : (*models)["data"]) {
+    const auto owner = m.is_object() ? m.value("owned_by", nlohmann::ordered_json()) : nlohmann::ordered_json();
+    if (owner == "llamacpp") return Engine::LlamaCpp;
+    if (owner == "vllm") return Engine::Vllm;
+    if (owner == "coda") return Engine::Coda;
+  }
+  return Engine::Unknown;
+}
+
 bool says_llamacpp(const OpenAIClient& client, double timeout_s) {
-  auto models = client.get_json("/v1/models", nullptr, timeout_s);
-  if (!models || !models->is_object() || !models->contains("data") || !(*models)["data"].is_array()) return false;
-  for (const auto& m : (*models)["data"])
-    if (m.is_object() && m.value("owned_by", nlohmann::ordered_json()) == "llamacpp") return true;
-  return false;
+  return engine_of(client, timeout_s) == Engine::LlamaCpp;
 }
 
 bool add_llamacpp_names(nlohmann::ordered_json& body) {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -158,10 +159,15 @@ class OpenAIClient {
 // `top_logprobs`); empty when absent or malformed.
 std::vector<TokenLogprob> parse_logprobs(const nlohmann::ordered_json& choice_logprobs);
 
-// Whether the server names itself llama.cpp in /v1/models (`owned_by: "llamacpp"`, as llama.cpp's
-// and ik_llama.cpp's servers answer). Their sampling fields are OpenAI's and vLLM's names but for
-// one: the repetition penalty is read only as `repeat_penalty`, and `repetition_penalty` is
-// ignored without a word. False when the server cannot be asked within `timeout_s`.
+// The engine behind an OpenAI-compatible server, as its /v1/models names its models' owner
+// (`owned_by`): "llamacpp" (llama.cpp's and ik_llama.cpp's servers), "vllm", "coda" (coda serve).
+enum class Engine { Unknown, LlamaCpp, Vllm, Coda };
+// Nullopt when the server could not be asked (down, an error, no answer within `timeout_s`), so a
+// caller can ask again later; Unknown when it answered without naming one of these.
+std::optional<Engine> engine_of(const OpenAIClient& client, double timeout_s);
+// Whether the server names itself llama.cpp in /v1/models. Its sampling fields are OpenAI's and
+// vLLM's names but for one: the repetition penalty is read only as `repeat_penalty`, and
+// `repetition_penalty` is ignored without a word. False when the server cannot be asked.
 bool says_llamacpp(const OpenAIClient& client, double timeout_s);
 // Adds llama.cpp's name for a field the body gives by vLLM's: `repeat_penalty` for
 // `repetition_penalty` (unless the body names both). Returns whether it added anything.

@@ -192,7 +192,7 @@ size_t batch_size(const json& body, bool chat) {
 // As coda serve: at most this many choices (prompts x n) in one request, and at most this many bytes
 // of request copied into them.
 constexpr size_t kMaxChoices = 128;
-constexpr size_t kMaxChoiceBytes = size_t{256} << 20;
+constexpr size_t kMaxChoiceBytes = size_t{64} << 20;
 
 json report_of(const SessionResult& r) {
   json j = json::parse(dump_json(r.report.to_json()));
@@ -397,9 +397,15 @@ Upstream* ProxyServer::pick(std::vector<char>& tried, uint64_t key) {
   return upstreams_[cands[chosen]].get();
 }
 
-bool Upstream::speaks_llamacpp() {
-  std::call_once(dialect_once_, [this] { llamacpp_ = client::says_llamacpp(client, 5); });
-  return llamacpp_;
+client::Engine Upstream::engine() {
+  std::lock_guard<std::mutex> lock(engine_mu_);
+  if (engine_) return *engine_;
+  const int64_t now = Clock::now().time_since_epoch().count();
+  const int64_t retry_after = std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(10)).count();
+  if (engine_asked_ns_ != 0 && now - engine_asked_ns_ < retry_after) return client::Engine::Unknown;
+  engine_asked_ns_ = now;
+  engine_ = client::engine_of(client, 5);
+  return engine_.value_or(client::Engine::Unknown);
 }
 
 void ProxyServer::mark_down(Upstream& u) {
@@ -418,6 +424,7 @@ SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_add(1) + 1, {{"upstream", u->label}});
     SessionOptions here = so;
     here.speaks_llamacpp = [u] { return u->speaks_llamacpp(); };
+    here.engine = [u] { return u->engine(); };
     r = run_session(u->client, body, view, here, emit);
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_sub(1) - 1, {{"upstream", u->label}});
     // Refused, unreachable (a connect timeout: a host that is gone), or dropped before the client

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,13 +68,17 @@ struct Upstream {
   std::string label;
   std::atomic<int> in_flight{0};
   std::atomic<int64_t> down_until_ns{0};  // steady clock; skipped until then (unless all are)
-  // Whether its /v1/models says llama.cpp (`owned_by: "llamacpp"`), whose server reads the
-  // repetition penalty only as `repeat_penalty`. Asked once, at the first request with a penalty.
-  bool speaks_llamacpp();
+  // What its /v1/models says it is (client::engine_of), asked at its first request and kept once
+  // it answers. An upstream that is down or silent then (a vLLM still loading its model) is asked
+  // again at a later request, at most every 10 s; until then it counts as Unknown.
+  client::Engine engine();
+  // llama.cpp's server reads the repetition penalty only as `repeat_penalty`.
+  bool speaks_llamacpp() { return engine() == client::Engine::LlamaCpp; }
 
  private:
-  std::once_flag dialect_once_;
-  bool llamacpp_ = false;
+  std::mutex engine_mu_;
+  std::optional<client::Engine> engine_;
+  int64_t engine_asked_ns_ = 0;  // steady clock; 0: never
 };
 
 class ProxyServer {

@@ -124,6 +124,21 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   if (!base.contains("stream_options") || !base["stream_options"].is_object())
     base["stream_options"] = nlohmann::ordered_json::object();
   base["stream_options"]["include_usage"] = true;
+  // A guard that stops a generation closes its stream before the closing usage chunk, which held
+  // the prompt's token count. Engines that can tell it as they stream are asked to: vLLM's (and coda
+  // serve's) continuous_usage_stats puts usage in every chunk; llama.cpp's timings_per_token puts
+  // its timings there (the prompt's tokens processed and cached). Others may refuse fields they do not know.
+  switch (opt.engine ? opt.engine() : client::Engine::Unknown) {
+    case client::Engine::Vllm:
+    case client::Engine::Coda:
+      base["stream_options"]["continuous_usage_stats"] = true;
+      break;
+    case client::Engine::LlamaCpp:
+      base["timings_per_token"] = true;
+      break;
+    case client::Engine::Unknown:
+      break;
+  }
   // A client's vLLM-named penalty reaches llama.cpp's server, which reads only its own name.
   if (base.contains("repetition_penalty") && opt.speaks_llamacpp && opt.speaks_llamacpp())
     client::add_llamacpp_names(base);

@@ -41,6 +41,8 @@ struct SessionOptions {
   // server, which ignores vLLM's `repetition_penalty`): the client's penalty and a repair's are
   // then sent by that name too. Asked only when there is a penalty to send; empty: no.
   std::function<bool()> speaks_llamacpp;
+  // The upstream's engine, for the usage it can report as it streams; empty: Unknown.
+  std::function<client::Engine()> engine;
 };
 
 // What the client asked to see.

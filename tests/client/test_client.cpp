@@ -123,6 +123,22 @@ class ScriptedServer {
       res.set_content("<html>Bad Gateway</html>", "text/html");
     });
     srv_.Post("/malformed/v1/completions", sse({c1 + "\n\n", "data: {not json\n\n", "data: [DONE]\n\n"}));
+    // llama.cpp's server with timings_per_token: each chunk has its timings (prompt tokens
+    // processed, and found in its cache), the closing usage the same count.
+    const std::string t1 =
+        R"(data: {"choices":[{"text":"Hel","finish_reason":null}],"timings":{"cache_n":5,"prompt_n":2}})";
+    const std::string t2 =
+        R"(data: {"choices":[{"text":"lo","finish_reason":null}],"timings":{"cache_n":"x","prompt_n":2}})";
+    srv_.Post("/timings/v1/completions", sse({t1 + "\n\n", t2 + "\n\n", usage + "\n\n", "data: [DONE]\n\n"}));
+    for (const std::string owner : {"llamacpp", "vllm", "coda", "sglang"})
+      srv_.Get("/" + owner + "/v1/models", [owner](const httplib::Request&, httplib::Response& res) {
+        res.set_content(R"({"object":"list","data":[{"id":"m","object":"model","owned_by":")" + owner + R"("}]})",
+                        "application/json");
+      });
+    srv_.Get("/err/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 503;
+      res.set_content(R"({"error":{"message":"loading"}})", "application/json");
+    });
     srv_.Post("/midstream/v1/completions", sse({c1 + "\n\n", R"(data: {"error":{"message":"out of KV"}})" "\n\n"}));
     srv_.Post("/cut/v1/completions", sse({c1 + "\n\n"}, true));
     srv_.Post("/noend/v1/completions", sse({c1 + "\n\n"}));
@@ -222,6 +238,30 @@ TEST(Client, StreamWithCommentsCrlfAndFields) {
   EXPECT_EQ(c.chunk_ms.size(), 2u);
   EXPECT_GE(c.ttft_ms, 0);
   EXPECT_EQ(deltas, (std::vector<std::string>{"Hel", "lo", ""}));
+}
+
+TEST(Client, LlamaCppTimingsCountThePromptUntilUsageSaysIt) {
+  ScriptedServer s;
+  // Cancelled after the first chunk (as a guard stop closes the stream): its timings, 2 + 5.
+  auto c = client_for(s.url("/timings")).complete(kStream, false, [](const Delta&) { return false; });
+  EXPECT_EQ(c.prompt_tokens, 7);
+  // Read to the end: a malformed timings chunk changes nothing, the closing usage has the last word.
+  c = client_for(s.url("/timings")).complete(kStream, false, [](const Delta&) { return true; });
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.prompt_tokens, 3);
+}
+
+TEST(Client, EngineIsWhatModelsNamesTheOwner) {
+  ScriptedServer s;
+  EXPECT_EQ(engine_of(client_for(s.url("/llamacpp")), 5), Engine::LlamaCpp);
+  EXPECT_TRUE(says_llamacpp(client_for(s.url("/llamacpp")), 5));
+  EXPECT_EQ(engine_of(client_for(s.url("/vllm")), 5), Engine::Vllm);
+  EXPECT_EQ(engine_of(client_for(s.url("/coda")), 5), Engine::Coda);
+  EXPECT_EQ(engine_of(client_for(s.url("/sglang")), 5), Engine::Unknown);
+  EXPECT_FALSE(says_llamacpp(client_for(s.url("/vllm")), 5));
+  // No /v1/models there (404): an answer, Unknown. A 503 while loading: ask again later.
+  EXPECT_EQ(engine_of(client_for(s.url("/nothing")), 5), Engine::Unknown);
+  EXPECT_EQ(engine_of(client_for(s.url("/err")), 5), std::nullopt);
 }
 
 TEST(Client, StreamWithoutACallbackGathersTheText) {

@@ -157,11 +157,19 @@ def coda_upstream_tests(coda, up, px):
     # Stop: the greedy loop ends with "repetition"; the upstream aborts it and frees its KV cache.
     aborts = up.metric('coda:request_success_total{finished_reason="abort"}')
     st, events, done = px.stream("/v1/completions", {"prompt": LOOP_PROMPT, "max_tokens": 1500, "temperature": 0,
-                                                     "ignore_eos": True, "stream": True, "coda": {"guard": "stop"}})
+                                                     "ignore_eos": True, "stream": True, "coda": {"guard": "stop"},
+                                                     "stream_options": {"include_usage": True}})
     t_end = time.monotonic()
     check(st == 200 and done and finish_of(events) == "repetition", f"proxy stop: {st} {finish_of(events)}")
     report = next((e["coda"] for e in events if "coda" in e), {})
     check(report.get("proxy", {}).get("guarded_on") == "tokens", f"guarded on coda's streamed tokens: {report}")
+    # The stop closed the upstream stream before its closing usage chunk; the prompt's tokens are
+    # still counted (the proxy asks coda serve, as vLLM, for usage in every chunk).
+    usage = [e["usage"] for e in events if e.get("usage")]
+    direct = up.json("POST", "/v1/completions", {"prompt": LOOP_PROMPT, "max_tokens": 1})[2]["usage"]
+    check(len(usage) == 1 and usage[0]["prompt_tokens"] == direct["prompt_tokens"] > 0
+          and not report.get("proxy", {}).get("usage_estimated"),
+          f"a stopped stream's usage counts the prompt: {usage} against {direct}, {report.get('proxy')}")
     up.wait_for("the upstream aborted the stopped request",
                 lambda m: m('coda:request_success_total{finished_reason="abort"}') == aborts + 1)
     up.wait_for("the upstream is idle with an empty KV cache",
