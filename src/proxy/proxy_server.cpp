@@ -189,11 +189,6 @@ size_t batch_size(const json& body, bool chat) {
   return strings || lists ? p.size() : 1;
 }
 
-// As coda serve: at most this many choices (prompts x n) in one request, and at most this many bytes
-// of request copied into them.
-constexpr size_t kMaxChoices = 128;
-constexpr size_t kMaxChoiceBytes = size_t{64} << 20;
-
 json report_of(const SessionResult& r) {
   json j = json::parse(dump_json(r.report.to_json()));
   j["proxy"] = {{"upstream_requests", r.upstream_requests}, {"upstream_cancellations", r.upstream_cancellations},
@@ -423,7 +418,6 @@ SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view
     used = u;
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_add(1) + 1, {{"upstream", u->label}});
     SessionOptions here = so;
-    here.speaks_llamacpp = [u] { return u->speaks_llamacpp(); };
     here.engine = [u] { return u->engine(); };
     r = run_session(u->client, body, view, here, emit);
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_sub(1) - 1, {{"upstream", u->label}});

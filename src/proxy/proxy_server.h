@@ -72,8 +72,6 @@ struct Upstream {
   // it answers. An upstream that is down or silent then (a vLLM still loading its model) is asked
   // again at a later request, at most every 10 s; until then it counts as Unknown.
   client::Engine engine();
-  // llama.cpp's server reads the repetition penalty only as `repeat_penalty`.
-  bool speaks_llamacpp() { return engine() == client::Engine::LlamaCpp; }
 
  private:
   std::mutex engine_mu_;

@@ -128,7 +128,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   // the prompt's token count. Engines that can tell it as they stream are asked to: vLLM's (and coda
   // serve's) continuous_usage_stats puts usage in every chunk; llama.cpp's timings_per_token puts
   // its timings there (the prompt's tokens processed and cached). Others may refuse fields they do not know.
-  switch (opt.engine ? opt.engine() : client::Engine::Unknown) {
+  const client::Engine engine = opt.engine ? opt.engine() : client::Engine::Unknown;
+  switch (engine) {
     case client::Engine::Vllm:
     case client::Engine::Coda:
       base["stream_options"]["continuous_usage_stats"] = true;
@@ -140,8 +141,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       break;
   }
   // A client's vLLM-named penalty reaches llama.cpp's server, which reads only its own name.
-  if (base.contains("repetition_penalty") && opt.speaks_llamacpp && opt.speaks_llamacpp())
-    client::add_llamacpp_names(base);
+  if (base.contains("repetition_penalty") && engine == client::Engine::LlamaCpp) client::add_llamacpp_names(base);
   const int top = std::max(opt.top_logprobs, view.top_logprobs);
   nlohmann::ordered_json with_lp = base;
   if (opt.top_logprobs > 0) client::ask_logprobs(with_lp, chat, top);
@@ -388,7 +388,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
                                                std::min<int64_t>(remaining, opt.hot_tokens));
     next["temperature"] = std::min(2.0, std::max(t0, static_cast<double>(a.min_temperature)) * factor);
     next["repetition_penalty"] = std::max(number_or(body, "repetition_penalty", 1.0), static_cast<double>(a.penalty));
-    if (opt.speaks_llamacpp && opt.speaks_llamacpp())
+    if (engine == client::Engine::LlamaCpp)
       next["repeat_penalty"] =
           std::max(number_or(body, "repeat_penalty", 1.0), next["repetition_penalty"].get<double>());
     hot = true;

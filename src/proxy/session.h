@@ -37,11 +37,10 @@ struct SessionOptions {
   // with "-r1", "-r2", ... on the requests that continue after a repair (a server such as vLLM may
   // still be aborting the earlier one, and refuses an id that is running).
   std::string request_id;
-  // Whether the upstream reads the repetition penalty only as `repeat_penalty` (llama.cpp's
-  // server, which ignores vLLM's `repetition_penalty`): the client's penalty and a repair's are
-  // then sent by that name too. Asked only when there is a penalty to send; empty: no.
-  std::function<bool()> speaks_llamacpp;
-  // The upstream's engine, for the usage it can report as it streams; empty: Unknown.
+  // The upstream's engine (empty: Unknown). llama.cpp's server reads the repetition penalty only
+  // as `repeat_penalty` and ignores vLLM's `repetition_penalty`, so the client's penalty and a
+  // repair's are then sent by that name too; and the usage each engine can report as it streams
+  // is asked for.
   std::function<client::Engine()> engine;
 };
 

@@ -80,11 +80,6 @@ struct Reader {
   }
 };
 
-// Choices one request may ask for (n x prompts): each is a generation of its own in the scheduler.
-constexpr size_t kMaxChoices = 128;
-// What the copies of a request for its choices may hold in all (a conversation is copied per choice).
-constexpr size_t kMaxChoiceBytes = size_t{64} << 20;
-
 std::optional<ApiError> read_token_ids(const nlohmann::ordered_json& a, const std::string& name,
                                        std::vector<int32_t>& out) {
   for (const auto& t : a) {

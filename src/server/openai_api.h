@@ -30,6 +30,12 @@ ApiError invalid_request(const std::string& param, const std::string& message);
 // served; the message names both (the asked name cut to 200 characters).
 ApiError model_not_found(const std::string& asked, const std::string& served);
 
+// Choices one request may ask for (n x prompts): each is a generation of its own (in coda serve's
+// scheduler, or an upstream request of its own through coda proxy).
+inline constexpr size_t kMaxChoices = 128;
+// What the copies of a request for its choices may hold in all (a conversation is copied per choice).
+inline constexpr size_t kMaxChoiceBytes = size_t{64} << 20;
+
 struct ApiRequest {
   bool chat = false;
   bool stream = false;
