@@ -349,7 +349,7 @@ def threshold_tests(coda, work):
             f.write(json.dumps({"prompt": p, "group": g}) + "\n")
     out = os.path.join(work, "threshold")
     p = run([coda, "threshold", "-m", MODEL, "--prompts", prompts, "--runs", "6", "-n", "512", "--temp", "0",
-             "--ignore-eos", "-t", "2", "-o", out])
+             "--ignore-eos", "-t", "1", "-o", out])
     check("threshold" in p.stdout, "coda threshold prints a line per group: " + p.stdout.strip().replace("\n", " | "))
     summary = json.load(open(os.path.join(out, "threshold.json")))
     runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl"))]
@@ -398,8 +398,11 @@ def diagnose_tests(coda, work):
     with open(prompts, "w") as f:
         for p in texts:
             f.write(json.dumps({"prompt": p, "group": "kjv-en"}) + "\n")
+    # One thread, here and in `coda run` below: a pool of two spins at its barriers and, on a
+    # machine busy with other tests, waits out the scheduler at each one (`coda threshold` beside four
+    # busy loops: 1.7 s with -t 1, over 90 s with -t 2).
     common = [coda, "diagnose", "-m", MODEL, "--prompts", prompts, "--runs", str(len(texts)), "--decode-tokens", "256",
-              "-n", "1536", "--temp", "0"]
+              "-n", "1536", "--temp", "0", "-t", "1"]
     greedy = os.path.join(work, "diagnose-greedy")
     p = run(common + ["-o", greedy])
     d = json.load(open(os.path.join(greedy, "diagnosis.json")))
@@ -413,7 +416,8 @@ def diagnose_tests(coda, work):
     # The looping runs, counted by the reference definition on the same greedy generations.
     looped = 0
     for text in texts:
-        r = json.loads(run([coda, "run", "-m", MODEL, "-p", text, "-n", "256", "--temp", "0", "--json"]).stdout)
+        r = json.loads(run([coda, "run", "-m", MODEL, "-p", text, "-n", "256", "--temp", "0", "-t", "1",
+                            "--json"]).stdout)
         looped += reference_loop(r["tokens"]) is not None
     cur = planes["decoding"]["current"]
     check(cur["looped"] == looped and looped >= len(texts) // 2,
