@@ -6,6 +6,7 @@
 #include "cli/http_flags.h"
 #include "core/strings.h"
 #include "proxy/proxy_server.h"
+#include "server/shutdown.h"
 
 namespace coda::cli {
 
@@ -21,8 +22,6 @@ struct ProxyFlags {
   std::string upstream_key_file;  // --upstream-api-key-file
   proxy::ProxyOptions opts;
 };
-
-proxy::ProxyServer* g_proxy = nullptr;
 
 int run_proxy(ProxyFlags& f) {
   std::vector<std::string> urls;
@@ -62,15 +61,22 @@ int run_proxy(ProxyFlags& f) {
   std::printf("coda proxy: listening on %s://%s:%d\n", f.opts.tls.enabled() ? "https" : "http", f.opts.host.c_str(),
               *port);
   std::fflush(stdout);
-  g_proxy = server->get();
-  std::signal(SIGINT, [](int) {
-    if (g_proxy) g_proxy->shutdown();
-  });
-  std::signal(SIGTERM, [](int) {
-    if (g_proxy) g_proxy->shutdown();
-  });
-  (*server)->serve();
-  g_proxy = nullptr;
+  {
+    proxy::ProxyServer& px = **server;
+    const double timeout_s = f.opts.shutdown_timeout_s;
+    ShutdownWatch watch([&px, timeout_s](int sig) {
+      std::fprintf(stderr,
+                   "coda proxy: %s: draining (new requests get 503; %g s for the requests in flight; a second "
+                   "signal exits at once)\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", timeout_s);
+      const bool all = px.drain(timeout_s);
+      std::fprintf(stderr, "coda proxy: %s\n",
+                   all ? "every request in flight finished; stopped"
+                       : "the shutdown timeout ran out: the upstream generations left were cancelled and their "
+                         "clients answered 503 (retry); stopped");
+    });
+    px.serve();
+  }
   (*server)->stop();
   return 0;
 }
@@ -120,6 +126,13 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--max-connections", f->opts.max_connections, "Requests in flight before 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  sub->add_option("--shutdown-timeout", f->opts.shutdown_timeout_s,
+                  "On SIGTERM or SIGINT: seconds the requests in flight get to finish before their upstream "
+                  "generations are cancelled and they are answered 503 (a second signal exits at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  sub->add_flag("--metrics-auth", f->opts.metrics_auth,
+                "Put GET /metrics behind --api-key too (open by default, as vLLM's)");
   sub->add_option("--max-repairs", f->max_repairs, "Repairs per request before the guard stops it")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));

@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "server/embeddings_api.h"
 #include "server/server.h"
+#include "server/shutdown.h"
 
 namespace coda::cli {
 
@@ -40,8 +41,6 @@ struct ServeFlags {
   ApiKeyFlags api_keys;
   ServerOptions server;
 };
-
-coda::Server* g_server = nullptr;
 
 int serve(ServeFlags& f) {
   const std::string path = f.model.empty() ? default_model_path() : f.model;
@@ -161,15 +160,20 @@ int serve(ServeFlags& f) {
   std::printf("coda serve: listening on %s://%s:%d\n", f.server.tls.enabled() ? "https" : "http", f.server.host.c_str(),
               *port);
   std::fflush(stdout);
-  g_server = &server;
-  std::signal(SIGINT, [](int) {
-    if (g_server) g_server->stop();
-  });
-  std::signal(SIGTERM, [](int) {
-    if (g_server) g_server->stop();
-  });
-  server.serve();
-  g_server = nullptr;
+  {
+    const double timeout_s = f.server.shutdown_timeout_s;
+    ShutdownWatch watch([&server, timeout_s](int sig) {
+      std::fprintf(stderr,
+                   "coda serve: %s: draining (new requests get 503; %g s for the requests in flight; a second "
+                   "signal exits at once)\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", timeout_s);
+      const bool all = server.drain(timeout_s);
+      std::fprintf(stderr, "coda serve: %s\n",
+                   all ? "every request in flight finished; stopped"
+                       : "the shutdown timeout ran out: the requests left were answered 503 (retry); stopped");
+    });
+    server.serve();
+  }
   return 0;
 }
 
@@ -275,6 +279,13 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
       "--no-slots", [f] { f->server.slots_api = false; },
       "Do not serve GET /slots (llama-server's per-slot monitoring; behind --api-key, never the prompt's text)");
   sub->add_flag("--slots")->description("Accepted for llama-server command lines; GET /slots is served by default");
+  sub->add_option("--shutdown-timeout", f->server.shutdown_timeout_s,
+                  "On SIGTERM or SIGINT: seconds the requests in flight get to finish before they are answered 503 "
+                  "(new ones get 503 at once; a second signal exits at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  sub->add_flag("--metrics-auth", f->server.metrics_auth,
+                "Put GET /metrics behind --api-key too (open by default, as vLLM's)");
   sub->add_flag("--enable-admin-api", f->server.admin_api,
                 "Serve POST /admin/pause and /admin/resume (hold the scheduler between steps; behind --api-key)");
   out.push_back({sub, [f] { return serve(*f); }});

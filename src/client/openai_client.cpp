@@ -183,6 +183,15 @@ std::vector<TokenLogprob> parse_logprobs(const nlohmann::ordered_json& lp) {
   return out;
 }
 
+std::string redact_url(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t from = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t end = url.find_first_of("/?#", from);
+  const size_t at = url.rfind('@', end == std::string::npos ? url.size() - 1 : end);
+  if (at == std::string::npos || at < from) return url;
+  return url.substr(0, from) + "***" + url.substr(at);
+}
+
 Expected<OpenAIClient> OpenAIClient::create(Endpoint ep) {
   std::string u = ep.url;
   OpenAIClient c;
@@ -192,10 +201,17 @@ Expected<OpenAIClient> OpenAIClient::create(Endpoint ep) {
   } else if (u.rfind("http://", 0) == 0) {
     u = u.substr(7);
   } else if (u.find("://") != std::string::npos) {
-    return Error("url " + ep.url + ": only http:// and https:// URLs are supported");
+    return Error("url " + redact_url(ep.url) + ": only http:// and https:// URLs are supported");
   }
   const size_t slash = u.find('/');
   std::string hostport = u.substr(0, slash);
+  // Credentials in the URL (http://user:pass@host) would never be sent, and the URL is printed
+  // on /health, in metrics labels and in messages: refused, and the message leaves them out.
+  if (const size_t at = hostport.rfind('@'); at != std::string::npos)
+    return Error("url " + redact_url(ep.url) +
+                 ": credentials in the URL are not supported (they would not be sent, and the URL is shown on "
+                 "/health and /metrics); give the upstream's API key with --upstream-api-key-file FILE (coda proxy) "
+                 "or --api-key (coda bench, tune, threshold, diagnose)");
   std::string path = slash == std::string::npos ? "" : u.substr(slash);
   while (!path.empty() && path.back() == '/') path.pop_back();
   if (path.size() >= 3 && path.compare(path.size() - 3, 3, "/v1") == 0) path.resize(path.size() - 3);
@@ -207,13 +223,13 @@ Expected<OpenAIClient> OpenAIClient::create(Endpoint ep) {
     char* end = nullptr;
     const long v = std::strtol(p.c_str(), &end, 10);
     if (p.empty() || *end != 0 || v < 1 || v > 65535)
-      return Error("url " + ep.url + ": port '" + p + "' is not a number in 1..65535");
+      return Error("url " + redact_url(ep.url) + ": port '" + p + "' is not a number in 1..65535");
     c.port_ = static_cast<int>(v);
     hostport.resize(colon);
   }
   if (hostport.size() > 2 && hostport.front() == '[' && hostport.back() == ']')
     hostport = hostport.substr(1, hostport.size() - 2);
-  if (hostport.empty()) return Error("url " + ep.url + ": no host; expected http://HOST:PORT[/v1]");
+  if (hostport.empty()) return Error("url " + redact_url(ep.url) + ": no host; expected http://HOST:PORT[/v1]");
   if (!(ep.connect_timeout_s > 0) || !(ep.read_timeout_s > 0)) return Error("client timeouts must be > 0 seconds");
   c.host_ = hostport;
   c.ep_ = std::move(ep);
@@ -284,6 +300,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   std::string raw;           // non-streaming body, or an error body
   bool stream_body = false;  // the response is a 200 event stream
   bool done = false;         // `data: [DONE]` seen
+  bool any_choice = false;   // an event carried a choice: a stream of `{"foo":1}` or `"choices": []` is no answer
   std::atomic<bool> stopped_by_caller{false};
   SseParser sse;
   std::vector<SseEvent> events;
@@ -337,6 +354,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
       d.chunk = &j;
       d.at_ms = ms_since(t0);
       absorb(j, chat, true, !on_delta, c, d);
+      if (const auto* ch = member(j, "choices"); ch && ch->is_array() && !ch->empty()) any_choice = true;
       if (!d.text.empty() || !d.reasoning.empty() || !d.tool_calls.is_null()) {  // any generated token
         if (c.ttft_ms < 0) c.ttft_ms = d.at_ms;
         c.chunk_ms.push_back(d.at_ms);
@@ -428,6 +446,12 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
       set_error(c, ErrorKind::Protocol, "the stream ended without a finish_reason or [DONE]");
       return c;
     }
+    if (!any_choice) {
+      set_error(c, ErrorKind::Protocol,
+                "the stream ended without a single choice (no event had a non-empty \"choices\" array): not an "
+                "OpenAI completion stream");
+      return c;
+    }
     c.ok = true;
     return c;
   }
@@ -437,7 +461,7 @@ Completion OpenAIClient::complete(const nlohmann::ordered_json& body, bool chat,
   Delta d;
   d.chunk = &j;
   absorb(j, chat, false, true, c, d);
-  if (!member(j, "choices")) {
+  if (const auto* ch = member(j, "choices"); !ch || !ch->is_array() || ch->empty()) {
     set_error(c, ErrorKind::Protocol, "the response has no choices: " + raw.substr(0, 200));
     return c;
   }

@@ -55,6 +55,9 @@ enum class ErrorKind {
 };
 const char* to_string(ErrorKind k);
 
+// A URL as it may be shown: any credentials in it (scheme://user:pass@host) replaced by ***.
+std::string redact_url(const std::string& url);
+
 // One request's outcome. Times are milliseconds since the request was sent.
 struct Completion {
   bool ok = false;

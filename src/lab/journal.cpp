@@ -1,11 +1,17 @@
 #include "lab/journal.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 namespace coda::lab {
@@ -16,7 +22,9 @@ enum Op { kCreateStudy = 0, kSetStudyUserAttr = 2, kCreateTrial = 4, kSetTrialPa
           kSetTrialUserAttr = 8 };
 constexpr int kStateComplete = 1, kMinimize = 1;
 
-std::string now_iso() {
+}  // namespace
+
+std::string JournalStudy::now_iso() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
@@ -27,8 +35,6 @@ std::string now_iso() {
                 tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us));
   return b;
 }
-
-}  // namespace
 
 Expected<JournalStudy> JournalStudy::open(const std::string& path, const std::string& name,
                                           const std::vector<std::string>& objective_names) {
@@ -46,18 +52,44 @@ Expected<JournalStudy> JournalStudy::open(const std::string& path, const std::st
     CODA_RETURN_IF_ERROR(s.append({create, names}));
     return s;
   }
-  std::string line;
   std::map<int, size_t> by_id;  // trial_id -> index in trials_
   bool created = false;
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
   std::vector<std::string> lines;
-  while (std::getline(in, line)) lines.push_back(line);
+  for (size_t b = 0; b < all.size();) {
+    const size_t e = all.find('\n', b);
+    lines.push_back(all.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    b = e == std::string::npos ? all.size() : e + 1;
+  }
+  const bool ends_in_newline = all.empty() || all.back() == '\n';
+  size_t good_bytes = 0;  // the file up to the end of the last operation read whole
   for (size_t n = 0; n < lines.size(); ++n) {
-    if (lines[n].empty()) continue;
+    const size_t line_end = good_bytes + lines[n].size() + 1;
+    const bool last = n + 1 == lines.size();
+    if (lines[n].empty()) {
+      good_bytes = std::min(line_end, all.size());
+      continue;
+    }
     const std::string where = path + ":" + std::to_string(n + 1) + ": ";
     auto j = nlohmann::json::parse(lines[n], nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("op_code") || !j["op_code"].is_number_integer()) {
-      if (n + 1 == lines.size()) break;  // a line cut by a crash mid-write: the trial it began is lost
+      // A line cut by a crash mid-write: the trial it began is lost. It is cut off the file before
+      // anything is appended, or the next operation would be glued to the fragment and the file
+      // would no longer load in Optuna (JSONDecodeError) or here.
+      if (last && !ends_in_newline) {
+        s.repair_bytes_ = good_bytes;
+        s.repair_note_ = path + ": the last line (" + std::to_string(lines[n].size()) +
+                         " bytes) was cut short by an interrupted write; it is removed before appending (the trial "
+                         "it began is lost)";
+        break;
+      }
       return Error(where + "not an Optuna journal operation");
+    }
+    good_bytes = std::min(line_end, all.size());
+    if (last && !ends_in_newline) {  // whole, but its newline was lost: the next line must not join it
+      s.repair_bytes_ = all.size();
+      s.repair_newline_ = true;
     }
     const int op = j["op_code"].get<int>();
     try {
@@ -97,25 +129,52 @@ Expected<JournalStudy> JournalStudy::open(const std::string& path, const std::st
     }
   }
   if (!created) return Error(path + ": no study in this file (is it an Optuna journal?)");
+  if (s.repair_bytes_ != std::string::npos) CODA_RETURN_IF_ERROR(s.repair());
   return s;
+}
+
+Status JournalStudy::repair() {
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Error("cannot repair the study file " + path_ + ": " + std::strerror(errno));
+  bool ok = ::ftruncate(fd, static_cast<off_t>(repair_bytes_)) == 0;
+  if (ok && repair_newline_) ok = ::pwrite(fd, "\n", 1, static_cast<off_t>(repair_bytes_)) == 1;
+  if (ok) ok = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return Error("cannot repair the study file " + path_ + ": " + std::strerror(errno));
+  if (!repair_note_.empty()) std::fprintf(stderr, "coda tune: %s\n", repair_note_.c_str());
+  repair_bytes_ = std::string::npos;
+  return Status::Ok();
 }
 
 Status JournalStudy::append(const std::vector<nlohmann::ordered_json>& ops) {
   std::string text;
   for (const auto& op : ops) text += op.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  std::FILE* f = std::fopen(path_.c_str(), "ab");
-  if (!f) return Error("cannot write the study file " + path_);
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  if (ok) ::fsync(::fileno(f));
-  std::fclose(f);
-  return ok ? Status::Ok() : Status(Error("cannot write the study file " + path_));
+  // One write(2) of the whole trial with O_APPEND, then fsync: a crash leaves whole lines, or one
+  // torn last line that the next open() cuts off.
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Error("cannot write the study file " + path_ + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const bool ok = done == text.size() && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  return ok ? Status::Ok() : Status(Error("cannot write the study file " + path_ + ": " + std::strerror(err)));
 }
 
 Status JournalStudy::add_trial(const SearchSpace& space, const std::map<std::string, double>& params,
-                               const std::vector<double>& values, const nlohmann::json& user_attrs) {
+                               const std::vector<double>& values, const nlohmann::json& user_attrs,
+                               const std::string& datetime_start) {
   const int id = next_trial_id_;
   std::vector<nlohmann::ordered_json> ops;
-  ops.push_back({{"op_code", kCreateTrial}, {"worker_id", worker_}, {"study_id", 0}, {"datetime_start", now_iso()}});
+  ops.push_back({{"op_code", kCreateTrial},
+                 {"worker_id", worker_},
+                 {"study_id", 0},
+                 {"datetime_start", datetime_start.empty() ? now_iso() : datetime_start}});
   for (const auto& p : space) {
     auto it = params.find(p.name);
     if (it == params.end()) continue;

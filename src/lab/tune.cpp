@@ -100,7 +100,7 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
     for (const auto& [lo, hi] : t.eval.intervals) intervals.push_back({lo, hi});
     nlohmann::json ua = {{"phase", t.phase}, {"baseline", t.baseline}, {"intervals", intervals}, {"details", t.eval.details}};
     if (t.source >= 0) ua["source_trial"] = t.source;
-    return study->add_trial(opts.space, t.params, t.eval.values, ua);
+    return study->add_trial(opts.space, t.params, t.eval.values, ua, t.started);
   };
   const int total = opts.n_trials + (opts.phase2_top > 0 ? opts.phase2_top + 1 : 0);
   auto phase1_count = [&] {
@@ -131,6 +131,7 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
         if (x.phase == 1) done.push_back(completed(x));
       t.params = sampler.propose(done, static_cast<uint64_t>(k));
     }
+    t.started = JournalStudy::now_iso();
     auto e = eval(t.params, opts.requests, opts.seed * 7919ULL + static_cast<uint64_t>(k));
     if (!e) return e.error();
     t.eval = std::move(*e);
@@ -191,6 +192,7 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
       t.source = source;
       t.baseline = chosen[c]->baseline;
       t.params = chosen[c]->params;
+      t.started = JournalStudy::now_iso();
       auto e = eval(t.params, opts.phase2_requests, opts.seed * 104729ULL + 17 + static_cast<uint64_t>(source));
       if (!e) return e.error();
       t.eval = std::move(*e);

@@ -54,6 +54,7 @@ struct TuneTrial {
   bool on_front = false;
   std::map<std::string, double> params;
   Evaluation eval;
+  std::string started;  // when its evaluation began (the study file's datetime_start)
 };
 
 struct TuneResult {

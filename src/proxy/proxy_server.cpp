@@ -14,6 +14,7 @@
 #include "core/json_parse.h"
 #include "core/malloc_tuning.h"
 #include "core/strings.h"
+#include "proxy/request_check.h"
 #include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/llama_api.h"
@@ -29,6 +30,16 @@ using json = nlohmann::ordered_json;
 
 // Seconds /health gives each upstream to answer /v1/models.
 constexpr double kHealthProbeTimeoutS = 5;
+
+// At most this many of the upstreams' model ids name series (a deployment serves a handful).
+constexpr size_t kMaxServedModels = 256;
+
+// The finish reasons a series may be labelled with; an upstream's own invention counts as "other".
+std::string known_finish_reason(const std::string& r) {
+  static const std::set<std::string> known = {"stop",  "length",     "repetition",    "degenerate",   "abort",
+                                              "error", "tool_calls", "content_filter", "function_call"};
+  return known.count(r) ? r : "other";
+}
 
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -49,12 +60,35 @@ void send_upstream_failure(httplib::Response& res, const client::Completion& c, 
       return send_api_error(res, c.status, c.error, c.status >= 500 ? "upstream_error" : "invalid_request_error",
                             "upstream_http_" + std::to_string(c.status));
     case client::ErrorKind::Connection:
-      return send_api_error(res, 502, "The upstream " + upstream + " is unreachable: " + c.error, "upstream_error",
-                            "upstream_unreachable");
+      // Refused (nothing listens, or the host is gone) and reset after the connection was accepted
+      // (the engine crashed on this request) call for different fixes, so they read differently.
+      if (!c.connected)
+        return send_api_error(res, 502, "The upstream " + upstream + " refused the connection: " + c.error,
+                              "upstream_error", "upstream_unreachable");
+      return send_api_error(res, 502,
+                            "The upstream " + upstream + " accepted the connection, then closed it without an answer "
+                            "(did the engine crash on this request?): " + c.error,
+                            "upstream_error", "upstream_connection_reset");
     default:
-      return send_api_error(res, 502, "The upstream " + upstream + " failed: " + c.error, "upstream_error",
-                            "bad_upstream_response");
+      return send_api_error(res, 502, "The upstream " + upstream + " sent a malformed response: " + c.error,
+                            "upstream_error", "bad_upstream_response");
   }
+}
+
+// The answer to a request the proxy could not finish before it stopped (the drain's time ran out):
+// 503 with Retry-After, which clients retry (never a 400, which tells them not to).
+constexpr const char* kShutdownMessage =
+    "The proxy is shutting down and could not finish this request in time; its upstream generation was cancelled. "
+    "Retry it (on another replica if there is one).";
+
+void send_shutdown(httplib::Response& res) {
+  res.set_header("Retry-After", "5");
+  send_api_error(res, 503, kShutdownMessage, "server_error", "server_shutting_down");
+}
+
+json shutdown_event() {
+  return {{"error",
+           {{"message", kShutdownMessage}, {"type", "server_error"}, {"param", nullptr}, {"code", "server_shutting_down"}}}};
 }
 
 json error_event(const client::Completion& c, const std::string& upstream) {
@@ -228,7 +262,8 @@ struct StreamState {
   bool finished = false;
   std::atomic<bool> client_gone{false};
   SessionResult result;
-  std::string upstream;  // the one that gave the result
+  std::string upstream;    // the one that gave the result
+  bool shut_down = false;  // ended by the drain's timeout while the client was still there
 };
 
 }  // namespace
@@ -241,7 +276,7 @@ Expected<std::unique_ptr<ProxyServer>> ProxyServer::create(ProxyOptions options)
     client::Endpoint ep = options.upstream;
     ep.url = url;
     auto up = client::OpenAIClient::create(ep);
-    if (!up) return Error("--upstream " + url + ": " + up.message());
+    if (!up) return Error("--upstream " + client::redact_url(url) + ": " + up.message());
     for (const auto& u : ups)
       if (u->label == up->describe()) return Error("--upstream " + url + ": given twice");
     ups.push_back(std::make_unique<Upstream>(std::move(*up)));
@@ -448,8 +483,51 @@ void ProxyServer::serve() {
   http_->listen_after_bind();
 }
 
-void ProxyServer::shutdown() {
+bool ProxyServer::drain(double timeout_s) {
+  draining_ = true;
+  auto idle_by = [this](std::chrono::steady_clock::time_point until) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!(in_flight_.load() == 0 && streams_ == 0) && std::chrono::steady_clock::now() < until)
+      idle_.wait_for(lock, std::chrono::milliseconds(20));
+    return in_flight_.load() == 0 && streams_ == 0;
+  };
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(std::max(0.0, timeout_s)));
+  const bool finished = idle_by(deadline);
+  if (!finished) {
+    // Every session sees its caller gone: its upstream connection closes (the engine aborts the
+    // generation) and its client gets the shutdown's answer instead of a silent cut.
+    aborting_ = true;
+    idle_by(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
   http_->stop();
+  return finished;
+}
+
+std::string ProxyServer::model_label(const std::string& model) {
+  if (model.empty()) return model;
+  const int64_t now = Clock::now().time_since_epoch().count();
+  {
+    std::lock_guard<std::mutex> lock(models_mu_);
+    if (served_models_.count(model)) return model;
+    // An unknown name asks the upstreams again, at most every 10 s (a model loaded since).
+    const int64_t every = std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(10)).count();
+    if (models_asked_ns_ != 0 && now - models_asked_ns_ < every) return "other";
+    models_asked_ns_ = now;
+  }
+  std::set<std::string> ids;
+  for (const auto& u : upstreams_) {
+    auto list = u->client.get_json("/v1/models", nullptr, 2);
+    if (!list || !list->is_object() || !list->contains("data") || !(*list)["data"].is_array()) continue;
+    for (const auto& m : (*list)["data"])
+      if (m.is_object() && m.contains("id") && m["id"].is_string() && ids.size() < kMaxServedModels &&
+          m["id"].get_ref<const std::string&>().size() <= kMaxLabelValueBytes)
+        ids.insert(m["id"].get<std::string>());
+  }
+  std::lock_guard<std::mutex> lock(models_mu_);
+  if (!ids.empty()) served_models_ = std::move(ids);
+  return served_models_.count(model) ? model : "other";
 }
 
 void ProxyServer::stop() {
@@ -458,7 +536,9 @@ void ProxyServer::stop() {
   idle_.wait(lock, [this] { return streams_ == 0; });
 }
 
-void ProxyServer::record_failure(const client::Completion& c, const std::string& model, const std::string& upstream) {
+void ProxyServer::record_failure(const client::Completion& c, const std::string& asked_model,
+                                 const std::string& upstream) {
+  const std::string model = model_label(asked_model);
   std::string what =
       c.error_kind == client::ErrorKind::Http ? std::to_string(c.status) : client::to_string(c.error_kind);
   metrics_.add("coda:upstream_errors_total", 1, {{"upstream", upstream}, {"model", model}, {"status", what}});
@@ -466,8 +546,9 @@ void ProxyServer::record_failure(const client::Completion& c, const std::string&
                {{"finished_reason", "error"}, {"upstream", upstream}, {"model", model}});
 }
 
-void ProxyServer::record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
+void ProxyServer::record(const SessionResult& r, const std::string& asked_model, double seconds, double ttft_s,
                          const std::string& upstream) {
+  const std::string model = model_label(asked_model);
   const MetricLabels l{{"upstream", upstream}, {"model", model}};
   auto with = [&](const char* k, const std::string& v) {
     MetricLabels x{{k, v}};
@@ -478,10 +559,10 @@ void ProxyServer::record(const SessionResult& r, const std::string& model, doubl
   if (r.upstream_cancellations) metrics_.add("coda:upstream_cancellations_total", r.upstream_cancellations, l);
   if (r.upstream_overrun) metrics_.add("coda:upstream_overruns_total", 1, l);
   if (!r.ok) {
-    record_failure(r.failure, model, upstream);
+    record_failure(r.failure, asked_model, upstream);
     return;
   }
-  metrics_.add("coda:request_success_total", 1, with("finished_reason", r.finish_reason));
+  metrics_.add("coda:request_success_total", 1, with("finished_reason", known_finish_reason(r.finish_reason)));
   for (const auto& e : r.report.events) metrics_.add("coda:guard_events_total", 1, with("type", e.type));
   if (!r.report.repairs.empty())
     metrics_.add("coda:guard_repairs_total", static_cast<double>(r.report.repairs.size()), l);
@@ -503,7 +584,9 @@ void ProxyServer::routes() {
                        {opts_.api_keys,
                         {"/v1/", "/tokenize", "/detokenize", "/apply-template", "/completion", "/props", "/slots"},
                         opts_.max_body_bytes,
-                        opts_.read_timeout_s},
+                        opts_.read_timeout_s,
+                        [this] { return draining_.load(); },
+                        opts_.metrics_auth},
                        [this](int status) {
                          metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
                        });
@@ -522,6 +605,10 @@ void ProxyServer::routes() {
     return answers;
   };
   http_->Get("/health", [this, ask_every_upstream](const httplib::Request&, httplib::Response& res) {
+    if (draining_) {  // a load balancer's probe takes the proxy out of rotation
+      res.status = 503;
+      return res.set_content(dump(json{{"status", "draining"}}), "application/json");
+    }
     json each = json::array();
     std::string first_error;
     bool any = false;
@@ -673,8 +760,32 @@ void ProxyServer::routes() {
     // the metrics without bound.
     static const std::set<std::string> known = {"/v1/embeddings", "/v1/rerank",  "/v1/score",      "/v1/responses",
                                                 "/v1/classify",   "/v1/pooling", "/v1/moderations"};
+    // The path goes upstream as the client wrote it, not decoded (cpp-httplib's q.path is), with
+    // its query string. A path that could leave /v1 on the upstream (dot segments, written out or
+    // percent-encoded, or an encoded slash or backslash) is refused.
+    std::string raw = q.target.empty() ? q.path : q.target;
+    const size_t query = raw.find('?');
+    const std::string raw_path = raw.substr(0, query);
+    std::string lower = raw_path;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    bool dot_segment = false;
+    for (size_t b = 0; b <= q.path.size();) {
+      const size_t e = std::min(q.path.find('/', b), q.path.size());
+      const std::string_view seg(q.path.data() + b, e - b);
+      dot_segment = dot_segment || seg == "." || seg == "..";
+      b = e + 1;
+    }
+    if (dot_segment || lower.find("%2f") != std::string::npos || lower.find("%5c") != std::string::npos ||
+        raw_path.find('\\') != std::string::npos || raw_path.rfind("/v1/", 0) != 0) {
+      metrics_.add("coda:request_rejected_total", 1, {{"status", "400"}});
+      return send_api_error(s, 400,
+                            "The path " + raw_path.substr(0, 200) +
+                                " is not passed through: dot segments (. and .., also as %2e) and encoded slashes "
+                                "(%2f, %5c) are refused",
+                            "invalid_request_error", "invalid_path");
+    }
     metrics_.add("coda:passthrough_requests_total", 1, {{"route", known.count(q.path) ? q.path : "other"}});
-    pass(q.path, post ? &q.body : nullptr, s);
+    pass(raw, post ? &q.body : nullptr, s);
   };
   http_->Post(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, true); });
   http_->Get(R"(/v1/.+)", [other](const httplib::Request& q, httplib::Response& s) { other(q, s, false); });
@@ -724,6 +835,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null())
     return reject(400, "stream: expected true or false", "stream");
+  if (auto e = check_forwarded_fields(body, chat)) return reject(e->status, e->message, e->param);
   // n > 1 and a batch of prompts: each choice is a guarded session of its own (serve_choices).
   int64_t n = 1;
   if (body.contains("n") && !body["n"].is_null()) {
@@ -852,18 +964,20 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     // then the upstream connection closes and the upstream aborts the generation (as for a stream).
     const ClientWatch watch(req);
     SessionOptions watched = so;
-    watched.client_left = [&watch] { return watch.gone(); };  // also while the upstream is silent
+    // Also while the upstream is silent; a drain whose time ran out ends it as if the client left.
+    watched.client_left = [this, &watch] { return aborting_.load() || watch.gone(); };
     SessionResult r = run_balanced(
         body, view, watched,
         [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
           if (ttft < 0) ttft = seconds();
           all_lps.insert(all_lps.end(), lps.begin(), lps.end());
-          return !watch.gone();
+          return !aborting_.load() && !watch.gone();
         },
         used);
     const std::string m = model_of(model, r.last_chunk);
     record(r, m, seconds(), ttft, used->label);
     done_in_flight();
+    if (r.client_gone && aborting_ && !watch.gone()) return send_shutdown(res);
     if (!r.ok) return send_upstream_failure(res, r.failure, used->label);
     if (llama) return res.set_content(dump(llama_answer_of(r, body, m, ttft, seconds(), false)), "application/json");
     json j = shaper.head(r.last_chunk, false);
@@ -888,7 +1002,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     ++streams_;
   }
   SessionOptions watched = so;  // the HTTP thread below watches the client until the first text
-  watched.client_left = [st] { return st->client_gone.load(); };
+  // A drain whose time ran out ends the session as if the client had left (the upstream is cancelled).
+  watched.client_left = [this, st] { return st->client_gone.load() || aborting_.load(); };
   std::thread([this, st, body, view, so = std::move(watched), chat, llama, responses, echo, created, include_usage,
                shaper, model, seconds, done_in_flight, resp_id, remember]() mutable {
     double ttft = -1;
@@ -926,7 +1041,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       r = run_balanced(
           body, view, so,
           [&](const Released& out, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
-            if (st->client_gone) return false;
+            if (st->client_gone || aborting_) return false;
             if (ttft < 0) ttft = seconds();
             if (llama) {
               if (!out.content.empty())
@@ -938,7 +1053,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
             } else {
               push(shaper.chunk(chunk, out, lps, nullptr));
             }
-            return !st->client_gone.load();
+            return !st->client_gone.load() && !aborting_.load();
           },
           used);
     } catch (const std::exception& e) {  // a bug, not user input: the stream ends with an error, the proxy stays up
@@ -949,7 +1064,14 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     }
     const std::string m = model_of(model, r.last_chunk);
     record(r, m, seconds(), ttft, used->label);
-    if (r.ok && !r.client_gone && llama) {
+    const bool shut_down = r.client_gone && aborting_ && !st->client_gone;  // the client is still there
+    if (shut_down && st->started) {
+      // The stream ends with an error event (then [DONE]), not a silent cut.
+      if (responses)
+        event("error", {{"code", "server_shutting_down"}, {"message", kShutdownMessage}, {"param", nullptr}});
+      else
+        push(shutdown_event());
+    } else if (r.ok && !r.client_gone && llama) {
       push(llama_answer_of(r, body, m, ttft, seconds(), true));
     } else if (r.ok && !r.client_gone && responses) {
       open_response(m);
@@ -991,6 +1113,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       std::lock_guard<std::mutex> lock(st->mu);
       st->result = std::move(r);
       st->upstream = used->label;
+      st->shut_down = shut_down;
       st->finished = true;
       st->cv.notify_all();
     }
@@ -1006,6 +1129,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     while (!st->cv.wait_for(lock, std::chrono::milliseconds(client::OpenAIClient::kCancelPollMs),
                             [&] { return st->started || st->finished; }))
       if (!st->client_gone && watch.gone()) st->client_gone = true;
+    if (!st->started && st->shut_down) return send_shutdown(res);
     if (!st->started && st->client_gone) return;  // nobody to answer
     if (!st->started && !st->result.ok) return send_upstream_failure(res, st->result.failure, st->upstream);
   }
@@ -1054,7 +1178,7 @@ void ProxyServer::serve_choices(const httplib::Request& req, httplib::Response& 
   const bool seeded = body.contains("seed") && body["seed"].is_number_integer();
   const ClientWatch watch(req);
   SessionOptions watched = so;
-  watched.client_left = [&watch] { return watch.gone(); };
+  watched.client_left = [this, &watch] { return aborting_.load() || watch.gone(); };
   struct Part {
     SessionResult r;
     std::vector<client::TokenLogprob> lps;
@@ -1077,7 +1201,7 @@ void ProxyServer::serve_choices(const httplib::Request& req, httplib::Response& 
           [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
             if (p.ttft < 0) p.ttft = seconds();
             p.lps.insert(p.lps.end(), lps.begin(), lps.end());
-            return !watch.gone();
+            return !aborting_.load() && !watch.gone();
           },
           p.used);
     } catch (const std::exception& e) {  // a bug, not user input: this choice fails, the proxy stays up
@@ -1105,6 +1229,7 @@ void ProxyServer::serve_choices(const httplib::Request& req, httplib::Response& 
   }
   for (size_t i = 0; i < total; ++i) {
     const Part& p = parts[i];
+    if (p.r.client_gone && aborting_ && !watch.gone()) return send_shutdown(res);
     if (!p.r.ok) return send_upstream_failure(res, p.r.failure, p.used->label);
     if (j.is_null()) j = Shaper{view.chat, view, fallback_id}.head(p.r.last_chunk, false);
     json choice = choice_of(p.r, p.lps, view, client_finish_reason(p.r.finish_reason, opts_.finish_reason_compat));

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ struct ProxyOptions {
   // Memory for the conversations /v1/responses keeps for previous_response_id, as coda serve
   // (--responses-store MB; 0: none kept, previous_response_id refused).
   size_t responses_store_bytes = size_t{64} << 20;
+  bool metrics_auth = false;       // GET /metrics behind --api-key too (--metrics-auth)
+  double shutdown_timeout_s = 30;  // SIGTERM: how long requests in flight get to finish (--shutdown-timeout)
 };
 
 // Consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2018): among n
@@ -85,8 +88,15 @@ class ProxyServer {
   ~ProxyServer();
   Expected<int> bind();
   void serve();
-  void shutdown();  // stops listening (from a signal handler); serve() returns
   void stop();      // stops listening and waits for the streams in flight to end
+  // The graceful shutdown (server/shutdown.h), as coda serve's: new requests get 503 and /health
+  // "draining"; the requests in flight get `timeout_s` to finish; then every upstream generation
+  // still held is cancelled (its connection closed) and its client gets a terminal answer (an error
+  // event then [DONE], or 503 with Retry-After); then serve() returns. True when all finished in time.
+  bool drain(double timeout_s);
+  // The model label of a request's metrics: a model the upstreams serve (their /v1/models), else
+  // "other", so that clients cannot grow the metrics with names of their own.
+  std::string model_label(const std::string& model);
   Metrics& metrics() { return metrics_; }
 
  private:
@@ -128,6 +138,11 @@ class ProxyServer {
   std::condition_variable idle_;
   int streams_ = 0;  // session threads still running
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<bool> draining_{false};  // SIGTERM came: no new requests
+  std::atomic<bool> aborting_{false};  // the drain's time ran out: every session ends now
+  std::mutex models_mu_;
+  std::set<std::string> served_models_;  // guarded by models_mu_: the upstreams' model ids
+  int64_t models_asked_ns_ = 0;          // guarded by models_mu_: steady clock of the last ask; 0 never
 };
 
 }  // namespace coda::proxy

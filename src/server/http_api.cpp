@@ -101,9 +101,22 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
         return httplib::Server::HandlerResponse::Handled;
       }
     }
+    // Health stays open and answers while draining (llama-server leaves /v1/health open too); an
+    // operator may still resume a paused scheduler (/admin/) so that the drain can finish.
+    const bool health = req.path == "/health" || req.path == "/v1/health";
+    if (o.draining && o.draining() && !health && req.path != "/metrics" && req.path.rfind("/admin/", 0) != 0) {
+      on_reject(503);
+      res.set_header("Retry-After", "5");
+      res.set_header("Connection", "close");
+      send_api_error(res, 503,
+                     "The server is shutting down and takes no new requests; retry (another replica, or this one "
+                     "once it is back).",
+                     "server_error", "server_shutting_down");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (o.api_keys.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    bool guarded = false;
-    for (const auto& p : o.guarded_prefixes) guarded = guarded || req.path.rfind(p, 0) == 0;
+    bool guarded = o.metrics_auth && req.path == "/metrics";
+    for (const auto& p : o.guarded_prefixes) guarded = guarded || (!health && req.path.rfind(p, 0) == 0);
     if (!guarded || authorized(req.get_header_value("Authorization"), o.api_keys))
       return httplib::Server::HandlerResponse::Unhandled;
     on_reject(401);

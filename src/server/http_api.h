@@ -20,6 +20,10 @@ struct HttpApiOptions {
   std::vector<std::string> guarded_prefixes;  // routes behind the key, e.g. "/v1/"
   size_t max_body_bytes = 0;                  // larger bodies: 413
   int read_timeout_s = 30;                    // named in the 408 message
+  // True while the server drains on its way down (server/shutdown.h): every route but /health and
+  // /metrics answers 503 with Retry-After, and the connection closes, so clients go elsewhere.
+  std::function<bool()> draining;
+  bool metrics_auth = false;  // GET /metrics behind the key too (--metrics-auth; open by default, as vLLM's)
 };
 
 // Installs, before any route:
@@ -27,6 +31,7 @@ struct HttpApiOptions {
 //   413, before a byte of the body is read (cpp-httplib 0.11 would otherwise try to read or skip
 //   it and leave the client without an answer); the connection is closed after the answer, since
 //   the body that may follow is not read;
+// - while draining, 503 with Retry-After on every route but /health and /metrics;
 // - the key check on the guarded routes (401): 'Authorization: Bearer KEY' (the scheme in any case)
 //   with one of the keys, compared in time independent of where a wrong key differs;
 // and, for what cpp-httplib answers by itself, OpenAI-shaped bodies: 404, 413, 408 for a body that

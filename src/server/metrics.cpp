@@ -2,10 +2,13 @@
 
 #include <cstdio>
 #include <sstream>
+#include <string_view>
 
 namespace coda {
 
 Metrics::Metrics(bool server) {
+  help_["coda:metrics_series_folded_total"] =
+      "Label sets counted in a family's all-\"other\" series because the family had 1000 series already.";
   if (!server) return;
   const std::vector<double> latency = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   define_histogram("coda:time_to_first_token_seconds", latency, "Time to first token.");
@@ -36,9 +39,15 @@ Metrics::Metrics(bool server) {
 
 std::string Metrics::render(const MetricLabels& labels) {
   std::string out;
-  for (const auto& [k, v] : labels) {
+  for (const auto& [k, full] : labels) {
     if (!out.empty()) out += ',';
     out += k + "=\"";
+    std::string_view v = full;
+    if (v.size() > kMaxLabelValueBytes) {
+      size_t cut = kMaxLabelValueBytes;
+      while (cut > 0 && (static_cast<unsigned char>(v[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+      v = v.substr(0, cut);
+    }
     for (char c : v) {  // the text format's escapes
       if (c == '\\' || c == '"') out += '\\';
       if (c == '\n') {
@@ -50,6 +59,16 @@ std::string Metrics::render(const MetricLabels& labels) {
     out += '"';
   }
   return out;
+}
+
+template <class Family>
+std::string Metrics::key_in(const Family& family, const MetricLabels& labels) {
+  std::string key = render(labels);
+  if (family.size() < kMaxSeriesPerFamily || family.count(key)) return key;
+  MetricLabels other = labels;
+  for (auto& kv : other) kv.second = "other";
+  counters_["coda:metrics_series_folded_total"][""] += 1;
+  return render(other);
 }
 
 void Metrics::set_help(const std::string& name, const std::string& help) {
@@ -66,7 +85,8 @@ void Metrics::define_histogram(const std::string& name, std::vector<double> boun
 
 void Metrics::set_gauge(const std::string& name, double v, const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  gauges_[name][render(labels)] = v;
+  auto& family = gauges_[name];
+  family[key_in(family, labels)] = v;
 }
 
 void Metrics::add(const std::string& name, double v, const std::string& label_key, const std::string& label) {
@@ -75,14 +95,17 @@ void Metrics::add(const std::string& name, double v, const std::string& label_ke
 
 void Metrics::add(const std::string& name, double v, const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  counters_[name][render(labels)] += v;
+  auto& family = counters_[name];
+  const std::string key = key_in(family, labels);
+  family[key] += v;
 }
 
 void Metrics::observe(const std::string& name, double value, const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   auto b = bounds_.find(name);
   if (b == bounds_.end()) return;
-  Histogram& h = histograms_[name][render(labels)];
+  auto& family = histograms_[name];
+  Histogram& h = family[key_in(family, labels)];
   if (h.counts.empty()) h.counts.assign(b->second.size() + 1, 0);
   size_t i = 0;
   while (i < b->second.size() && value > b->second[i]) ++i;

@@ -15,6 +15,15 @@ namespace coda {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
+// Bounds on what a label can hold, whatever calls add(): each series costs memory for as long as the
+// process runs, and /metrics prints them all on every scrape. A longer value is cut (at a UTF-8
+// character boundary); a family that already has kMaxSeriesPerFamily series takes a new label set
+// as the series whose every value is "other" (counted in coda:metrics_series_folded_total).
+// Callers still keep their label values to a known set (a client's model name is "other" unless
+// served); these bounds hold if one forgets.
+constexpr size_t kMaxLabelValueBytes = 128;
+constexpr size_t kMaxSeriesPerFamily = 1000;
+
 class Metrics {
  public:
   // `server`: the series `coda serve` exports (declared at zero so dashboards see them at once).
@@ -38,6 +47,10 @@ class Metrics {
     uint64_t count = 0;
   };
   static std::string render(const MetricLabels& labels);
+  // The rendered key a label set takes in `family`: its own, or the all-"other" one once the family
+  // is full (kMaxSeriesPerFamily). Called with mu_ held.
+  template <class Family>
+  std::string key_in(const Family& family, const MetricLabels& labels);
   mutable std::mutex mu_;
   // name -> rendered labels (`k="v",k2="v2"`, "" for none) -> value
   std::map<std::string, std::map<std::string, double>> gauges_, counters_;

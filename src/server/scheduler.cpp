@@ -80,14 +80,14 @@ Scheduler::~Scheduler() {
   cv_.notify_all();
   slots_cv_.notify_all();
   worker_.join();
-  for (auto& t : queue_) t->finish(Error("the server is shutting down"));
+  for (auto& t : queue_) t->finish(Error(kShutdownMessage));
 }
 
 std::shared_ptr<Ticket> Scheduler::submit(ApiRequest request) {
-  auto t = std::make_shared<Ticket>(std::move(request));
+  auto t = std::make_shared<Ticket>(std::move(request), alive_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || queue_.size() >= opts_.max_queue) return nullptr;
+    if (stop_ || abort_ || queue_.size() >= opts_.max_queue) return nullptr;
     queue_.push_back(t);
     metrics_.set_gauge("coda:num_requests_waiting", static_cast<double>(queue_.size()));
   }
@@ -113,6 +113,15 @@ void Scheduler::resume() {
   cv_.notify_all();
 }
 
+void Scheduler::abort_all() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort_ = true;
+  }
+  cv_.notify_all();
+  slots_cv_.notify_all();
+}
+
 bool Scheduler::paused() const {
   std::lock_guard<std::mutex> lock(mu_);
   return paused_;
@@ -129,8 +138,25 @@ void Scheduler::work() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || (!paused_ && (!queue_.empty() || !active.empty())); });
+      cv_.wait(lock, [&] { return stop_ || abort_ || (!paused_ && (!queue_.empty() || !active.empty())); });
       if (stop_) break;
+      if (abort_) {
+        // The drain's time is up: everything ends now, the queue too, each with an answer that
+        // tells its client to retry (server.cpp answers kShutdownMessage with 503).
+        for (auto& t : queue_) t->finish(Error(kShutdownMessage));
+        queue_.clear();
+        for (auto& a : active) {
+          a.seq->cancel();
+          a.ticket->finish(Error(kShutdownMessage));
+        }
+        active.clear();
+        kv_used = 0;
+        running_ = 0;
+        metrics_.set_gauge("coda:num_requests_waiting", 0);
+        metrics_.set_gauge("coda:num_requests_running", 0);
+        cv_.wait(lock, [&] { return stop_; });  // nothing more is admitted
+        break;
+      }
     }
     const bool admitted = admit(active, kv_used);
     if (active.empty()) {
@@ -163,7 +189,7 @@ void Scheduler::work() {
   }
   for (auto& a : active) {
     a.seq->cancel();
-    a.ticket->finish(Error("the server is shutting down"));
+    a.ticket->finish(Error(kShutdownMessage));
   }
 }
 

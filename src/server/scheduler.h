@@ -27,9 +27,25 @@
 
 namespace coda {
 
+// A request that could not finish before the server stopped (the drain's --shutdown-timeout ran
+// out): the error its ticket ends with, which the API answers as 503 with Retry-After.
+inline constexpr const char* kShutdownMessage =
+    "The server is shutting down and could not finish this request in time; retry it (on another replica if there "
+    "is one)";
+
 class Ticket {
  public:
-  explicit Ticket(ApiRequest r) : request(std::move(r)) {}
+  // `alive`: a count of the tickets in existence, which this one is part of until it is destroyed
+  // (the drain waits for it: a ticket lives as long as its HTTP answer is being written).
+  explicit Ticket(ApiRequest r, std::shared_ptr<std::atomic<int64_t>> alive = nullptr)
+      : request(std::move(r)), alive_(std::move(alive)) {
+    if (alive_) ++*alive_;
+  }
+  ~Ticket() {
+    if (alive_) --*alive_;
+  }
+  Ticket(const Ticket&) = delete;
+  Ticket& operator=(const Ticket&) = delete;
   const ApiRequest request;
   Timer since_arrival;
   std::atomic<bool> cancelled{false};
@@ -58,6 +74,7 @@ class Ticket {
   int64_t tokens_ = 0;         // guarded by mu_
   int64_t tokens_waited_ = 0;  // the HTTP side's own copy, taken in wait()
   std::optional<Expected<GuardedResult>> result_;
+  std::shared_ptr<std::atomic<int64_t>> alive_;
 };
 
 struct SchedulerOptions {
@@ -105,6 +122,11 @@ class Scheduler {
   bool paused() const;
   // The running requests by slot, as of the end of a recent step (see scheduler.cpp).
   std::vector<SlotState> slots() const;
+  // Requests not yet answered in full: queued, running, or with their answer still being written.
+  int64_t tickets_alive() const { return alive_->load(); }
+  // Ends every queued and running request with kShutdownMessage at once (the drain's time is up);
+  // later submissions are refused. Returns without waiting for the worker to act.
+  void abort_all();
 
  private:
   struct Active {
@@ -129,6 +151,8 @@ class Scheduler {
   std::deque<std::shared_ptr<Ticket>> queue_;
   bool stop_ = false;
   bool paused_ = false;
+  bool abort_ = false;  // abort_all() asked; the worker ends everything at its next turn
+  std::shared_ptr<std::atomic<int64_t>> alive_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<size_t> running_{0};
   std::vector<SlotState> slots_;  // guarded by mu_
   uint64_t slots_version_ = 0;    // guarded by mu_: bumped each time slots_ is taken

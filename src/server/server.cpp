@@ -37,6 +37,7 @@ std::vector<const Expected<GuardedResult>*> result_unless_client_leaves(
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
+  if (e.status == 503) res.set_header("Retry-After", "5");  // a shutdown: an SDK retries it
   res.set_content(dump_json(e.body()), "application/json");
 }
 
@@ -50,6 +51,12 @@ bool write_sse(httplib::DataSink& sink, const nlohmann::ordered_json& j) {
 ApiError generation_error(const std::string& message) {
   ApiError e;
   e.message = message;
+  if (message == kShutdownMessage) {  // not the request's fault: 503, which clients retry (never 400)
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "server_shutting_down";
+    return e;
+  }
   if (message.rfind("This model's maximum context length", 0) == 0) {
     e.code = "context_length_exceeded";
     e.param = message.find("in the messages") != std::string::npos ? "messages" : "prompt";
@@ -106,6 +113,27 @@ void Server::stop() {
   scheduler_.reset();
 }
 
+bool Server::drain(double timeout_s) {
+  draining_ = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(std::max(0.0, timeout_s)));
+  // A ticket lives until its answer is written, so none alive means nothing is left to finish.
+  auto idle_by = [this](std::chrono::steady_clock::time_point until) {
+    while (scheduler_->tickets_alive() > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return scheduler_->tickets_alive() == 0;
+  };
+  const bool finished = idle_by(deadline);
+  if (!finished) {
+    // What is left ends with an error its client can act on (503, or an error event then [DONE]),
+    // given a few seconds to be written.
+    scheduler_->abort_all();
+    idle_by(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
+  http_->stop();
+  return finished;
+}
+
 void Server::routes() {
   // API key on /v1/*, /admin/* and the tokenizer routes; /health, /metrics and /version stay open.
   install_api_handlers(
@@ -114,11 +142,18 @@ void Server::routes() {
        {"/v1/", "/admin/", "/tokenize", "/detokenize", "/apply-template", "/completion", "/props", "/embeddings",
         "/slots"},
        opts_.max_body_bytes,
-       opts_.read_timeout_s},
+       opts_.read_timeout_s,
+       [this] { return draining_.load(); },
+       opts_.metrics_auth},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
-  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  auto health = [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_) {  // a load balancer's probe takes this replica out of rotation
+      res.status = 503;
+      return res.set_content("{\"status\":\"draining\"}", "application/json");
+    }
     res.set_content("{\"status\":\"ok\"}", "application/json");
-  });
+  };
+  http_->Get("/health", health);
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
   });
@@ -173,9 +208,7 @@ void Server::routes() {
                             "unavailable_error");
     res.set_content(dump_json(llama_slots(running, opts_.max_batch, gen_.n_ctx())), "application/json");
   });
-  http_->Get("/v1/health", [](const httplib::Request&, httplib::Response& res) {  // llama-server's alias
-    res.set_content("{\"status\":\"ok\"}", "application/json");
-  });
+  http_->Get("/v1/health", health);  // llama-server's alias
   http_->Get("/version", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump_json({{"version", kVersion}}), "application/json");
   });

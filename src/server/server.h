@@ -11,6 +11,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ struct ServerOptions {
   int http_threads = 0;                // --max-connections; 0: max_queue + max_batch + 8
   RequestLimits limits;
   bool admin_api = false;  // POST /admin/pause and /admin/resume (behind the API key)
+  bool metrics_auth = false;  // GET /metrics behind the API key too (--metrics-auth)
+  double shutdown_timeout_s = 30;  // SIGTERM: how long requests in flight get to finish (--shutdown-timeout)
   bool slots_api = true;   // GET /slots (behind the API key); --no-slots turns it off
   ServerDefaults defaults;
   TlsFiles tls;  // serve https (--ssl-certfile, --ssl-keyfile)
@@ -59,6 +62,10 @@ class Server {
   // Serves until stop(). Call after bind().
   void serve();
   void stop();
+  // The graceful shutdown (server/shutdown.h): new requests get 503 and /health "draining"; the
+  // requests in flight get `timeout_s` to finish, then the rest end with a 503 (or an error event
+  // and [DONE] on a stream); then serve() returns. True when everything finished in time.
+  bool drain(double timeout_s);
   Metrics& metrics() { return metrics_; }
 
  private:
@@ -88,6 +95,7 @@ class Server {
   std::unique_ptr<httplib::Server> http_;  // https when the options give a certificate
   std::string tls_error_;                  // a certificate that did not load (bind() reports it)
   int64_t started_ = 0;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace coda

@@ -23,6 +23,8 @@ message on chat):
                server did before its pull request 2362 (August 2026) and llama.cpp's before 7198
   [ping-mid]   five tokens, then SSE comments (": ping") every 50 ms and never another token
   [empty-mid]  five tokens, then data events with an empty delta every 50 ms and never a token
+  [no-choice]  a 200 stream (or body) of events with no OpenAI choice ({"foo": 1}), then [DONE]
+  [empty-choices] a 200 stream (or body) whose events all say "choices": [], then [DONE]
 
 Flags: --refuse-logprobs answers any request asking for logprobs with 400, as some deployments do;
 --tls CERT KEY serves https with that certificate (a self-signed one in tests/data/tls);
@@ -33,7 +35,8 @@ GET /slots answers llama-server's shape: two slots, the second busy (both with -
 --slots-state, the older shape that ik_llama.cpp's server sends (`state`: 0 idle, 1 busy, and no
 `is_processing`); with --slots-fill F, a busy slot holds F of its n_ctx in n_prompt_tokens (llama-server
 counts the generated tokens there).
-GET /v1/endless sends a JSON body without end; GET /v1/trickle one byte every 50 ms.
+GET /v1/endless sends a JSON body without end; GET /v1/trickle one byte every 50 ms; GET or POST
+/v1/echo-path (with anything after it) answers the request target exactly as it arrived.
 GET /stats reports requests, streams open now and streams the client closed (cancellations);
 GET /last-bodies, /last-request-ids and /last-authorizations the last ten generation requests'
 bodies, X-Request-Id and Authorization headers.
@@ -115,6 +118,8 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def do_GET(self):
+        if self.path.startswith("/v1/echo-path"):
+            return self.send_json(200, {"target": self.path})
         if self.path == "/v1/models" and self.hang_models:
             wait_for_close(self.connection)
             self.close_connection = True
@@ -160,6 +165,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         n = int(self.headers.get("Content-Length", "0"))
         body = json.loads(self.rfile.read(n) or b"{}")
+        if self.path.startswith("/v1/echo-path"):
+            return self.send_json(200, {"target": self.path})
         if self.path == "/v1/embeddings":  # another route an engine serves beside generation
             inputs = body.get("input", [])
             inputs = [inputs] if isinstance(inputs, str) else inputs
@@ -185,6 +192,19 @@ class Handler(BaseHTTPRequestHandler):
         if self.refuse_logprobs and wants_lp:
             return self.send_json(400, {"error": {"message": "logprobs are not enabled on this server",
                                                   "type": "invalid_request_error", "param": "logprobs"}})
+        if "[no-choice]" in user or "[empty-choices]" in user:
+            shape = {"foo": 1} if "[no-choice]" in user else {"id": "x", "object": "chat.completion.chunk", "choices": []}
+            if not body.get("stream"):
+                return self.send_json(200, shape)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for _ in range(3):
+                self.chunk(b"data: " + json.dumps(shape).encode() + b"\n\n")
+            self.chunk(b"data: [DONE]\n\n")
+            self.chunk(b"")
+            return
         if "[error500]" in user:
             return self.send_json(500, {"error": {"message": "the engine failed", "type": "server_error"}})
         if "[hang-first]" in user:
