@@ -15,7 +15,8 @@ Each case is the regression test of a failure found by the hostile and fault bat
                   model label is a model the upstream serves, or "other"); --metrics-auth
   torn_journal    a study file whose last line was torn by a crash is repaired on resume (Optuna
                   then loads it), and each trial's start precedes its completion
-  empty_upstream  a 200 stream (or body) without a single OpenAI choice is a 502 bad_upstream_response
+  empty_upstream  a 200 stream (or body) without a single OpenAI choice is a 502 bad_upstream_response;
+                  a reset after connect and a refused connection are 502s with codes of their own
   secrets         planted secrets (API keys, URL credentials) never appear on /health, /metrics,
                   stderr or in error bodies; an --upstream URL with credentials is refused
   paths           the /v1 pass-through forwards the path as written, with its query, and refuses
@@ -482,6 +483,21 @@ def empty_upstream(coda, work):
                         pass
                     check(st == 502 and code == "bad_upstream_response",
                           f"{marker} {path} stream={stream}: {st} {raw[:200]!r}")
+        # The 502's code says which failure it was: reset after the connection was accepted, or refused.
+        st, _, raw = px.request("POST", "/v1/completions", {"prompt": "[drop] x", "max_tokens": 8})
+        check(st == 502 and json.loads(raw)["error"]["code"] == "upstream_connection_reset",
+              f"an upstream that drops the connection mid-answer: {st} {raw[:200]!r}")
+        dead = socket.socket()
+        dead.bind(("127.0.0.1", 0))
+        port = dead.getsockname()[1]
+        dead.close()  # nothing listens there now
+        px2 = proxy(coda, port)
+        try:
+            st, _, raw = px2.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 8})
+            check(st == 502 and json.loads(raw)["error"]["code"] == "upstream_unreachable",
+                  f"an upstream that refuses the connection: {st} {raw[:200]!r}")
+        finally:
+            px2.close()
     finally:
         px.close()
         up.close()
@@ -540,6 +556,26 @@ def secrets(coda, work):
         scan("the proxy's stdout", out or "")
         scan("the proxy's stderr", err or "")
         up.close()
+    # coda serve with the same planted client key.
+    s = serve(coda, "--api-key", key)
+    try:
+        auth = {"Authorization": f"Bearer {key}"}
+        for method, path, body, hdrs in [
+                ("GET", "/health", None, {}),
+                ("GET", "/metrics", None, {}),
+                ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}, auth),
+                ("POST", "/v1/completions", {"prompt": "Hi"}, {"Authorization": f"Bearer {key}x"}),
+                ("POST", "/v1/completions", {"prompt": "Hi", "temperature": 9}, auth),
+                ("GET", "/v1/nope", None, auth),
+                ("GET", "/slots", None, auth)]:
+            st, h, raw = s.request(method, path, body, hdrs)
+            scan(f"coda serve {method} {path} (HTTP {st})", raw)
+            scan(f"coda serve {method} {path} headers", json.dumps(h))
+    finally:
+        s.proc.terminate()
+        out, err = s.proc.communicate()
+        scan("coda serve's stdout", out or "")
+        scan("coda serve's stderr", err or "")
     check(not seen, "a planted secret appeared: " + "; ".join(seen))
 
 
