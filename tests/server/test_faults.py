@@ -355,6 +355,49 @@ def drain_proxy(coda, work):
     finally:
         up.close()
 
+    # 3. In front of coda serve, whose scheduler holds the 16 requests queued (paused): first the
+    #    drain lets them finish once it is resumed; then, with the timeout run out, each upstream
+    #    request is cancelled, which coda serve counts as an abort when it looks at its queue again.
+    chat = {"messages": [{"role": "user", "content": "In the beginning"}], "max_tokens": 48}
+    s = serve(coda, "--enable-admin-api", "--max-num-seqs", "8", "--guard", "observe")
+    try:
+        for timeout, resume_during in (("120", True), ("1", False)):
+            s.json("POST", "/admin/pause")
+            waiting0 = s.metric("coda:num_requests_waiting")
+            aborts0 = s.metric('coda:request_success_total{finished_reason="abort"}')
+            px = proxy(coda, s.port, "--shutdown-timeout", timeout, "--guard", "observe")
+            try:
+                outs, threads = launch(px.port, "/v1/chat/completions", 8, 8, lambda i: chat)
+                wait_until("16 requests queued in coda serve behind the proxy",
+                           lambda: s.metric("coda:num_requests_waiting") == waiting0 + 16)
+                t0 = time.monotonic()
+                px.proc.send_signal(signal.SIGTERM)
+                if resume_during:
+                    wait_until("the proxy's /health says draining", lambda: px.request("GET", "/health")[0] == 503)
+                    s.json("POST", "/admin/resume")
+                join(threads)
+                rc, err = px.finish()
+                took = time.monotonic() - t0
+                check(rc == 0, f"coda proxy's exit status: {rc}\n{err[-2000:]}")
+                if resume_during:
+                    report("coda proxy in front of coda serve, SIGTERM, requests finish", outs, took)
+                    check(all(complete(o) for o in outs), "a request through the proxy did not finish: " +
+                          "; ".join(o.describe() for o in outs if not complete(o)))
+                else:
+                    s.json("POST", "/admin/resume")
+                    wait_until("coda serve counts the 16 cancelled requests as aborts",
+                               lambda: s.metric('coda:request_success_total{finished_reason="abort"}') == aborts0 + 16)
+                    report("coda proxy in front of coda serve, SIGTERM, --shutdown-timeout 1 runs out", outs, took)
+                    aborted = s.metric('coda:request_success_total{finished_reason="abort"}') - aborts0
+                    print(f"  coda serve: {aborted:.0f} of 16 requests aborted (their client, the proxy, had gone)")
+                    check(all(shut_down_answer(o) for o in outs), "a request cut at the proxy's shutdown: " +
+                          "; ".join(o.describe() for o in outs if not shut_down_answer(o)))
+            finally:
+                px.close()
+        s.json("POST", "/admin/resume")
+    finally:
+        s.close()
+
 
 # --- bounded labels -------------------------------------------------------------------------------
 
