@@ -476,7 +476,9 @@ ProxyServer::~ProxyServer() {
 
 Expected<int> ProxyServer::bind() {
   if (!tls_error_.empty()) return Error(tls_error_);
-  return bind_http(*http_, opts_.host, opts_.port);
+  auto port = bind_http(*http_, opts_.host, opts_.port);
+  if (port) bound_port_ = *port;
+  return port;
 }
 
 void ProxyServer::serve() {
@@ -501,7 +503,12 @@ bool ProxyServer::drain(double timeout_s) {
     aborting_ = true;
     idle_by(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
+  // Every answer written to its end (stop() would cut a stream short), within a bound.
+  const auto written_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (open_requests_->count() > 0 && std::chrono::steady_clock::now() < written_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http_->stop();
+  if (bound_port_ > 0) end_idle_connections(bound_port_);  // else idle keep-alive clients hold it 5 s
   return finished;
 }
 
@@ -586,7 +593,8 @@ void ProxyServer::routes() {
                         opts_.max_body_bytes,
                         opts_.read_timeout_s,
                         [this] { return draining_.load(); },
-                        opts_.metrics_auth},
+                        opts_.metrics_auth,
+                        open_requests_},
                        [this](int status) {
                          metrics_.add("coda:request_rejected_total", 1, {{"status", std::to_string(status)}});
                        });
@@ -604,7 +612,7 @@ void ProxyServer::routes() {
     for (auto& a : asks) answers.push_back(a.get());
     return answers;
   };
-  http_->Get("/health", [this, ask_every_upstream](const httplib::Request&, httplib::Response& res) {
+  auto health = [this, ask_every_upstream](const httplib::Request&, httplib::Response& res) {
     if (draining_) {  // a load balancer's probe takes the proxy out of rotation
       res.status = 503;
       return res.set_content(dump(json{{"status", "draining"}}), "application/json");
@@ -629,7 +637,9 @@ void ProxyServer::routes() {
     if (upstreams_.size() > 1) body["upstreams"] = std::move(each);
     res.status = any ? 200 : 503;
     res.set_content(dump(body), "application/json");
-  });
+  };
+  http_->Get("/health", health);
+  http_->Get("/v1/health", health);  // llama-server's alias, open under --api-key as there
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
   });

@@ -26,6 +26,7 @@
 #include "core/status.h"
 #include "guard/guard.h"
 #include "proxy/session.h"
+#include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/metrics.h"
 #include "server/request_limits.h"
@@ -138,7 +139,9 @@ class ProxyServer {
   std::condition_variable idle_;
   int streams_ = 0;  // session threads still running
   std::atomic<uint64_t> next_id_{1};
-  std::atomic<bool> draining_{false};  // SIGTERM came: no new requests
+  std::atomic<bool> draining_{false};
+  int bound_port_ = 0;  // the port bind() got
+  std::shared_ptr<OpenRequests> open_requests_ = std::make_shared<OpenRequests>();  // SIGTERM came: no new requests
   std::atomic<bool> aborting_{false};  // the drain's time ran out: every session ends now
   std::mutex models_mu_;
   std::set<std::string> served_models_;  // guarded by models_mu_: the upstreams' model ids

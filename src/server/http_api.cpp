@@ -83,8 +83,30 @@ bool authorized(const std::string& authorization, const std::vector<std::string>
   return any;
 }
 
+void OpenRequests::open(const void* request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.insert(request);
+}
+
+void OpenRequests::close(const void* request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.erase(request);
+}
+
+size_t OpenRequests::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_.size();
+}
+
 void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function<void(int)> on_reject) {
+  if (o.open_requests)
+    // After the whole answer is written (an answer that never got past parsing is not open: erase
+    // does nothing). A request is known by its address, unique while it is being answered.
+    http.set_logger([open = o.open_requests](const httplib::Request& req, const httplib::Response&) {
+      open->close(&req);
+    });
   http.set_pre_routing_handler([o, on_reject](const httplib::Request& req, httplib::Response& res) {
+    if (o.open_requests) o.open_requests->open(&req);
     if (const auto declared = declared_length(req)) {
       const auto* n = std::get_if<uint64_t>(&*declared);
       if (!n || (o.max_body_bytes > 0 && *n > o.max_body_bytes)) {
@@ -124,8 +146,10 @@ void install_api_handlers(httplib::Server& http, HttpApiOptions o, std::function
                    "invalid_request_error", "invalid_api_key");
     return httplib::Server::HandlerResponse::Handled;
   });
-  http.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+  http.set_post_routing_handler([o](const httplib::Request& req, httplib::Response& res) {
     if (!res.has_header("X-Request-Id")) res.set_header("X-Request-Id", request_id_for(req));
+    // While draining, no connection is kept alive past its answer: the server can stop sooner.
+    if (o.draining && o.draining() && !res.has_header("Connection")) res.set_header("Connection", "close");
   });
   http.set_error_handler([o, on_reject](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

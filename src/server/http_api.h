@@ -7,6 +7,9 @@
 #include <httplib.h>
 
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,21 @@ namespace coda {
 
 void send_api_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
                     const std::string& code = "", const std::string& param = "");
+
+// The requests a server is answering, from routing until the last byte of the answer is written
+// (cpp-httplib calls its logger then). A drain waits until none is left before it stops
+// listening: cpp-httplib's stop() cuts a chunked answer short, and a stream would end without its
+// last events.
+class OpenRequests {
+ public:
+  void open(const void* request);
+  void close(const void* request);
+  size_t count() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::set<const void*> open_;
+};
 
 struct HttpApiOptions {
   std::vector<std::string> api_keys;          // any one of them opens the guarded routes; none: no key needed
@@ -24,6 +42,7 @@ struct HttpApiOptions {
   // /metrics answers 503 with Retry-After, and the connection closes, so clients go elsewhere.
   std::function<bool()> draining;
   bool metrics_auth = false;  // GET /metrics behind the key too (--metrics-auth; open by default, as vLLM's)
+  std::shared_ptr<OpenRequests> open_requests;  // counted when given
 };
 
 // Installs, before any route:

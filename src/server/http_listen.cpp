@@ -96,6 +96,27 @@ int ClientWatch::find_socket() const {
   return found;
 }
 
+void end_idle_connections(int local_port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    struct stat st {};
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t plen = sizeof peer, llen = sizeof local;
+    // Connected sockets only (a listening socket has no peer), accepted on our port.
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &plen) != 0 ||
+        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &llen) != 0 ||
+        port_of(local) != local_port)
+      continue;
+    ::shutdown(static_cast<int>(fd), SHUT_RD);
+  }
+  closedir(dir);
+}
+
 bool ClientWatch::gone() const {
   std::call_once(looked_, [this] { fd_ = find_socket(); });
   if (fd_ < 0) return false;

@@ -30,6 +30,12 @@ std::unique_ptr<httplib::Server> make_http_server(const TlsFiles& tls, std::stri
 // Binds `server` to host:port (port 0: any free port) and returns the port.
 Expected<int> bind_http(httplib::Server& server, const std::string& host, int port, int backlog = 1024);
 
+// Ends the idle keep-alive connections of a server that has stopped listening on `local_port`:
+// shuts down the read side of every connected socket of this process on that local port, so a
+// worker waiting for a next request sees the end at once (instead of after the keep-alive
+// timeout, 5 s), while an answer still being written is not cut. The end of a drain.
+void end_idle_connections(int local_port);
+
 // The connection of the request a handler is serving, watched for the client leaving. A handler
 // that waits (a non-streaming generation, which writes nothing until the end) would otherwise run
 // a generation nobody reads to its end: clients time out and retry, and each retry adds another

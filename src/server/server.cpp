@@ -101,7 +101,9 @@ Server::~Server() {
 
 Expected<int> Server::bind() {
   if (!tls_error_.empty()) return Error(tls_error_);
-  return bind_http(*http_, opts_.host, opts_.port);
+  auto port = bind_http(*http_, opts_.host, opts_.port);
+  if (port) bound_port_ = *port;
+  return port;
 }
 
 void Server::serve() {
@@ -130,7 +132,12 @@ bool Server::drain(double timeout_s) {
     scheduler_->abort_all();
     idle_by(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
+  // Every answer written to its end (stop() would cut a stream short), within a bound.
+  const auto written_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (open_requests_->count() > 0 && std::chrono::steady_clock::now() < written_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http_->stop();
+  if (bound_port_ > 0) end_idle_connections(bound_port_);  // else idle keep-alive clients hold it 5 s
   return finished;
 }
 
@@ -144,7 +151,8 @@ void Server::routes() {
        opts_.max_body_bytes,
        opts_.read_timeout_s,
        [this] { return draining_.load(); },
-       opts_.metrics_auth},
+       opts_.metrics_auth,
+       open_requests_},
       [this](int status) { metrics_.add("coda:request_rejected_total", 1, "status", std::to_string(status)); });
   auto health = [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) {  // a load balancer's probe takes this replica out of rotation

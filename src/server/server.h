@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "engine/generator.h"
+#include "server/http_api.h"
 #include "server/http_listen.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
@@ -96,6 +97,8 @@ class Server {
   std::string tls_error_;                  // a certificate that did not load (bind() reports it)
   int64_t started_ = 0;
   std::atomic<bool> draining_{false};
+  int bound_port_ = 0;  // the port bind() got
+  std::shared_ptr<OpenRequests> open_requests_ = std::make_shared<OpenRequests>();
 };
 
 }  // namespace coda
