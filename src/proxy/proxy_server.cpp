@@ -20,6 +20,7 @@
 #include "server/llama_api.h"
 #include "server/openai_api.h"
 #include "server/responses_api.h"
+#include "server/shutdown.h"
 
 namespace coda::proxy {
 
@@ -36,7 +37,7 @@ constexpr size_t kMaxServedModels = 256;
 
 // The finish reasons a series may be labelled with; an upstream's own invention counts as "other".
 std::string known_finish_reason(const std::string& r) {
-  static const std::set<std::string> known = {"stop",  "length",     "repetition",    "degenerate",   "abort",
+  static const std::set<std::string> known = {"stop",  "length",     "repetition",     "degenerate",   "abort",
                                               "error", "tool_calls", "content_filter", "function_call"};
   return known.count(r) ? r : "other";
 }
@@ -66,8 +67,10 @@ void send_upstream_failure(httplib::Response& res, const client::Completion& c, 
         return send_api_error(res, 502, "The upstream " + upstream + " refused the connection: " + c.error,
                               "upstream_error", "upstream_unreachable");
       return send_api_error(res, 502,
-                            "The upstream " + upstream + " accepted the connection, then closed it without an answer "
-                            "(did the engine crash on this request?): " + c.error,
+                            "The upstream " + upstream +
+                                " accepted the connection, then closed it without an answer "
+                                "(did the engine crash on this request?): " +
+                                c.error,
                             "upstream_error", "upstream_connection_reset");
     default:
       return send_api_error(res, 502, "The upstream " + upstream + " sent a malformed response: " + c.error,
@@ -88,7 +91,10 @@ void send_shutdown(httplib::Response& res) {
 
 json shutdown_event() {
   return {{"error",
-           {{"message", kShutdownMessage}, {"type", "server_error"}, {"param", nullptr}, {"code", "server_shutting_down"}}}};
+           {{"message", kShutdownMessage},
+            {"type", "server_error"},
+            {"param", nullptr},
+            {"code", "server_shutting_down"}}}};
 }
 
 json error_event(const client::Completion& c, const std::string& upstream) {
@@ -487,28 +493,18 @@ void ProxyServer::serve() {
 
 bool ProxyServer::drain(double timeout_s) {
   draining_ = true;
-  auto idle_by = [this](std::chrono::steady_clock::time_point until) {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!(in_flight_.load() == 0 && streams_ == 0) && std::chrono::steady_clock::now() < until)
-      idle_.wait_for(lock, std::chrono::milliseconds(20));
+  auto idle = [this] {
+    std::lock_guard<std::mutex> lock(mu_);
     return in_flight_.load() == 0 && streams_ == 0;
   };
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                std::chrono::duration<double>(std::max(0.0, timeout_s)));
-  const bool finished = idle_by(deadline);
+  const bool finished = wait_until(idle, deadline_in(timeout_s));
   if (!finished) {
     // Every session sees its caller gone: its upstream connection closes (the engine aborts the
     // generation) and its client gets the shutdown's answer instead of a silent cut.
     aborting_ = true;
-    idle_by(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    wait_until(idle, deadline_in(5));
   }
-  // Every answer written to its end (stop() would cut a stream short), within a bound.
-  const auto written_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (open_requests_->count() > 0 && std::chrono::steady_clock::now() < written_by)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  http_->stop();
-  if (bound_port_ > 0) end_idle_connections(bound_port_);  // else idle keep-alive clients hold it 5 s
+  stop_when_answered(*http_, *open_requests_, bound_port_);
   return finished;
 }
 

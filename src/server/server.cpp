@@ -15,6 +15,7 @@
 #include "server/http_listen.h"
 #include "server/llama_api.h"
 #include "server/responses_api.h"
+#include "server/shutdown.h"
 
 namespace coda {
 
@@ -117,27 +118,16 @@ void Server::stop() {
 
 bool Server::drain(double timeout_s) {
   draining_ = true;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                std::chrono::duration<double>(std::max(0.0, timeout_s)));
   // A ticket lives until its answer is written, so none alive means nothing is left to finish.
-  auto idle_by = [this](std::chrono::steady_clock::time_point until) {
-    while (scheduler_->tickets_alive() > 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    return scheduler_->tickets_alive() == 0;
-  };
-  const bool finished = idle_by(deadline);
+  auto idle = [this] { return scheduler_->tickets_alive() == 0; };
+  const bool finished = wait_until(idle, deadline_in(timeout_s));
   if (!finished) {
     // What is left ends with an error its client can act on (503, or an error event then [DONE]),
     // given a few seconds to be written.
     scheduler_->abort_all();
-    idle_by(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    wait_until(idle, deadline_in(5));
   }
-  // Every answer written to its end (stop() would cut a stream short), within a bound.
-  const auto written_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (open_requests_->count() > 0 && std::chrono::steady_clock::now() < written_by)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  http_->stop();
-  if (bound_port_ > 0) end_idle_connections(bound_port_);  // else idle keep-alive clients hold it 5 s
+  stop_when_answered(*http_, *open_requests_, bound_port_);
   return finished;
 }
 

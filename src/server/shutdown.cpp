@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+
+#include "server/http_listen.h"
 
 namespace coda {
 
@@ -58,6 +61,23 @@ ShutdownWatch::~ShutdownWatch() {
   ::close(g_shutdown_pipe[0]);
   ::close(g_shutdown_pipe[1]);
   g_shutdown_pipe[0] = g_shutdown_pipe[1] = -1;
+}
+
+std::chrono::steady_clock::time_point deadline_in(double seconds) {
+  return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(std::max(0.0, seconds)));
+}
+
+bool wait_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point until) {
+  while (!done() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return done();
+}
+
+void stop_when_answered(httplib::Server& http, const OpenRequests& open, int port) {
+  wait_until([&open] { return open.count() == 0; }, deadline_in(10));
+  http.stop();
+  if (port > 0) end_idle_connections(port);
 }
 
 }  // namespace coda

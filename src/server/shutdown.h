@@ -8,8 +8,13 @@
 // signal's number into a pipe and the drain runs on the watcher thread that reads it.
 #pragma once
 
+#include <httplib.h>
+
+#include <chrono>
 #include <functional>
 #include <thread>
+
+#include "server/http_api.h"
 
 namespace coda {
 
@@ -29,5 +34,17 @@ class ShutdownWatch {
 
 // Exit status of a process ended by a second signal: 128 + the signal, as a shell reports it.
 constexpr int kSecondSignalExitBase = 128;
+
+// The steady-clock time `seconds` (0 or more) from now.
+std::chrono::steady_clock::time_point deadline_in(double seconds);
+
+// Polls `done` every 10 ms until it holds or `until` passes; returns whether it holds.
+bool wait_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point until);
+
+// The end of a drain, once the work is over: waits (at most 10 s) until every answer has been
+// written to its end, since cpp-httplib's stop() cuts a chunked answer short; then stops `http`
+// (serve() returns) and ends the idle keep-alive connections on `port` (end_idle_connections), so
+// that they do not hold the process for the keep-alive timeout.
+void stop_when_answered(httplib::Server& http, const OpenRequests& open, int port);
 
 }  // namespace coda
