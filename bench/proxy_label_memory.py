@@ -6,41 +6,13 @@ batch: the proxy's resident memory and the size of /metrics. Bounded labels keep
 
 Usage: /usr/bin/python3 bench/proxy_label_memory.py build/coda [BATCHES]
 """
-import http.client
-import json
 import os
 import random
-import string
 import sys
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "server"))
-import test_faults as tf  # noqa: E402  (the proxy and upstream launchers, rss_kib)
-
-
-def batch(port, n, rng):
-    lock = threading.Lock()
-    it = iter(range(n))
-
-    def client():
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        while True:
-            with lock:
-                i = next(it, None)
-                name = "".join(rng.choice(string.ascii_letters) for _ in range(1024)) if i is not None else ""
-            if i is None:
-                break
-            c.request("POST", "/v1/completions", body=json.dumps({"model": name, "prompt": "[text] hi",
-                                                                  "max_tokens": 4}),
-                      headers={"Content-Type": "application/json"})
-            c.getresponse().read()
-        c.close()
-    threads = [threading.Thread(target=client) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+import test_faults as tf  # noqa: E402  (the proxy and upstream launchers, made_up_models, rss_kib)
 
 
 def main():
@@ -52,9 +24,9 @@ def main():
         rng = random.Random(7)
         print(f"start: RSS {tf.rss_kib(px.proc.pid) / 1024:.1f} MiB")
         for k in range(batches):
-            batch(px.port, 10000, rng)
+            bad = tf.made_up_models(px.port, 10000, rng)
             _, _, raw = px.request("GET", "/metrics")
-            print(f"after {(k + 1) * 10000} requests: RSS {tf.rss_kib(px.proc.pid) / 1024:.1f} MiB, "
+            print(f"after {(k + 1) * 10000} requests ({len(bad)} failed): RSS {tf.rss_kib(px.proc.pid) / 1024:.1f} MiB, "
                   f"/metrics {len(raw)} bytes", flush=True)
     finally:
         px.close()

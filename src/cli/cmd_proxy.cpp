@@ -1,5 +1,4 @@
 // `coda proxy`: the guard in front of an OpenAI-compatible server (vLLM, llama.cpp, coda serve).
-#include <csignal>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -63,18 +62,8 @@ int run_proxy(ProxyFlags& f) {
   std::fflush(stdout);
   {
     proxy::ProxyServer& px = **server;
-    const double timeout_s = f.opts.shutdown_timeout_s;
-    ShutdownWatch watch([&px, timeout_s](int sig) {
-      std::fprintf(stderr,
-                   "coda proxy: %s: draining (new requests get 503; %g s for the requests in flight; a second "
-                   "signal exits at once)\n",
-                   sig == SIGINT ? "SIGINT" : "SIGTERM", timeout_s);
-      const bool all = px.drain(timeout_s);
-      std::fprintf(stderr, "coda proxy: %s\n",
-                   all ? "every request in flight finished; stopped"
-                       : "the shutdown timeout ran out: the upstream generations left were cancelled and their "
-                         "clients answered 503 (retry); stopped");
-    });
+    ShutdownWatch watch("coda proxy", f.opts.shutdown_timeout_s, [&px](double t) { return px.drain(t); },
+                        "the upstream generations left were cancelled and their clients answered 503 (retry)");
     px.serve();
   }
   (*server)->stop();

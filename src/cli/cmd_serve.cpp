@@ -1,7 +1,6 @@
 // `coda serve`: the OpenAI-compatible server on a model (loopback by default).
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -161,17 +160,8 @@ int serve(ServeFlags& f) {
               *port);
   std::fflush(stdout);
   {
-    const double timeout_s = f.server.shutdown_timeout_s;
-    ShutdownWatch watch([&server, timeout_s](int sig) {
-      std::fprintf(stderr,
-                   "coda serve: %s: draining (new requests get 503; %g s for the requests in flight; a second "
-                   "signal exits at once)\n",
-                   sig == SIGINT ? "SIGINT" : "SIGTERM", timeout_s);
-      const bool all = server.drain(timeout_s);
-      std::fprintf(stderr, "coda serve: %s\n",
-                   all ? "every request in flight finished; stopped"
-                       : "the shutdown timeout ran out: the requests left were answered 503 (retry); stopped");
-    });
+    ShutdownWatch watch("coda serve", f.server.shutdown_timeout_s, [&server](double t) { return server.drain(t); },
+                        "the requests left were answered 503 (retry)");
     server.serve();
   }
   return 0;

@@ -65,14 +65,12 @@ int port_of(const sockaddr_storage& a) {
   return -1;
 }
 
-}  // namespace
-
-int ClientWatch::find_socket() const {
-  const httplib::Request& req = req_;
-  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
+// Calls `visit(fd, peer, peer_len, local)` for every connected socket of this process (a listening
+// socket has no peer), until it returns true.
+template <class Visit>
+void each_connected_socket(Visit visit) {
   DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
+  if (dir == nullptr) return;
   while (dirent* e = readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
@@ -84,37 +82,33 @@ int ClientWatch::find_socket() const {
     if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &plen) != 0 ||
         getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &llen) != 0)
       continue;
-    if (port_of(peer) != req.remote_port || port_of(local) != req.local_port) continue;
-    std::string peer_host;
-    int peer_port = 0;
-    if (host_and_port(peer, plen, peer_host, peer_port) && peer_host == req.remote_addr) {
-      found = static_cast<int>(fd);
-      break;
-    }
+    if (visit(static_cast<int>(fd), peer, plen, local)) break;
   }
   closedir(dir);
+}
+
+}  // namespace
+
+int ClientWatch::find_socket() const {
+  const httplib::Request& req = req_;
+  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
+  int found = -1;
+  each_connected_socket([&](int fd, const sockaddr_storage& peer, socklen_t plen, const sockaddr_storage& local) {
+    if (port_of(peer) != req.remote_port || port_of(local) != req.local_port) return false;
+    std::string peer_host;
+    int peer_port = 0;
+    if (!host_and_port(peer, plen, peer_host, peer_port) || peer_host != req.remote_addr) return false;
+    found = fd;
+    return true;
+  });
   return found;
 }
 
 void end_idle_connections(int local_port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return;
-  while (dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    struct stat st {};
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage peer{}, local{};
-    socklen_t plen = sizeof peer, llen = sizeof local;
-    // Connected sockets only (a listening socket has no peer), accepted on our port.
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &plen) != 0 ||
-        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &llen) != 0 ||
-        port_of(local) != local_port)
-      continue;
-    ::shutdown(static_cast<int>(fd), SHUT_RD);
-  }
-  closedir(dir);
+  each_connected_socket([&](int fd, const sockaddr_storage&, socklen_t, const sockaddr_storage& local) {
+    if (port_of(local) == local_port) ::shutdown(fd, SHUT_RD);  // accepted on our port
+    return false;
+  });
 }
 
 bool ClientWatch::gone() const {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 
 #include "server/http_listen.h"
 
@@ -27,7 +28,8 @@ extern "C" void on_shutdown_signal(int sig) {
 
 }  // namespace
 
-ShutdownWatch::ShutdownWatch(std::function<void(int)> drain) {
+ShutdownWatch::ShutdownWatch(std::string who, double timeout_s, std::function<bool(double)> drain,
+                             std::string cut) {
   g_shutdown_signals = 0;
   if (::pipe2(g_shutdown_pipe, O_CLOEXEC) != 0) g_shutdown_pipe[0] = g_shutdown_pipe[1] = -1;
   struct sigaction sa {};
@@ -36,13 +38,20 @@ ShutdownWatch::ShutdownWatch(std::function<void(int)> drain) {
   sa.sa_flags = SA_RESTART;
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
-  watcher_ = std::thread([drain = std::move(drain)] {
+  watcher_ = std::thread([who = std::move(who), timeout_s, drain = std::move(drain), cut = std::move(cut)] {
     unsigned char byte = 0;
     for (;;) {
       const ssize_t n = ::read(g_shutdown_pipe[0], &byte, 1);
       if (n < 0 && errno == EINTR) continue;
       if (n != 1 || byte == 0) return;  // 0: the watch is being destroyed
-      drain(byte);
+      std::fprintf(stderr,
+                   "%s: %s: draining (new requests get 503; %g s for the requests in flight; a second signal "
+                   "exits at once)\n",
+                   who.c_str(), byte == SIGINT ? "SIGINT" : "SIGTERM", timeout_s);
+      const bool all = drain(timeout_s);
+      std::fprintf(stderr, "%s: %s; stopped\n", who.c_str(),
+                   all ? "every request in flight finished"
+                       : ("the shutdown timeout ran out: " + cut).c_str());
       return;
     }
   });

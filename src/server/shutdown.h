@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <functional>
+#include <string>
 #include <thread>
 
 #include "server/http_api.h"
@@ -20,9 +21,11 @@ namespace coda {
 
 class ShutdownWatch {
  public:
-  // Installs the SIGTERM and SIGINT handlers; `drain(signal)` runs on the watcher thread at the first
-  // one. Only one watch may exist at a time (signal dispositions are per process).
-  explicit ShutdownWatch(std::function<void(int)> drain);
+  // Installs the SIGTERM and SIGINT handlers. At the first one the watcher thread says on stderr that
+  // `who` ("coda serve") drains, runs `drain(timeout_s)` (true: everything finished in time), and
+  // says how it ended, `cut` being what happened to the requests left when the time ran out. Only
+  // one watch may exist at a time (signal dispositions are per process).
+  ShutdownWatch(std::string who, double timeout_s, std::function<bool(double)> drain, std::string cut);
   // Waits for a drain in progress to end; with no signal received, stops the watcher.
   ~ShutdownWatch();
   ShutdownWatch(const ShutdownWatch&) = delete;

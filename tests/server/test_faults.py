@@ -42,7 +42,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "proxy"))
 import test_server as ts  # noqa: E402  (SseParser, Server, check, failures)
+import test_proxy as tp  # noqa: E402  (Proc, socket_count)
 
 check = ts.check
 HANG_S = 300  # bounds a hang only: no verdict depends on it
@@ -58,23 +60,16 @@ def wait_until(what, cond, deadline_s=HANG_S):
     return False
 
 
-class Proc(ts.Server):
-    """Any process that prints 'listening on ...:PORT' (coda proxy, the scripted upstream)."""
-
-    def __init__(self, argv):
-        self.argv = argv
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError("did not start: " + line + self.proc.stderr.read())
-        self.port = int(line.strip().split(":")[-1].split()[-1])
+class Proc(tp.Proc):
+    """Any process that prints 'listening on ...:PORT' (coda proxy, the scripted upstream), which a
+    test may let exit by itself."""
 
     def finish(self):
         """Waits for the process to exit by itself; returns (status, stderr)."""
         try:
             rc = self.proc.wait(timeout=HANG_S)
         except subprocess.TimeoutExpired:
-            check(False, f"{self.argv[1]} did not exit within {HANG_S} s")
+            check(False, f"pid {self.proc.pid} did not exit within {HANG_S} s")
             self.proc.kill()
             rc = self.proc.wait()
         return rc, self.proc.stderr.read()
@@ -87,7 +82,6 @@ class Proc(ts.Server):
 
 def serve(coda, *args):
     p = ts.Server(coda, *args)
-    p.argv = [coda, "serve"]
     p.finish = Proc.finish.__get__(p)
     p.close = Proc.close.__get__(p)
     return p
@@ -201,6 +195,10 @@ def report(title, outs, seconds):
         print(f"  request {i + 1:2d} ({o.kind}): {o.describe()}")
 
 
+def check_all(outs, ok, what):
+    check(all(ok(o) for o in outs), what + ": " + "; ".join(o.describe() for o in outs if not ok(o)))
+
+
 def complete(o):
     if o.broken or o.status != 200:
         return False
@@ -229,18 +227,20 @@ def shut_down_answer(o):
 def drain_serve(coda, work):
     chat = {"messages": [{"role": "user", "content": "In the beginning"}], "max_tokens": 48}
 
-    def queued_16(s):
-        return lambda: s.metric("coda:num_requests_waiting") == 16
+    def signal_with_16_queued(s):
+        """8 streams and 8 plain requests queued in a paused coda serve, then SIGTERM; returns
+        (outcomes, client threads, when the signal went)."""
+        s.json("POST", "/admin/pause")
+        outs, threads = launch(s.port, "/v1/chat/completions", 8, 8, lambda i: chat)
+        wait_until("16 requests queued in coda serve", lambda: s.metric("coda:num_requests_waiting") == 16)
+        s.proc.send_signal(signal.SIGTERM)
+        return outs, threads, time.monotonic()
 
     # 1. Everything in flight finishes: the requests wait in a paused scheduler, the signal comes,
     #    then the operator resumes it and the drain lets them end.
     s = serve(coda, "--enable-admin-api", "--max-num-seqs", "8", "--guard", "observe")
     try:
-        s.json("POST", "/admin/pause")
-        outs, threads = launch(s.port, "/v1/chat/completions", 8, 8, lambda i: chat)
-        wait_until("16 requests queued in coda serve", queued_16(s))
-        t0 = time.monotonic()
-        s.proc.send_signal(signal.SIGTERM)
+        outs, threads, t0 = signal_with_16_queued(s)
         wait_until("/health says draining", lambda: s.request("GET", "/health")[0] == 503)
         st, hdrs, body = s.request("GET", "/health")
         check(json.loads(body).get("status") == "draining", f"/health while draining: {body!r}")
@@ -252,8 +252,7 @@ def drain_serve(coda, work):
         rc, err = s.finish()
         report("coda serve, SIGTERM, requests finish", outs, time.monotonic() - t0)
         check(rc == 0, f"coda serve's exit status after a drain: {rc}\n{err[-2000:]}")
-        check(all(complete(o) for o in outs), "a request in flight did not finish during the drain: " +
-              "; ".join(o.describe() for o in outs if not complete(o)))
+        check_all(outs, complete, "a request in flight did not finish during the drain")
         check("every request in flight finished" in err, f"coda serve's drain message: {err[-500:]}")
     finally:
         s.close()
@@ -262,17 +261,12 @@ def drain_serve(coda, work):
     #    with the shutdown's answer.
     s = serve(coda, "--enable-admin-api", "--max-num-seqs", "8", "--shutdown-timeout", "1")
     try:
-        s.json("POST", "/admin/pause")
-        outs, threads = launch(s.port, "/v1/chat/completions", 8, 8, lambda i: chat)
-        wait_until("16 requests queued in coda serve", queued_16(s))
-        t0 = time.monotonic()
-        s.proc.send_signal(signal.SIGTERM)
+        outs, threads, t0 = signal_with_16_queued(s)
         join(threads)
         rc, err = s.finish()
         report("coda serve, SIGTERM, --shutdown-timeout 1 runs out", outs, time.monotonic() - t0)
         check(rc == 0, f"coda serve's exit status after a timed-out drain: {rc}\n{err[-2000:]}")
-        check(all(shut_down_answer(o) for o in outs), "a request cut by the shutdown got no proper terminal answer: " +
-              "; ".join(o.describe() for o in outs if not shut_down_answer(o)))
+        check_all(outs, shut_down_answer, "a request cut by the shutdown got no proper terminal answer")
         check(not any(o.status == 400 for o in outs), "a request cut by the shutdown got 400")
     finally:
         s.close()
@@ -319,8 +313,7 @@ def drain_proxy(coda, work):
             print(f"  upstream: {after['completed'] - before['completed']} generations completed, "
                   f"{after['cancelled'] - before['cancelled']} cancelled")
             check(rc == 0, f"coda proxy's exit status after a drain: {rc}\n{err[-2000:]}")
-            check(all(complete(o) for o in outs), "a request through the proxy did not finish during the drain: " +
-                  "; ".join(o.describe() for o in outs if not complete(o)))
+            check_all(outs, complete, "a request through the proxy did not finish during the drain")
             check(after["cancelled"] == before["cancelled"], "the drain cancelled a generation it should have let finish")
         finally:
             px.close()
@@ -347,9 +340,7 @@ def drain_proxy(coda, work):
             report("coda proxy, SIGTERM, --shutdown-timeout 1 runs out", outs, took)
             print(f"  upstream: {after['cancelled'] - before['cancelled']} of 16 generations cancelled")
             check(rc == 0, f"coda proxy's exit status after a timed-out drain: {rc}\n{err[-2000:]}")
-            check(all(shut_down_answer(o) for o in outs),
-                  "a request the proxy cut at shutdown got no proper terminal answer: " +
-                  "; ".join(o.describe() for o in outs if not shut_down_answer(o)))
+            check_all(outs, shut_down_answer, "a request the proxy cut at shutdown got no proper terminal answer")
         finally:
             px.close()
     finally:
@@ -365,7 +356,7 @@ def drain_proxy(coda, work):
             s.json("POST", "/admin/pause")
             waiting0 = s.metric("coda:num_requests_waiting")
             aborts0 = s.metric('coda:request_success_total{finished_reason="abort"}')
-            sockets0 = socket_count(s.proc.pid)
+            sockets0 = tp.socket_count(s.proc.pid)
             px = proxy(coda, s.port, "--shutdown-timeout", timeout, "--guard", "observe")
             try:
                 outs, threads = launch(px.port, "/v1/chat/completions", 8, 8, lambda i: chat)
@@ -382,36 +373,24 @@ def drain_proxy(coda, work):
                 check(rc == 0, f"coda proxy's exit status: {rc}\n{err[-2000:]}")
                 if resume_during:
                     report("coda proxy in front of coda serve, SIGTERM, requests finish", outs, took)
-                    check(all(complete(o) for o in outs), "a request through the proxy did not finish: " +
-                          "; ".join(o.describe() for o in outs if not complete(o)))
+                    check_all(outs, complete, "a request through the proxy did not finish")
                 else:
                     # coda serve notices each closed connection at its next keep-alive write; its
                     # sockets back to what they were say it has, and then resuming aborts them all.
                     wait_until("coda serve has closed the proxy's 16 connections",
-                               lambda: socket_count(s.proc.pid) <= sockets0)
+                               lambda: tp.socket_count(s.proc.pid) <= sockets0)
                     s.json("POST", "/admin/resume")
                     wait_until("coda serve counts the 16 cancelled requests as aborts",
                                lambda: s.metric('coda:request_success_total{finished_reason="abort"}') == aborts0 + 16)
                     report("coda proxy in front of coda serve, SIGTERM, --shutdown-timeout 1 runs out", outs, took)
                     aborted = s.metric('coda:request_success_total{finished_reason="abort"}') - aborts0
                     print(f"  coda serve: {aborted:.0f} of 16 requests aborted (their client, the proxy, had gone)")
-                    check(all(shut_down_answer(o) for o in outs), "a request cut at the proxy's shutdown: " +
-                          "; ".join(o.describe() for o in outs if not shut_down_answer(o)))
+                    check_all(outs, shut_down_answer, "a request cut at the proxy's shutdown")
             finally:
                 px.close()
         s.json("POST", "/admin/resume")
     finally:
         s.close()
-
-
-def socket_count(pid):
-    n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return n
 
 
 # --- bounded labels -------------------------------------------------------------------------------
@@ -421,6 +400,36 @@ def rss_kib(pid):
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def made_up_models(port, n, rng, headers=None, clients=8):
+    """`n` short completions, each naming a new random 1 KB model, from `clients` keep-alive clients
+    at once; returns the statuses that were not 200."""
+    lock = threading.Lock()
+    left = iter(range(n))
+    bad = []
+
+    def client():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=HANG_S)
+        while True:
+            with lock:
+                if next(left, None) is None:
+                    break
+                name = "".join(rng.choice(string.ascii_letters) for _ in range(1024))
+            body = json.dumps({"model": name, "prompt": "[text] hi", "max_tokens": 4}).encode()
+            c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json",
+                                                                     **(headers or {})})
+            r = c.getresponse()
+            r.read()
+            if r.status != 200:
+                bad.append(r.status)
+        c.close()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return bad
 
 
 def labels(coda, work, n=10000):
@@ -437,33 +446,8 @@ def labels(coda, work, n=10000):
         st, _, _ = px.request("POST", "/v1/completions", {"model": "scripted", "prompt": "[text] hi"}, auth)
         check(st == 200, f"a request for the served model: {st}")
         rss0 = rss_kib(px.proc.pid)
-        rng = random.Random(62)
-        next_i = iter(range(n))
-        lock = threading.Lock()
-        bad = []
-
-        def worker():
-            c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=HANG_S)
-            while True:
-                with lock:
-                    i = next(next_i, None)
-                    name = "".join(rng.choice(string.ascii_letters) for _ in range(1024)) if i is not None else ""
-                if i is None:
-                    break
-                body = json.dumps({"model": name, "prompt": "[text] hi", "max_tokens": 4}).encode()
-                c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json", **auth})
-                r = c.getresponse()
-                r.read()
-                if r.status != 200:
-                    bad.append(r.status)
-            c.close()
-
         t0 = time.monotonic()
-        threads = [threading.Thread(target=worker) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        bad = made_up_models(px.port, n, random.Random(62), auth)
         st, _, raw = px.request("GET", "/metrics", headers=auth)
         rss1 = rss_kib(px.proc.pid)
         print(f"labels: {n} requests with random 1 KB model names in {time.monotonic() - t0:.1f} s: /metrics "
