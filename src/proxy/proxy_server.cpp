@@ -460,7 +460,12 @@ SessionResult ProxyServer::run_balanced(const json& body, const ClientView& view
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_add(1) + 1, {{"upstream", u->label}});
     SessionOptions here = so;
     here.engine = [u] { return u->engine(); };
-    r = run_session(u->client, body, view, here, emit);
+    // A drain whose time ran out ends every session as if its client had left: the upstream
+    // connection closes (the engine aborts), and the handler answers the client (send_shutdown).
+    here.client_left = [this, left = so.client_left] { return aborting_.load() || (left && left()); };
+    const Emit guarded = [this, &emit](const Released& out, const std::vector<client::TokenLogprob>& lps,
+                                       const json& chunk) { return !aborting_.load() && emit(out, lps, chunk); };
+    r = run_session(u->client, body, view, here, guarded);
     metrics_.set_gauge("coda:num_requests_running", u->in_flight.fetch_sub(1) - 1, {{"upstream", u->label}});
     // Refused, unreachable (a connect timeout: a host that is gone), or dropped before the client
     // saw anything: another replica can take the request whole. A read timeout is not retried:
@@ -539,9 +544,7 @@ void ProxyServer::stop() {
   idle_.wait(lock, [this] { return streams_ == 0; });
 }
 
-void ProxyServer::record_failure(const client::Completion& c, const std::string& asked_model,
-                                 const std::string& upstream) {
-  const std::string model = model_label(asked_model);
+void ProxyServer::record_failure(const client::Completion& c, const std::string& model, const std::string& upstream) {
   std::string what =
       c.error_kind == client::ErrorKind::Http ? std::to_string(c.status) : client::to_string(c.error_kind);
   metrics_.add("coda:upstream_errors_total", 1, {{"upstream", upstream}, {"model", model}, {"status", what}});
@@ -562,7 +565,7 @@ void ProxyServer::record(const SessionResult& r, const std::string& asked_model,
   if (r.upstream_cancellations) metrics_.add("coda:upstream_cancellations_total", r.upstream_cancellations, l);
   if (r.upstream_overrun) metrics_.add("coda:upstream_overruns_total", 1, l);
   if (!r.ok) {
-    record_failure(r.failure, asked_model, upstream);
+    record_failure(r.failure, model, upstream);
     return;
   }
   metrics_.add("coda:request_success_total", 1, with("finished_reason", known_finish_reason(r.finish_reason)));
@@ -970,14 +973,13 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     // then the upstream connection closes and the upstream aborts the generation (as for a stream).
     const ClientWatch watch(req);
     SessionOptions watched = so;
-    // Also while the upstream is silent; a drain whose time ran out ends it as if the client left.
-    watched.client_left = [this, &watch] { return aborting_.load() || watch.gone(); };
+    watched.client_left = [&watch] { return watch.gone(); };  // also while the upstream is silent
     SessionResult r = run_balanced(
         body, view, watched,
         [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
           if (ttft < 0) ttft = seconds();
           all_lps.insert(all_lps.end(), lps.begin(), lps.end());
-          return !aborting_.load() && !watch.gone();
+          return !watch.gone();
         },
         used);
     const std::string m = model_of(model, r.last_chunk);
@@ -1008,8 +1010,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
     ++streams_;
   }
   SessionOptions watched = so;  // the HTTP thread below watches the client until the first text
-  // A drain whose time ran out ends the session as if the client had left (the upstream is cancelled).
-  watched.client_left = [this, st] { return st->client_gone.load() || aborting_.load(); };
+  watched.client_left = [st] { return st->client_gone.load(); };
   std::thread([this, st, body, view, so = std::move(watched), chat, llama, responses, echo, created, include_usage,
                shaper, model, seconds, done_in_flight, resp_id, remember]() mutable {
     double ttft = -1;
@@ -1047,7 +1048,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       r = run_balanced(
           body, view, so,
           [&](const Released& out, const std::vector<client::TokenLogprob>& lps, const json& chunk) {
-            if (st->client_gone || aborting_) return false;
+            if (st->client_gone) return false;
             if (ttft < 0) ttft = seconds();
             if (llama) {
               if (!out.content.empty())
@@ -1059,7 +1060,7 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
             } else {
               push(shaper.chunk(chunk, out, lps, nullptr));
             }
-            return !st->client_gone.load() && !aborting_.load();
+            return !st->client_gone.load();
           },
           used);
     } catch (const std::exception& e) {  // a bug, not user input: the stream ends with an error, the proxy stays up
@@ -1184,7 +1185,7 @@ void ProxyServer::serve_choices(const httplib::Request& req, httplib::Response& 
   const bool seeded = body.contains("seed") && body["seed"].is_number_integer();
   const ClientWatch watch(req);
   SessionOptions watched = so;
-  watched.client_left = [this, &watch] { return aborting_.load() || watch.gone(); };
+  watched.client_left = [&watch] { return watch.gone(); };
   struct Part {
     SessionResult r;
     std::vector<client::TokenLogprob> lps;
@@ -1207,7 +1208,7 @@ void ProxyServer::serve_choices(const httplib::Request& req, httplib::Response& 
           [&](const Released&, const std::vector<client::TokenLogprob>& lps, const json&) {
             if (p.ttft < 0) p.ttft = seconds();
             p.lps.insert(p.lps.end(), lps.begin(), lps.end());
-            return !aborting_.load() && !watch.gone();
+            return !watch.gone();
           },
           p.used);
     } catch (const std::exception& e) {  // a bug, not user input: this choice fails, the proxy stays up

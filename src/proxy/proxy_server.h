@@ -109,6 +109,7 @@ class ProxyServer {
                    bool responses = false);
   void record(const SessionResult& r, const std::string& model, double seconds, double ttft_s,
               const std::string& upstream);
+  // `model`: the label, as record() made it with model_label().
   void record_failure(const client::Completion& c, const std::string& model, const std::string& upstream);
   // The upstream for the next request among those not marked down and not in `tried`, which it
   // marks as tried; nullptr when every one was tried. With an affinity key (a hash of how the request begins): the
