@@ -33,6 +33,7 @@ struct ScanFlags {
   std::string guard = "observe";
   bool json_out = false;
   bool check = false;
+  bool detectors = false;
   GuardConfig config;
 };
 
@@ -164,7 +165,28 @@ GuardReport scan_pieces(const GuardConfig& cfg, const ScanText& t) {
   return guard.report();
 }
 
+// The guard's detector registry: what `--guard stop:TYPE` accepts, which family each belongs to
+// (the Prometheus rules and the lab read the loop family), what a stop for it says.
+int list_detectors(bool as_json) {
+  const json reg = detector_registry_json();
+  if (as_json) {
+    std::printf("%s\n", reg.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-18s %-11s %-12s %-15s %s\n", "detector", "family", "finish", "needs", "what");
+  for (const auto& d : reg) {
+    std::string needs;
+    for (const auto& x : d["needs"]) needs += (needs.empty() ? "" : ",") + x.get<std::string>();
+    std::printf("%-18s %-11s %-12s %-15s %s\n", d["name"].get<std::string>().c_str(),
+                d["family"].get<std::string>().c_str(), d["finish_reason"].get<std::string>().c_str(), needs.c_str(),
+                d["what"].get<std::string>().c_str());
+  }
+  return 0;
+}
+
 int scan(ScanFlags& f) {
+  if (f.detectors) return list_detectors(f.json_out);
+  if (f.inputs.empty()) return fail("scan: give text or .jsonl files to scan (- reads standard input)");
   if (Status s = set_guard_policy(f.guard, f.config); !s.ok()) return fail("--guard: " + s.message());
   if (f.config.policy == GuardPolicy::Repair) return fail("--guard: repair needs a generator; scan observes or stops");
   f.config.runaway_tokens = 0;  // a written text's length is not the guard's business here
@@ -216,8 +238,7 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
       "scan", "Run the degeneration guard over written texts (logged completions, transcripts, corpora)");
   sub->add_option("inputs", f->inputs,
                   "Text files (one text each) or .jsonl files ({\"text\"|\"completion\"|OpenAI response, \"prompt\", "
-                  "\"id\", \"label\"} per line); - reads standard input")
-      ->required();
+                  "\"id\", \"label\"} per line); - reads standard input");
   sub->add_option("--vocab", f->vocab,
                   "Tokenize with this GGUF (a model or vocab-only) or HF tokenizer.json (default: the bundled model)");
   sub->add_flag("--pieces", f->pieces, "Cut the text into word pieces, as coda proxy does without logprobs");
@@ -251,6 +272,9 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--phrase-window", c.phrase_window, "Phrase loop: window in tokens")->capture_default_str();
   sub->add_flag("--json", f->json_out, "One JSON object per text: source, id, label, tokens, flagged, events");
+  sub->add_flag("--detectors", f->detectors,
+                "List the guard's detectors (name, family, finish reason, what each needs) and exit; with --json, as "
+                "JSON");
   sub->add_flag("--check", f->check, "Exit with status 2 when any text is flagged");
   out.push_back({sub, [f] { return scan(*f); }});
 }

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "engine/request.h"
+#include "guard/detector.h"
 #include "guard/language.h"
 #include "guard/repetition.h"
 #include "guard/signals.h"
@@ -24,7 +25,8 @@ enum class GuardPolicy { Observe, Stop, Repair };
 Expected<GuardPolicy> parse_guard_policy(const std::string& s);
 const char* guard_policy_name(GuardPolicy p);
 
-// The event types the detectors report, in the order they are checked.
+// The event types the detectors report, in the order they are checked (the registry's names,
+// guard/detector.h).
 const std::vector<std::string>& guard_event_types();
 
 struct GuardConfig {
@@ -155,20 +157,11 @@ class Guard : public StepObserver {
 
  private:
   std::optional<GuardEvent> detect(int32_t token, const std::string& text);
-  bool cooling_down(const std::string& type, int64_t index) const;
   bool same_episode(const std::string& type, int64_t onset) const;
 
   GuardConfig cfg_;
   std::vector<int32_t> eos_ids_;
   std::string prompt_language_, prompt_script_;
-  // The text of the last `tokens` tokens (empty when there are fewer).
-  std::string_view tail_text(const std::string& text, int64_t tokens) const;
-  // The text of the last `tokens` tokens holds no letter or digit (with `max_share` > 0: letters
-  // and digits are at most that share of its visible characters).
-  bool structural_tail(const std::string& text, int64_t tokens, double max_share = 0) const;
-  // The text of the last `tokens` tokens holds a line break.
-  bool line_tail(const std::string& text, int64_t tokens) const;
-
   PeriodTracker periods_;
   std::vector<size_t> text_ends_;  // bytes of text after each token
   std::vector<StepSignals> signals_;
@@ -177,6 +170,7 @@ class Guard : public StepObserver {
   std::vector<GuardRepair> repairs_;
   std::vector<std::pair<std::string, int64_t>> fired_;  // (type, index until which it stays quiet)
   std::vector<nlohmann::ordered_json> trace_;
+  std::vector<std::unique_ptr<Detector>> detectors_;
 };
 
 // Generation under the guard: sets the stream delay the policy needs, runs, and returns the

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "guard/detector.h"
 #include "guard/language.h"
 #include "lab/outputs.h"
 #include "lab/stats.h"
@@ -19,9 +20,7 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-bool is_loop_family(const std::string& t) {
-  return t == "loop" || t == "near_loop" || t == "phrase_loop" || t == "flooding";
-}
+bool is_loop_family(const std::string& t) { return in_detector_family(t, "loop"); }
 
 // One battery's decoding figures: how many runs looped, how early, how sure the model was.
 ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_penalty, int max_tokens) {

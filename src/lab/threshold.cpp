@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "guard/detector.h"
 #include "lab/load_bench.h"
 #include "lab/outputs.h"
 #include "lab/stats.h"
@@ -16,9 +17,13 @@
 
 namespace coda::lab {
 
+// Coherence episodes: the guard registry's loop and degenerate families (length is not coherence).
 const std::vector<std::string>& coherence_episode_types() {
-  static const std::vector<std::string> t = {"loop",      "near_loop",      "phrase_loop",     "flooding",
-                                             "gibberish", "language_drift", "entropy_collapse"};
+  static const std::vector<std::string> t = [] {
+    std::vector<std::string> out = detector_family("loop");
+    for (auto& d : detector_family("degenerate")) out.push_back(std::move(d));
+    return out;
+  }();
   return t;
 }
 

@@ -8,6 +8,7 @@
 
 #include "engine/generator.h"
 #include "gguf/gguf.h"
+#include "guard/detector.h"
 #include "guard/guard.h"
 #include "guard/repetition.h"
 #include "tokenizer/vocab.h"
@@ -55,6 +56,31 @@ bool has(const std::vector<GuardEvent>& e, const std::string& type) {
   for (const auto& x : e)
     if (x.type == type) return true;
   return false;
+}
+
+// The registry is the one list of detectors: its families decide what a stop says, what the lab
+// counts as a loop and what the Prometheus rules sum (deploy/prometheus/check.sh compares them).
+TEST(GuardRegistry, NamesFamiliesFinishReasonsAndNeeds) {
+  EXPECT_EQ(detector_family("loop"), (std::vector<std::string>{"flooding", "loop", "near_loop", "phrase_loop"}));
+  EXPECT_EQ(detector_family("degenerate"),
+            (std::vector<std::string>{"entropy_collapse", "gibberish", "language_drift"}));
+  EXPECT_EQ(detector_family("length"), (std::vector<std::string>{"runaway", "eos_starvation"}));
+  EXPECT_EQ(guard_event_types().size(), detector_infos().size());
+  for (const auto& d : detector_infos()) {
+    EXPECT_EQ(std::string(d.finish_reason), std::string(d.family) == "loop" ? "repetition" : "degenerate") << d.name;
+    EXPECT_EQ(d.repairable, std::string(d.family) != "length") << d.name;
+  }
+  // One episode for the periodic detectors; a phrase loop is its own.
+  EXPECT_STREQ(find_detector("near_loop")->episode, find_detector("flooding")->episode);
+  EXPECT_STRNE(find_detector("phrase_loop")->episode, find_detector("loop")->episode);
+  EXPECT_TRUE(find_detector("gibberish")->needs & kNeedsSignals);
+  EXPECT_FALSE(find_detector("loop")->needs & kNeedsSignals);
+  EXPECT_EQ(find_detector("no_such"), nullptr);
+  EXPECT_TRUE(in_detector_family("phrase_loop", "loop"));
+  EXPECT_FALSE(in_detector_family("runaway", "loop"));
+  auto made = make_detectors(GuardConfig{});
+  ASSERT_EQ(made.size(), detector_infos().size());
+  for (size_t i = 0; i < made.size(); ++i) EXPECT_STREQ(made[i]->info().name, detector_infos()[i].name);
 }
 
 TEST(GuardDetectors, ExactLoopsOfPeriod1To200) {
