@@ -145,24 +145,34 @@ Expected<std::vector<int32_t>> token_ids(const Vocab& vocab, const ScanText& t) 
   return *t.tokens;
 }
 
-Expected<GuardReport> scan_tokens(const Vocab& vocab, const GuardConfig& cfg, const ScanText& t) {
+// The guard's report, and the bytes of text after each unit (where each event was seen).
+struct Scanned {
+  GuardReport report;
+  std::vector<size_t> ends;
+};
+
+Expected<Scanned> scan_tokens(const Vocab& vocab, const GuardConfig& cfg, const ScanText& t) {
   auto ids = token_ids(vocab, t);
   if (!ids) return ids.error();
   Guard guard(cfg, {});
   guard.on_start({}, t.prompt);
   StreamDecoder dec(vocab, !t.tokens.has_value());
   std::string text;
+  std::vector<size_t> ends;
   for (int32_t id : *ids) {
     text += dec.push(id);
+    ends.push_back(text.size());
     if (guard.observe(id, nullptr, text).stop) break;
   }
-  return guard.report();
+  return Scanned{guard.report(), std::move(ends)};
 }
 
-GuardReport scan_pieces(const GuardConfig& cfg, const ScanText& t) {
+Scanned scan_pieces(const GuardConfig& cfg, const ScanText& t) {
   proxy::StreamGuard guard(cfg, t.prompt);
   if (!guard.feed(t.text, {}).stop) guard.finish();
-  return guard.report();
+  Scanned out{guard.report(), {}};
+  for (size_t u = 1; u <= guard.units(); ++u) out.ends.push_back(guard.text_end(u));
+  return out;
 }
 
 // The guard's detector registry: what `--guard stop:TYPE` accepts, which family each belongs to
@@ -201,10 +211,9 @@ int scan(ScanFlags& f) {
   size_t flagged = 0;
   for (auto& t : texts) {
     if (f.pieces && t.tokens) return fail(t.source + ": token ids need a vocabulary to decode; drop --pieces");
-    Expected<GuardReport> scanned =
-        f.pieces ? Expected<GuardReport>(scan_pieces(f.config, t)) : scan_tokens(*vocab, f.config, t);
+    Expected<Scanned> scanned = f.pieces ? Expected<Scanned>(scan_pieces(f.config, t)) : scan_tokens(*vocab, f.config, t);
     if (!scanned) return fail(scanned.message());
-    const GuardReport& r = *scanned;
+    const GuardReport& r = scanned->report;
     flagged += !r.events.empty();
     if (f.json_out) {
       json line;
@@ -215,6 +224,11 @@ int scan(ScanFlags& f) {
       line["tokens"] = r.tokens;
       line["flagged"] = !r.events.empty();
       line["events"] = r.to_json()["events"];
+      // Where in the text each event was seen: bytes of text up to its detecting unit.
+      for (size_t k = 0; k < r.events.size(); ++k) {
+        const auto at = static_cast<size_t>(r.events[k].detected_at);
+        if (at < scanned->ends.size()) line["events"][k]["at_byte"] = scanned->ends[at];
+      }
       std::printf("%s\n", line.dump().c_str());
     } else {
       std::printf("%-40s %6lld %s", t.source.c_str(), static_cast<long long>(r.tokens), f.pieces ? "pieces" : "tokens");
@@ -269,6 +283,36 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--phrase-max-distinct", c.phrase_max_distinct,
                   "Phrase loop: distinct 3-grams below this share of the window (0: off)")
+      ->capture_default_str();
+  sub->add_option("--near-words-min", c.near_words_min, "Near loop as words: shortest unit in words")
+      ->capture_default_str();
+  sub->add_option("--near-words-max", c.near_words_max, "Near loop as words: longest unit in words (0: off)")
+      ->capture_default_str();
+  sub->add_option("--near-words-similarity", c.near_words_similarity,
+                  "Near loop as words: share of the unit each copy keeps (longest common subsequence)")
+      ->capture_default_str();
+  sub->add_option("--near-words-distinct", c.near_words_distinct,
+                  "Near loop as words: distinct matched words, as a share of the unit")
+      ->capture_default_str();
+  sub->add_option("--near-words-max-novel", c.near_words_max_novel,
+                  "Near loop as words: most words of the last copy that are new to the text, as a share of the unit")
+      ->capture_default_str();
+  sub->add_option("--near-words-copies", c.near_words_copies, "Near loop as words: copies that must match")
+      ->capture_default_str();
+  sub->add_option("--near-words-long", c.near_words_long,
+                  "Near loop as words: units of this many words or more need --near-words-long-copies (0: none)")
+      ->capture_default_str();
+  sub->add_option("--near-words-long-copies", c.near_words_long_copies,
+                  "Near loop as words: copies that must match for a long unit")
+      ->capture_default_str();
+  sub->add_option("--near-words-line-words", c.near_words_line_words,
+                  "Near loop as words: units with fewer words a line need --near-words-line-copies (0: none)")
+      ->capture_default_str();
+  sub->add_option("--near-words-line-copies", c.near_words_line_copies,
+                  "Near loop as words: copies that must match for a unit of short lines")
+      ->capture_default_str();
+  sub->add_option("--block-third-copy", c.block_third_copy,
+                  "Block loops beyond the longest period: tokens of a third copy (0: off)")
       ->capture_default_str();
   sub->add_option("--phrase-window", c.phrase_window, "Phrase loop: window in tokens")->capture_default_str();
   sub->add_flag("--json", f->json_out, "One JSON object per text: source, id, label, tokens, flagged, events");

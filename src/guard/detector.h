@@ -61,7 +61,7 @@ class GuardState {
   GuardState(const GuardConfig& config, const PeriodTracker& periods, const std::vector<size_t>& text_ends,
              const std::vector<StepSignals>& signals, bool signals_known, const std::string& text, int32_t token,
              const std::string& prompt_language, const std::string& prompt_script,
-             const std::vector<std::pair<std::string, int64_t>>& fired);
+             const std::vector<std::pair<std::string, int64_t>>& fired, int64_t length_tokens);
 
   const GuardConfig& config;
   const PeriodTracker& periods;
@@ -73,6 +73,9 @@ class GuardState {
   const std::string& prompt_script;    // "latin", "cyrillic", ... or ""
   const int64_t n;                     // tokens so far
   const int64_t i;                     // index of the newest token
+  // The generation's length in tokens: `n`, or the upstream's count, or an estimate from word
+  // pieces (the proxy without logprobs): what `runaway` measures.
+  const int64_t length_tokens;
 
   // The text of the last `tokens` tokens (empty when there are fewer).
   std::string_view tail_text(int64_t tokens) const;
@@ -81,6 +84,11 @@ class GuardState {
   bool structural_tail(int64_t tokens, double max_share = 0) const;
   // The text of the last `tokens` tokens holds a line break.
   bool line_tail(int64_t tokens) const;
+  // The text of unit `k` (0 <= k < n), and where it begins in the text.
+  std::string_view unit_text(int64_t k) const;
+  size_t unit_begin(int64_t k) const;
+  // The unit (token or piece) whose text holds byte `byte` of the text.
+  int64_t unit_at_byte(size_t byte) const;
   // An episode of `type`'s group was reported and is still quiet at this step.
   bool cooling_down(std::string_view type) const;
 
@@ -102,10 +110,13 @@ class Detector {
  public:
   virtual ~Detector() = default;
   virtual const DetectorInfo& info() const = 0;
-  // Looks at the newest step; called only while its episode group is not cooling down.
+  // Every step, before any check: detectors with state of their own follow the generation here.
+  virtual void see(const GuardState& /*s*/) {}
+  // Looks at the newest step; called only while its episode group is not cooling down and no
+  // detector before it reported on this step.
   virtual std::optional<Finding> check(GuardState& s) = 0;
-  // Generation went back to the first `keep` tokens.
-  virtual void on_rollback(int64_t /*keep*/) {}
+  // Generation went back to the first `keep` tokens, `kept_bytes` of text.
+  virtual void on_rollback(int64_t /*keep*/, size_t /*kept_bytes*/) {}
 };
 
 // One instance of every registered detector, in registry order.

@@ -94,9 +94,7 @@ bool Guard::same_episode(const std::string& type, int64_t onset) const {
   return false;
 }
 
-std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) {
-  GuardState state(cfg_, periods_, text_ends_, signals_, signals_known_, text, token, prompt_language_, prompt_script_,
-                   fired_);
+std::optional<GuardEvent> Guard::detect(GuardState& state) {
   for (auto& detector : detectors_) {
     const DetectorInfo& info = detector->info();
     if (state.cooling_down(info.name)) continue;
@@ -116,6 +114,8 @@ std::optional<GuardEvent> Guard::detect(int32_t token, const std::string& text) 
   return std::nullopt;
 }
 
+int64_t Guard::length_tokens() const { return length_override_; }
+
 StepVerdict Guard::on_step(const StepView& v) {
   const StepSignals sig = step_signals(v.logits, v.n_vocab, v.token, eos_ids_);
   return observe(v.token, &sig, v.text);
@@ -127,6 +127,9 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   signals_.push_back(sig);
   periods_.push(token);
   text_ends_.push_back(text.size());
+  GuardState state(cfg_, periods_, text_ends_, signals_, signals_known_, text, token, prompt_language_, prompt_script_,
+                   fired_, length_tokens());
+  for (auto& detector : detectors_) detector->see(state);
   const int64_t i = static_cast<int64_t>(periods_.tokens().size()) - 1;
   if (cfg_.trace)
     trace_.push_back({{"i", i},
@@ -165,14 +168,18 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
       return verdict;
     }
   }
-  std::optional<GuardEvent> e = detect(token, text);
+  std::optional<GuardEvent> e = detect(state);
   if (!e) return verdict;
   const DetectorInfo& info = *find_detector(e->type);
   const bool loop_type = std::string_view(info.family) == "loop";
   const char* stop_reason = info.finish_reason;
   const bool repairable = info.repairable;
-  const bool in_scope =
-      cfg_.act_on.empty() || std::find(cfg_.act_on.begin(), cfg_.act_on.end(), e->type) != cfg_.act_on.end();
+  // A policy without a scope acts on loops and degeneration. Length is not degeneration: a long
+  // legitimate answer (1,500 words of C is 4,000 tokens) passes runaway's 2,048, so the length
+  // detectors act only when a scope names them (docs/guard-eval/realtext.md).
+  const bool in_scope = cfg_.act_on.empty()
+                            ? std::string_view(info.family) != "length"
+                            : std::find(cfg_.act_on.begin(), cfg_.act_on.end(), e->type) != cfg_.act_on.end();
   switch (in_scope ? cfg_.policy : GuardPolicy::Observe) {
     case GuardPolicy::Observe:
       e->action = "observe";
@@ -206,7 +213,8 @@ void Guard::on_rollback(int64_t keep) {
   periods_.truncate(static_cast<size_t>(keep));
   if (signals_.size() > static_cast<size_t>(keep)) signals_.resize(static_cast<size_t>(keep));
   if (text_ends_.size() > static_cast<size_t>(keep)) text_ends_.resize(static_cast<size_t>(keep));
-  for (auto& d : detectors_) d->on_rollback(keep);
+  const size_t kept_bytes = text_ends_.empty() ? 0 : text_ends_.back();
+  for (auto& d : detectors_) d->on_rollback(keep, kept_bytes);
   fired_.clear();
   if (cfg_.trace) trace_.push_back({{"rollback_to", keep}});
 }

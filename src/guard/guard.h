@@ -43,6 +43,9 @@ struct GuardConfig {
   // (a refrain sung three times, three identical rows) far more often than four (docs/guard-eval).
   int loop_long_period = 16;
   double loop_long_min_repeats = 4.0;
+  // Blocks: periods beyond max_period, at any length, are loops once two copies are followed by
+  // this many tokens of a third (or a whole third copy, when the period is shorter). 0: off.
+  int64_t block_third_copy = 64;
   // Loops and floods whose repeated text has no letter or digit (table rules, separators, blank
   // form rows, runs of punctuation) need this many tokens: typography repeats by design.
   int64_t structural_min_span = 96;
@@ -60,6 +63,28 @@ struct GuardConfig {
   // how legitimate structured text repeats with a changing number or word (docs/guard-eval).
   double near_line_min_match = 0.9;
   double near_line_min_repeats = 12.0;
+  // Near loops as words (guard/word_copies.h): near_words_copies copies of a unit of
+  // near_words_min .. near_words_max words (numbers and one-letter words left out) whose pairwise
+  // longest common subsequence is at least near_words_similarity of the unit, with at least
+  // near_words_distinct of the unit's distinct words matched. near_words_max 0: off. Three copies
+  // at 0.7 / 0.5 catch more but flag 15% of real C headers, changelogs and licence stanzas;
+  // these values hold false positives to 3.0% (docs/guard-eval/realtext.md).
+  int near_words_min = 10;
+  int near_words_max = 160;
+  double near_words_similarity = 0.75;
+  double near_words_distinct = 0.6;
+  // ... and at most this share of the last copy's words new to the text (a list brings a new name
+  // or description in every item; a loop brings nothing).
+  double near_words_max_novel = 0.1;
+  int near_words_copies = 4;  // copies that must match, each with the one before
+  // Units of near_words_long words or more (0: none) need near_words_long_copies copies: off, as
+  // 3 copies of 24+ words caught 8 more long near loops of 50 but stopped 4 more real texts.
+  int near_words_long = 0;
+  int near_words_long_copies = 3;
+  // Units of short lines (fewer than near_words_line_words words a line: forms, declarations,
+  // definitions, changelog entries) need near_words_line_copies copies (0: no such rule).
+  int near_words_line_words = 8;
+  int near_words_line_copies = 8;
   // Phrase loops: recombined phrases ("and thou shalt make thee a burnt offering, and thou shalt
   // make it unto the LORD, ...") have no period at all: each copy inserts or drops a word, so no
   // position lines up with its predecessor. They show as few distinct 3-grams: fewer than this
@@ -152,11 +177,17 @@ class Guard : public StepObserver {
   // detector is off, because over 160 word pieces a legitimate signature block falls as low as a
   // phrase loop does (docs/guard-eval).
   void units_are_pieces() { cfg_.phrase_max_distinct = 0; }
+  // The generation's length in tokens as the caller knows it (the proxy: the upstream's count or an
+  // estimate), for the next steps; < 0: the units are the tokens.
+  void set_length_tokens(int64_t tokens) { length_override_ = tokens; }
   // One JSON object per step (when config.trace), rollbacks included as {"rollback_to": k}.
   const std::vector<nlohmann::ordered_json>& trace() const { return trace_; }
 
  private:
-  std::optional<GuardEvent> detect(int32_t token, const std::string& text);
+  std::optional<GuardEvent> detect(GuardState& state);
+  // The generation's length in tokens: the caller's count when it gave one (an upstream's usage),
+  // an estimate from word pieces when the units are pieces, else the units.
+  int64_t length_tokens() const;
   bool same_episode(const std::string& type, int64_t onset) const;
 
   GuardConfig cfg_;
@@ -171,6 +202,7 @@ class Guard : public StepObserver {
   std::vector<std::pair<std::string, int64_t>> fired_;  // (type, index until which it stays quiet)
   std::vector<nlohmann::ordered_json> trace_;
   std::vector<std::unique_ptr<Detector>> detectors_;
+  int64_t length_override_ = -1;
 };
 
 // Generation under the guard: sets the stream delay the policy needs, runs, and returns the

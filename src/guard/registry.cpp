@@ -86,11 +86,11 @@ nlohmann::ordered_json detector_registry_json() {
   return out;
 }
 
-std::vector<std::unique_ptr<Detector>> make_detectors(const GuardConfig&) {
+std::vector<std::unique_ptr<Detector>> make_detectors(const GuardConfig& config) {
   std::vector<std::unique_ptr<Detector>> out;
   out.push_back(make<detectors::Flooding>("flooding"));
-  out.push_back(make<detectors::ExactLoop>("loop"));
-  out.push_back(make<detectors::NearLoop>("near_loop"));
+  out.push_back(std::make_unique<detectors::ExactLoop>(*find_detector("loop"), config));
+  out.push_back(std::make_unique<detectors::NearLoop>(*find_detector("near_loop"), config));
   out.push_back(make<detectors::PhraseLoop>("phrase_loop"));
   out.push_back(make<detectors::EntropyCollapse>("entropy_collapse"));
   out.push_back(make<detectors::Gibberish>("gibberish"));
@@ -105,7 +105,7 @@ std::vector<std::unique_ptr<Detector>> make_detectors(const GuardConfig&) {
 GuardState::GuardState(const GuardConfig& config_, const PeriodTracker& periods_, const std::vector<size_t>& text_ends,
                        const std::vector<StepSignals>& signals_, bool signals_known_, const std::string& text_,
                        int32_t token_, const std::string& prompt_language_, const std::string& prompt_script_,
-                       const std::vector<std::pair<std::string, int64_t>>& fired)
+                       const std::vector<std::pair<std::string, int64_t>>& fired, int64_t length_tokens_)
     : config(config_),
       periods(periods_),
       signals(signals_),
@@ -116,6 +116,7 @@ GuardState::GuardState(const GuardConfig& config_, const PeriodTracker& periods_
       prompt_script(prompt_script_),
       n(static_cast<int64_t>(periods_.tokens().size())),
       i(n - 1),
+      length_tokens(length_tokens_ >= 0 ? length_tokens_ : n),
       text_ends_(text_ends),
       fired_(fired) {}
 
@@ -137,6 +138,21 @@ bool GuardState::structural_tail(int64_t tokens, double max_share) const {
   }
   if (t.empty()) return false;
   return max_share > 0 ? static_cast<double>(alnum) <= max_share * static_cast<double>(visible) : alnum == 0;
+}
+
+size_t GuardState::unit_begin(int64_t k) const {
+  if (k <= 0 || text_ends_.empty()) return 0;
+  return std::min(text_ends_[std::min(static_cast<size_t>(k), text_ends_.size()) - 1], text.size());
+}
+
+std::string_view GuardState::unit_text(int64_t k) const {
+  if (k < 0 || static_cast<size_t>(k) >= text_ends_.size()) return {};
+  const size_t from = unit_begin(k), to = std::min(text_ends_[static_cast<size_t>(k)], text.size());
+  return std::string_view(text).substr(from, to > from ? to - from : 0);
+}
+
+int64_t GuardState::unit_at_byte(size_t byte) const {
+  return static_cast<int64_t>(std::upper_bound(text_ends_.begin(), text_ends_.end(), byte) - text_ends_.begin());
 }
 
 bool GuardState::line_tail(int64_t tokens) const { return tail_text(tokens).find('\n') != std::string_view::npos; }

@@ -99,3 +99,80 @@ double distinct_ngrams(const std::vector<int32_t>& t, int n, size_t window) {
 }
 
 }  // namespace coda
+
+namespace coda {
+
+namespace {
+constexpr uint64_t kHashBase = 1000003ULL;  // odd: the powers stay odd, so no k-gram hashes vanish
+uint64_t mix(int32_t t) { return static_cast<uint64_t>(static_cast<uint32_t>(t)) * 0x9E3779B97F4A7C15ULL + 1; }
+}  // namespace
+
+SpanRepeats::SpanRepeats(int min_period, int kgram, size_t max_candidates)
+    : min_period_(min_period), k_(std::max(2, kgram)), max_candidates_(max_candidates) {
+  for (int i = 0; i < k_; ++i) pow_k_ *= kHashBase;
+}
+
+void SpanRepeats::push(int32_t token) {
+  toks_.push_back(token);
+  const int64_t i = static_cast<int64_t>(toks_.size()) - 1;
+  // Follow the candidates: a mismatch ends a run.
+  size_t kept = 0;
+  for (const Candidate& c : cands_)
+    if (i - c.period >= 0 && toks_[static_cast<size_t>(i - c.period)] == token)
+      cands_[kept++] = Candidate{c.period, c.run + 1};
+  cands_.resize(kept);
+  // The rolling hash of the k-gram ending here.
+  const uint64_t prev = hashes_.empty() ? 0 : hashes_.back();
+  uint64_t h = prev * kHashBase + mix(token);
+  if (i >= k_) h -= pow_k_ * mix(toks_[static_cast<size_t>(i - k_)]);
+  hashes_.push_back(h);
+  if (i + 1 < k_) return;
+  auto [it, fresh] = last_.try_emplace(h, i);
+  if (fresh) return;
+  const int64_t p = i - it->second;
+  it->second = i;
+  if (p <= min_period_) return;
+  for (const Candidate& c : cands_)
+    if (c.period == p) return;
+  // A new candidate: its run is what matches back from here (the hash is checked token by token;
+  // the walk is at most a k-gram long when the candidate is found as soon as its k-gram repeats).
+  int64_t run = 0;
+  while (i - run - p >= 0 && toks_[static_cast<size_t>(i - run)] == toks_[static_cast<size_t>(i - run - p)] &&
+         run < 4 * static_cast<int64_t>(k_))
+    ++run;
+  if (run < k_) return;  // a hash collision
+  if (cands_.size() >= max_candidates_) {
+    auto shortest = std::min_element(cands_.begin(), cands_.end(),
+                                     [](const Candidate& a, const Candidate& b) { return a.run < b.run; });
+    *shortest = Candidate{p, run};
+  } else {
+    cands_.push_back(Candidate{p, run});
+  }
+}
+
+void SpanRepeats::truncate(size_t n) {
+  if (n >= toks_.size()) return;
+  std::vector<int32_t> keep(toks_.begin(), toks_.begin() + static_cast<std::ptrdiff_t>(n));
+  toks_.clear();
+  hashes_.clear();
+  last_.clear();
+  cands_.clear();
+  for (int32_t t : keep) push(t);
+}
+
+Loop SpanRepeats::longest() const {
+  Loop best;
+  const int64_t n = static_cast<int64_t>(toks_.size());
+  for (const Candidate& c : cands_) {
+    const int64_t span = c.run + c.period;
+    if (span > best.span) {
+      best.period = static_cast<int>(c.period);
+      best.span = span;
+      best.onset = n - span;
+      best.repeats = static_cast<double>(span) / static_cast<double>(c.period);
+    }
+  }
+  return best;
+}
+
+}  // namespace coda

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace coda {
@@ -49,5 +50,37 @@ Loop near_loop(const std::vector<int32_t>& t, int min_period, int max_period, do
 
 // Distinct n-grams / n-grams over the last `window` tokens (1 when too short to tell).
 double distinct_ngrams(const std::vector<int32_t>& t, int n, size_t window);
+
+}  // namespace coda
+
+namespace coda {
+
+// Exact repetition at periods beyond PeriodTracker's bound, up to the whole generation: the block
+// of code an agent writes 32 times, the 900-word answer said again. Every position's last
+// `kgram` ids are hashed (a rolling polynomial hash); when the newest k-gram occurred before at
+// distance p > min_period, p becomes a candidate whose run of matches (t[i] == t[i - p]) is then
+// followed one comparison per token. So a step costs O(candidates), however long the generation
+// and its periods; memory is one hash-table entry per token.
+class SpanRepeats {
+ public:
+  explicit SpanRepeats(int min_period, int kgram = 16, size_t max_candidates = 8);
+  void push(int32_t token);
+  void truncate(size_t n);  // forget everything after the first n tokens
+  // The candidate with the longest run of matches ending at the newest token (period 0 if none);
+  // span = run + period, repeats = span / period.
+  Loop longest() const;
+
+ private:
+  struct Candidate {
+    int64_t period, run;
+  };
+  int min_period_, k_;
+  size_t max_candidates_;
+  std::vector<int32_t> toks_;
+  std::vector<uint64_t> hashes_;  // hash of the k-gram ending at each position (from k-1 on)
+  std::unordered_map<uint64_t, int64_t> last_;  // k-gram hash -> last position it ended at
+  std::vector<Candidate> cands_;
+  uint64_t pow_k_ = 1;  // base^k
+};
 
 }  // namespace coda

@@ -91,6 +91,23 @@ nlohmann::ordered_json continuation(const nlohmann::ordered_json& base, const nl
 
 }  // namespace
 
+// The tokens generated so far as a streamed chunk reports them: vLLM's usage (with
+// continuous_usage_stats), llama.cpp's timings (with timings_per_token); -1 when it does not.
+int64_t reported_completion_tokens(const nlohmann::ordered_json& chunk) {
+  if (!chunk.is_object()) return -1;
+  const auto usage = chunk.find("usage");
+  if (usage != chunk.end() && usage->is_object()) {
+    const auto c = usage->find("completion_tokens");
+    if (c != usage->end() && c->is_number_integer()) return c->get<int64_t>();
+  }
+  const auto timings = chunk.find("timings");
+  if (timings != chunk.end() && timings->is_object()) {
+    const auto p = timings->find("predicted_n");
+    if (p != timings->end() && p->is_number_integer()) return p->get<int64_t>();
+  }
+  return -1;
+}
+
 std::string prompt_text_of(const nlohmann::ordered_json& body, bool chat) {
   if (!chat) {
     const auto* p = prompt_string(body);
@@ -284,6 +301,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       }
       StepVerdict v = sg.feed(all, d.logprobs);
       fed += all.size();
+      if (d.chunk) sg.upstream_count(reported_completion_tokens(*d.chunk));
       if (v.stop || v.repair) {
         verdict = std::move(v);
         acted = true;
@@ -349,6 +367,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         // The hot stretch is over: the rest with the request's own sampling.
         hot = false;
         units_at_segment_start = sg.units();
+        sg.begin_segment();
         request = continuation(r.logprobs_refused ? base : with_lp, body, chat, sg.text(),
                                max_tokens - static_cast<int64_t>(sg.units()));
         continue;
@@ -393,6 +412,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
           std::max(number_or(body, "repeat_penalty", 1.0), next["repetition_penalty"].get<double>());
     hot = true;
     units_at_segment_start = kept;
+    sg.begin_segment();
     request = std::move(next);
   }
   r.ok = true;

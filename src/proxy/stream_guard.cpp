@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 namespace coda::proxy {
 
@@ -73,6 +74,8 @@ int32_t StreamGuard::id_of(const std::string& unit) {
 StepVerdict StreamGuard::step(const std::string& unit, const StepSignals* signals, const client::TokenLogprob* lp) {
   text_ += unit;
   ends_.push_back(text_.size());
+  lengths_.push_back((lengths_.empty() ? 0.0 : lengths_.back()) + (lp || signals ? 1.0 : kTokensPerPiece));
+  if (text_only_) guard_.set_length_tokens(tokens());
   if (client_top_ >= 0) {
     client::TokenLogprob kept;
     if (lp) {
@@ -136,12 +139,22 @@ size_t StreamGuard::rollback(size_t keep, size_t floor) {
   pieces_.clear();
   text_.resize(text_end(k));
   ends_.resize(k);
+  lengths_.resize(k);
   if (client_top_ >= 0) {
     logprobs_.resize(k);
     has_logprob_.resize(k);
   }
   guard_.on_rollback(static_cast<int64_t>(k));
   return k;
+}
+
+int64_t StreamGuard::tokens() const { return lengths_.empty() ? 0 : std::llround(lengths_.back()); }
+
+void StreamGuard::upstream_count(int64_t completion_tokens) {
+  if (completion_tokens < 0 || lengths_.empty() || segment_units_ > lengths_.size()) return;
+  const double before = segment_units_ == 0 ? 0.0 : lengths_[segment_units_ - 1];
+  lengths_.back() = before + static_cast<double>(completion_tokens);
+  if (text_only_) guard_.set_length_tokens(tokens());
 }
 
 std::string StreamGuard::slice(size_t from, size_t to) const {

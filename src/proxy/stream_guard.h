@@ -61,6 +61,18 @@ class StreamGuard {
   // with at most client_top_logprobs alternatives each; none when the client asked for none.
   std::vector<client::TokenLogprob> logprobs(size_t from, size_t to) const;
   bool text_only() const { return text_only_; }  // some units were pieces, not tokens
+  // The generation's length in the upstream's tokens: a token unit counts 1, a text piece
+  // kTokensPerPiece, and the upstream's own count replaces the estimate whenever it reports one
+  // (vLLM's continuous_usage_stats, llama.cpp's timings). `runaway` measures this.
+  int64_t tokens() const;
+  // A new upstream request begins (a repair's or a hot stretch's continuation): its counts start
+  // from the units accepted so far.
+  void begin_segment() { segment_units_ = units(); }
+  // The upstream's count of tokens generated in this request so far.
+  void upstream_count(int64_t completion_tokens);
+  // Llama 3's tokenizer on Debian's texts (bench/guard_realtext.py): 0.78 (tables) to 1.0 (prose)
+  // tokens per piece. The low side, so that an estimate never cuts a legitimate answer early.
+  static constexpr double kTokensPerPiece = 0.85;
   GuardReport report() const { return guard_.report(); }
   void stop_instead_of_repair() { guard_.stop_instead_of_repair(); }
 
@@ -72,6 +84,8 @@ class StreamGuard {
   std::unordered_map<std::string, int32_t> ids_;
   std::string text_;
   std::vector<size_t> ends_;                    // byte offset after each unit
+  std::vector<double> lengths_;                 // tokens up to and including each unit
+  size_t segment_units_ = 0;
   int client_top_ = -1;
   std::vector<client::TokenLogprob> logprobs_;  // per unit, only when client_top_ >= 0
   std::vector<bool> has_logprob_;               // false for text pieces

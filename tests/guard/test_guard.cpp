@@ -405,6 +405,100 @@ TEST(GuardDetectors, ListsWithACounterNeedMoreThanProse) {
   EXPECT_TRUE(has(f.run(ids, &texts), "near_loop"));
 }
 
+// Blocks longer than max_period (the 92-line block an agent repeats): a block quoted twice is
+// legitimate (a licence in two places, a table printed for two cases); a third copy that goes on
+// for block_third_copy tokens is a loop, found where the first copy began.
+TEST(GuardDetectors, BlockLoopsBeyondTheLongestPeriod) {
+  const std::vector<int32_t> block = random_tokens(500, 21);
+  std::vector<int32_t> twice = random_tokens(30, 22);
+  for (int c = 0; c < 2; ++c) twice.insert(twice.end(), block.begin(), block.end());
+  std::vector<int32_t> thrice = twice;
+  thrice.insert(thrice.end(), block.begin(), block.begin() + 80);
+  Feeder f;
+  EXPECT_TRUE(f.run(twice).empty());
+  const auto events = f.run(thrice);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, "loop");
+  EXPECT_EQ(events[0].evidence["rule"], "block");
+  EXPECT_EQ(events[0].evidence["period"], 500);
+  EXPECT_EQ(events[0].onset, 30);
+  EXPECT_EQ(events[0].detected_at, 30 + 2 * 500 + 64 - 1);
+  // Off: block_third_copy 0.
+  Feeder off;
+  off.cfg.block_third_copy = 0;
+  EXPECT_FALSE(has(off.run(thrice), "loop"));
+}
+
+// One token per word, with its text, so that the word rule reads what the tokens say.
+void words_to(std::vector<int32_t>& ids, std::vector<std::string>& texts, const std::string& line) {
+  size_t i = 0;
+  while (i < line.size()) {
+    size_t j = line.find(' ', i + 1);
+    if (j == std::string::npos) j = line.size();
+    const std::string w = line.substr(i, j - i);
+    ids.push_back(static_cast<int32_t>(100 + std::hash<std::string>{}(w) % 3900));
+    texts.push_back(w);
+    i = j;
+  }
+}
+
+// A near loop at real-text scale: a 14-word sentence whose counter climbs while a word or two
+// changes in each copy. No position lines up (the swapped words are one token or two), so the
+// positional rule cannot see it; the word rule aligns the copies with edits and finds it by the
+// fourth copy. A list whose items each bring a new name is not a loop.
+TEST(GuardDetectors, NearLoopsAsWordsWithCountersAndSwaps) {
+  const std::vector<std::string> swaps = {"carefully", "very slowly", "again", "one more time", "closely",
+                                          "once more"};
+  std::vector<int32_t> ids = random_tokens(40, 31);
+  std::vector<std::string> texts(ids.size(), " word");
+  for (int n = 7; n < 7 + 8; ++n)
+    words_to(ids, texts,
+             " Let me check step " + std::to_string(n) + " " + swaps[static_cast<size_t>(n) % swaps.size()] +
+                 " because the total of the previous column might still be wrong here.");
+  Feeder f;
+  const auto events = f.run(ids, &texts);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].type, "near_loop");
+  EXPECT_EQ(events[0].evidence.value("rule", ""), "words") << events[0].evidence;
+  // Within the first copy (the copies' boundary is where the words align best), and by the fourth.
+  EXPECT_GE(events[0].onset, 40 - 14);
+  EXPECT_LE(events[0].onset, 40 + 14);
+  EXPECT_LE(events[0].detected_at, 40 + 4 * 18);
+
+  // Declarations in a header: the skeleton repeats, every line names a new function and a new
+  // parameter. (A list whose items bring one new word in ten is still read as a loop: one of the
+  // false positives docs/guard-eval/realtext.md counts.)
+  const std::vector<std::string> names = {"add_localkeyid", "add_friendlyname_asc", "add_friendlyname_utf8",
+                                          "add_cspname_asc", "add_friendlyname_uni", "get_attr_gen",
+                                          "get_friendlyname", "set_attr_gen", "parse_bag_list", "free_bag_list"};
+  std::vector<int32_t> decl_ids = random_tokens(40, 32);
+  std::vector<std::string> decl_texts(decl_ids.size(), " word");
+  for (const auto& name : names)
+    words_to(decl_ids, decl_texts,
+             " int PKCS12_" + name + "( PKCS12_SAFEBAG *bag , const unsigned char *" + name + "_value , int namelen );\n");
+  const auto decl = f.run(decl_ids, &decl_texts);
+  EXPECT_TRUE(decl.empty()) << decl[0].type << " " << decl[0].evidence;
+}
+
+// A locale file's list of categories: each line changes one word the text has not used before,
+// so the positional near-loop rule's 12 lines at 90% are a list, not a loop.
+TEST(GuardDetectors, ListLinesThatBringNewWordsAreNotALoop) {
+  const std::vector<std::string> cats = {"IDENTIFICATION", "CTYPE",   "COLLATE", "TIME",      "NUMERIC",
+                                         "MONETARY",       "MESSAGES", "PAPER",  "NAME",      "ADDRESS",
+                                         "TELEPHONE",      "MEASUREMENT"};
+  std::vector<int32_t> ids = random_tokens(20, 41);
+  std::vector<std::string> texts(ids.size(), " word");
+  for (const auto& c : cats)
+    append(ids, texts,
+           {{90, "category"}, {91, " \""}, {92, "i"}, {93, "18"}, {94, "n"}, {95, ":"}, {96, "201"}, {97, "2"},
+            {98, "\";"}, {99, "LC"}, {100, "_"}, {static_cast<int32_t>(std::hash<std::string>{}(c) % 3000 + 1000), c},
+            {101, "\n"}},
+           1);
+  Feeder f;
+  const auto events = f.run(ids, &texts);
+  EXPECT_TRUE(events.empty()) << events[0].type << " " << events[0].evidence;
+}
+
 TEST(GuardPolicies, ScopeNamesTheDetectorsThePolicyActsOn) {
   GuardConfig cfg;
   ASSERT_TRUE(set_guard_policy("stop:loop,flooding", cfg).ok());

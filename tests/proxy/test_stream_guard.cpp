@@ -176,6 +176,58 @@ TEST(StreamGuard, LeavesOrdinaryTextAloneAndRollsBack) {
   EXPECT_EQ(sg.text(), "It was a cold");
 }
 
+// Without logprobs the units are text pieces, which are not tokens: runaway measures an estimate
+// (kTokensPerPiece a piece), and the upstream's own count whenever a chunk reports it.
+TEST(StreamGuard, RunawayCountsTokensNotPiecesWithoutLogprobs) {
+  GuardConfig cfg;
+  cfg.policy = GuardPolicy::Stop;
+  cfg.act_on = {"runaway"};
+  cfg.runaway_tokens = 170;
+  std::mt19937 rng(5);
+  auto word = [&] { return " w" + std::to_string(rng() % 100000); };
+  // 170 tokens are 200 pieces at 0.85: the stop comes at the 200th piece, not the 170th.
+  {
+    StreamGuard sg(cfg, "Write.");
+    size_t fed = 0;
+    StepVerdict v;
+    while (!v.stop && fed < 400) {
+      v = sg.feed(word() + "-", {});
+      fed += 2;  // " wN" and "-"
+    }
+    ASSERT_TRUE(v.stop);
+    ASSERT_FALSE(sg.report().events.empty());
+    EXPECT_EQ(sg.report().events.back().type, "runaway");
+    EXPECT_TRUE(sg.text_only());
+    EXPECT_GE(sg.units(), 199u);
+    EXPECT_LE(sg.units(), 201u);
+    EXPECT_EQ(sg.tokens(), 170);
+  }
+  // An upstream that reports 3 tokens a piece so far (long words): the count replaces the estimate.
+  {
+    StreamGuard sg(cfg, "Write.");
+    StepVerdict v;
+    int pieces = 0;
+    while (!v.stop && pieces < 400) {
+      v = sg.feed(word() + "-", {});
+      pieces += 2;
+      sg.upstream_count(3 * static_cast<int64_t>(sg.units()));
+    }
+    ASSERT_TRUE(v.stop);
+    EXPECT_LE(sg.units(), 60u);
+    // A continuation (a repair) counts from the units accepted before it.
+    StreamGuard sg2(cfg, "Write.");
+    for (int i = 0; i < 20; ++i) sg2.feed(word() + "-", {});
+    sg2.upstream_count(100);
+    EXPECT_EQ(sg2.tokens(), 100);
+    sg2.rollback(30, 0);
+    sg2.begin_segment();
+    const int64_t before = sg2.tokens();
+    sg2.feed(word() + "-", {});
+    sg2.upstream_count(5);
+    EXPECT_EQ(sg2.tokens(), before + 5);
+  }
+}
+
 TEST(RepetitionDetection, StopsAtMinCountCopiesUnderAnyPolicy) {
   GuardConfig cfg;  // observe
   cfg.rd_min_pattern = 2;

@@ -3,12 +3,19 @@
 // near_every tokens while no exact loop is confirmed. Config: near_min_match, near_min_repeats,
 // near_min_span, near_every, near_line_min_match and near_line_min_repeats (a near loop over line
 // breaks: how lists, tables, logs and code repeat legitimately), structural_max_share.
+//
+// Then, as words (WordCopies): three copies of a 8-160-word unit that match with edits (a
+// counter, a number, a swapped word). Copies that are exact in tokens are left to the exact
+// detector, with its rule for long periods, so that `stop:loop` still stops them. Config:
+// near_words_min, near_words_max (0: off), near_words_similarity, near_words_distinct.
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 
 #include "guard/detector.h"
 #include "guard/guard.h"
+#include "guard/word_copies.h"
 
 namespace coda::detectors {
 
@@ -22,16 +29,31 @@ inline bool approximate_step(GuardState& s) {
 
 class NearLoop : public Detector {
  public:
-  explicit NearLoop(const DetectorInfo& info) : info_(info) {}
+  NearLoop(const DetectorInfo& info, const GuardConfig& c)
+      : info_(info), words_(c.near_words_min, c.near_words_max, c.near_words_similarity, c.near_words_distinct,
+               c.near_words_max_novel, c.near_words_copies, c.near_words_long, c.near_words_long_copies,
+               c.near_words_line_words, c.near_words_line_copies) {}
   const DetectorInfo& info() const override { return info_; }
+  void see(const GuardState& s) override {
+    if (s.config.near_words_max > 0) words_.update(s.text);
+  }
+  void on_rollback(int64_t, size_t kept_bytes) override { words_.truncate(kept_bytes); }
   std::optional<Finding> check(GuardState& s) override {
     if (!approximate_step(s)) return std::nullopt;
+    if (auto f = positional(s)) return f;
+    return as_words(s);
+  }
+
+ private:
+  std::optional<Finding> positional(GuardState& s) {
     const GuardConfig& c = s.config;
     const auto& t = s.periods.tokens();
     Loop near = near_loop(t, 2, c.max_period, c.near_min_match, c.near_min_repeats, c.near_min_span);
-    if (near.period > 0 && s.line_tail(near.span))  // structured text: the stricter test
+    if (near.period > 0 && s.line_tail(near.span)) {  // structured text: the stricter test
       near = near_loop(t, 2, c.max_period, std::max(c.near_min_match, c.near_line_min_match),
                        std::max(c.near_min_repeats, c.near_line_min_repeats), c.near_min_span);
+      if (near.period > 0 && a_list(s, near)) return std::nullopt;
+    }
     if (near.period == 0) return std::nullopt;
     // An exact repetition still growing (exact but for its first period) is the exact detector's,
     // with its rule for long periods; this detector is for loops that change as they go.
@@ -44,8 +66,57 @@ class NearLoop : public Detector {
                    near.span};
   }
 
- private:
+  // A list or a table: most lines change a word the text had not used before (LC_CTYPE, then
+  // LC_COLLATE, LC_TIME, ... in a locale file). A loop changes a counter, or swaps among the words
+  // it already wrote. Numbers and one-letter pieces do not count as new words.
+  static bool a_list(const GuardState& s, const Loop& near) {
+    const auto& t = s.periods.tokens();
+    int copies = 0, novel = 0;
+    for (int64_t from = near.onset + near.period; from + near.period <= s.n; from += near.period) {
+      ++copies;
+      const std::string_view before = std::string_view(s.text).substr(0, s.unit_begin(from));
+      for (int64_t k = from; k < from + near.period; ++k) {
+        if (t[static_cast<size_t>(k)] == t[static_cast<size_t>(k - near.period)]) continue;
+        std::string_view w = s.unit_text(k);
+        while (!w.empty() && std::isspace(static_cast<unsigned char>(w.front()))) w.remove_prefix(1);
+        while (!w.empty() && std::isspace(static_cast<unsigned char>(w.back()))) w.remove_suffix(1);
+        const auto letters = std::count_if(w.begin(), w.end(), [](char ch) {
+          return static_cast<unsigned char>(ch) >= 0x80 || std::isalpha(static_cast<unsigned char>(ch));
+        });
+        if (letters >= 2 && before.find(w) == std::string_view::npos) {
+          ++novel;
+          break;
+        }
+      }
+    }
+    return copies > 0 && 2 * novel >= copies;
+  }
+
+  std::optional<Finding> as_words(GuardState& s) {
+    if (s.config.near_words_max <= 0) return std::nullopt;
+    const WordLoop w = words_.check();
+    if (w.unit_words == 0) return std::nullopt;
+    const int64_t a = s.unit_at_byte(w.onset_byte), b = s.unit_at_byte(w.second_byte),
+                  c = s.unit_at_byte(w.third_byte);
+    const auto& t = s.periods.tokens();
+    const int64_t p = c - b;
+    if (p <= 0 || a >= b) return std::nullopt;
+    // Exact in tokens so far: the exact detector's.
+    if (b - a == p && c + p <= s.n && std::equal(t.begin() + a, t.begin() + c, t.begin() + b)) return std::nullopt;
+    return Finding{a,
+                   w.similarity,
+                   {{"rule", "words"},
+                    {"period", p},
+                    {"unit_words", w.unit_words},
+                    {"similarity", w.similarity},
+                    {"distinct", w.distinct},
+                    {"novel", w.novel}},
+                   s.n - a};
+  }
+
   const DetectorInfo& info_;
+  WordCopies words_;
+
 };
 
 }  // namespace coda::detectors

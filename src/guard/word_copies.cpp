@@ -1,0 +1,193 @@
+#include "guard/word_copies.h"
+
+#include <algorithm>
+#include <cctype>
+#include <unordered_set>
+
+namespace coda {
+
+namespace {
+
+bool word_byte(unsigned char c) { return c >= 0x80 || std::isalnum(c) || c == '_'; }
+
+// A word's hash with each run of digits read as one '0': "item7" and "item12" are one word (a
+// counter), while "PKCS12_add_friendlyname_asc" and "PKCS12_add_CSPName_asc" stay two.
+uint32_t fnv(const std::string& s, size_t from, size_t to) {
+  uint32_t h = 2166136261u;
+  for (size_t i = from; i < to; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (std::isdigit(c) && i > from && std::isdigit(static_cast<unsigned char>(s[i - 1]))) continue;
+    h = (h ^ (std::isdigit(c) ? static_cast<unsigned char>('0') : c)) * 16777619u;
+  }
+  return h;
+}
+
+}  // namespace
+
+void WordCopies::add_word(const std::string& text, size_t from, size_t to) {
+  // Numbers (counters, versions, dates) and one-character words carry no identity.
+  if (to - from < 2) return;
+  bool letter = false;
+  for (size_t i = from; i < to; ++i) letter = letter || !std::isdigit(static_cast<unsigned char>(text[i]));
+  if (!letter) return;
+  words_.push_back(fnv(text, from, to));
+  starts_.push_back(from);
+  lines_.push_back(newlines_);
+  const size_t w = words_.size() - 1;
+  novel_.push_back(seen_.try_emplace(words_[w], static_cast<int64_t>(w)).second);
+  if (w < 2) return;
+  const uint64_t key = (static_cast<uint64_t>(words_[w - 2]) * 0x100000001B3ULL ^ words_[w - 1]) * 0x100000001B3ULL ^
+                       (static_cast<uint64_t>(words_[w]) << 17);
+  auto [it, fresh] = last_.try_emplace(key, static_cast<int64_t>(w));
+  if (fresh) return;
+  const int64_t d = static_cast<int64_t>(w) - it->second;
+  it->second = static_cast<int64_t>(w);
+  if (d < min_words_ || d > max_words_) return;
+  recent_.erase(std::remove(recent_.begin(), recent_.end(), d), recent_.end());
+  recent_.push_back(d);
+  if (recent_.size() > 4) recent_.erase(recent_.begin());
+}
+
+void WordCopies::update(const std::string& text) {
+  size_t i = scanned_;
+  while (i < text.size()) {
+    if (!word_byte(static_cast<unsigned char>(text[i]))) {
+      newlines_ += text[i] == '\n';
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && word_byte(static_cast<unsigned char>(text[j]))) ++j;
+    if (j == text.size()) break;  // the word may go on in the next piece of text
+    add_word(text, i, j);
+    i = j;
+  }
+  scanned_ = i;
+}
+
+void WordCopies::truncate(size_t bytes) {
+  if (bytes >= scanned_) return;
+  size_t keep = 0;
+  while (keep < starts_.size() && starts_[keep] < bytes) ++keep;
+  // A word cut by the rollback is dropped; the rest is read again from its start.
+  words_.resize(keep);
+  starts_.resize(keep);
+  lines_.resize(keep);
+  scanned_ = keep ? starts_.back() : 0;
+  newlines_ = keep ? lines_.back() : 0;
+  if (keep) {
+    words_.pop_back();
+    starts_.pop_back();
+    lines_.pop_back();
+  }
+  last_.clear();
+  recent_.clear();
+  seen_.clear();
+  novel_.clear();
+  // Rebuild the 3-gram index over what is kept (a rollback is rare).
+  std::vector<uint32_t> w = std::move(words_);
+  std::vector<size_t> s = std::move(starts_);
+  words_.clear();
+  starts_.clear();
+  for (size_t k = 0; k < w.size(); ++k) {
+    words_.push_back(w[k]);
+    starts_.push_back(s[k]);
+    const size_t n = words_.size() - 1;
+    novel_.push_back(seen_.try_emplace(words_[n], static_cast<int64_t>(n)).second);
+    if (n < 2) continue;
+    const uint64_t key = (static_cast<uint64_t>(words_[n - 2]) * 0x100000001B3ULL ^ words_[n - 1]) *
+                             0x100000001B3ULL ^
+                         (static_cast<uint64_t>(words_[n]) << 17);
+    last_[key] = static_cast<int64_t>(n);
+  }
+  recent_.clear();
+}
+
+// Longest common subsequence of words [a, a+d) and [b, b+d), within a band of the diagonal, over
+// d; `distinct` gets the number of distinct words matched.
+double WordCopies::similarity(size_t a, size_t b, size_t d, size_t* distinct) const {
+  const int64_t band = std::max<int64_t>(2, static_cast<int64_t>(d) / 8);
+  const int64_t n = static_cast<int64_t>(d);
+  // dp over rows of the band; full rows are small (d <= max_words).
+  std::vector<int32_t> prev(d + 1, 0), cur(d + 1, 0);
+  std::vector<uint8_t> take((d + 1) * (d + 1), 0);  // the moves, to count the distinct words matched
+  auto at = [&](int64_t i, int64_t j) -> uint8_t& { return take[static_cast<size_t>(i) * (d + 1) + static_cast<size_t>(j)]; };
+  for (int64_t i = 1; i <= n; ++i) {
+    std::fill(cur.begin(), cur.end(), 0);
+    const int64_t lo = std::max<int64_t>(1, i - band), hi = std::min<int64_t>(n, i + band);
+    for (int64_t j = lo; j <= hi; ++j) {
+      if (words_[a + static_cast<size_t>(i - 1)] == words_[b + static_cast<size_t>(j - 1)]) {
+        cur[static_cast<size_t>(j)] = prev[static_cast<size_t>(j - 1)] + 1;
+        at(i, j) = 1;
+      } else if (prev[static_cast<size_t>(j)] >= cur[static_cast<size_t>(j - 1)]) {
+        cur[static_cast<size_t>(j)] = prev[static_cast<size_t>(j)];
+        at(i, j) = 2;
+      } else {
+        cur[static_cast<size_t>(j)] = cur[static_cast<size_t>(j - 1)];
+        at(i, j) = 3;
+      }
+    }
+    std::swap(prev, cur);
+  }
+  const int32_t lcs = prev[d];
+  if (distinct) {
+    std::unordered_set<uint32_t> seen;
+    int64_t i = n, j = n;
+    while (i > 0 && j > 0) {
+      const uint8_t t = at(i, j);
+      if (t == 1) {
+        seen.insert(words_[a + static_cast<size_t>(i - 1)]);
+        --i;
+        --j;
+      } else if (t == 2) {
+        --i;
+      } else if (t == 3) {
+        --j;
+      } else {
+        break;  // outside the band
+      }
+    }
+    *distinct = seen.size();
+  }
+  return static_cast<double>(lcs) / static_cast<double>(d);
+}
+
+WordLoop WordCopies::check() const {
+  WordLoop out;
+  const size_t n = words_.size();
+  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
+    const size_t d = static_cast<size_t>(*it);
+    size_t k = static_cast<size_t>(long_words_ > 0 && *it >= long_words_ ? long_copies_ : copies_);
+    if (k * d > n) continue;
+    // Short lines (a form, a list of definitions, declarations, a changelog's entries): how
+    // structured text repeats by design, with a name changed in each copy. More copies, then.
+    const int64_t breaks = lines_[n - 1] - lines_[n - d];
+    if (line_words_ > 0 && breaks * line_words_ > static_cast<int64_t>(d)) k = std::max(k, static_cast<size_t>(line_copies_));
+    if (k * d > n) continue;
+    const size_t c = n - d, b = n - 2 * d, a = n - k * d;
+    size_t distinct = 0;
+    const double s2 = similarity(b, c, d, &distinct);
+    if (s2 < min_sim_ || static_cast<double>(distinct) < min_distinct_ * static_cast<double>(d)) continue;
+    // Legitimate lists bring something new in every item (a name, a description); a loop does not.
+    size_t novel = 0;
+    for (size_t k = c; k < n; ++k) novel += novel_[k];
+    if (static_cast<double>(novel) > max_novel_ * static_cast<double>(d)) continue;
+    double s1 = 1.0;
+    for (size_t x = n - 3 * d + d; x > a && s1 >= min_sim_;) {  // each earlier pair of copies
+      x -= d;
+      s1 = std::min(s1, similarity(x, x + d, d, nullptr));
+    }
+    if (s1 < min_sim_) continue;
+    out.novel = static_cast<double>(novel) / static_cast<double>(d);
+    out.unit_words = static_cast<int64_t>(d);
+    out.onset_byte = starts_[a];
+    out.second_byte = starts_[n - (k - 1) * d];
+    out.third_byte = starts_[n - (k - 2) * d];
+    out.similarity = std::min(s1, s2);
+    out.distinct = static_cast<double>(distinct) / static_cast<double>(d);
+    return out;
+  }
+  return out;
+}
+
+}  // namespace coda
