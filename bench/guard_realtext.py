@@ -166,10 +166,10 @@ def serve(texts, refuse, usage):
     return srv
 
 
-def proxy_pass(coda, corpus, texts, refuse, usage, jobs):
+def proxy_pass(coda, corpus, texts, refuse, usage, jobs, guard="stop"):
     up = serve(texts, refuse, usage)
     proc = subprocess.Popen([coda, "proxy", "--upstream", f"http://127.0.0.1:{up.server_port}", "--port", "0",
-                             "--guard", "stop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--guard", guard], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     port = int(line.strip().split(":")[-1].split()[-1])
 
@@ -209,19 +209,26 @@ def proxy_pass(coda, corpus, texts, refuse, usage, jobs):
         up.shutdown()
 
 
-def scan_pass(coda, corpus, work, extra):
+def scan_pass(coda, corpus, work, extra, pieces=None):
+    """`pieces`: each text's token texts, to place an event by its token index where the binary
+    reports no `at_byte` (builds before it had one)."""
     src = os.path.join(work, "corpus-scan.jsonl")
     with open(src, "w", encoding="utf-8") as f:
         for r in corpus:
             f.write(json.dumps({"id": r["id"], "text": r["text"]}) + "\n")
-    p = subprocess.run([coda, "scan", "--guard", "stop", "--json", *extra, src], capture_output=True, text=True,
+    p = subprocess.run([coda, "scan", "--json", *extra, src], capture_output=True, text=True,
                        check=True)
     out = []
     for r, l in zip(corpus, p.stdout.splitlines()):
         o = json.loads(l)
         ev = o["events"][0] if o["events"] else None
+        at = None
+        if ev:
+            at = ev.get("at_byte")
+            if at is None and pieces is not None:
+                at = len("".join(pieces[r["id"]][: ev["detected_at"] + 1]).encode("utf-8"))
         out.append({"stopped": bool(ev), "type": ev and ev["type"],
-                    "at_words": words_before(r["text"], ev["at_byte"]) if ev else None})
+                    "at_words": words_before(r["text"], at) if at is not None else None})
     return out
 
 
@@ -313,6 +320,7 @@ def main():
     ap.add_argument("--passes", default="tokens,logprobs,text,vllm")
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--usage", action="store_true")
+    ap.add_argument("--guard", default="stop", help="the policy of every pass (e.g. stop:loop,near_loop,...)")
     ap.add_argument("--scan-flags", default="", help="extra `coda scan` flags for the tokens and pieces passes")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -324,13 +332,13 @@ def main():
     for p in passes:
         t0 = time.time()
         if p == "tokens":
-            res = scan_pass(a.coda, corpus, a.out, ["--vocab", gguf] + a.scan_flags.split())
+            res = scan_pass(a.coda, corpus, a.out, ["--guard", a.guard, "--vocab", gguf] + a.scan_flags.split(), texts)
         elif p == "pieces":
-            res = scan_pass(a.coda, corpus, a.out, ["--pieces"] + a.scan_flags.split())
+            res = scan_pass(a.coda, corpus, a.out, ["--guard", a.guard, "--pieces"] + a.scan_flags.split())
         elif p == "logprobs":
-            res = proxy_pass(a.coda, corpus, texts, False, a.usage, a.jobs)
+            res = proxy_pass(a.coda, corpus, texts, False, a.usage, a.jobs, a.guard)
         elif p == "text":
-            res = proxy_pass(a.coda, corpus, texts, True, a.usage, a.jobs)
+            res = proxy_pass(a.coda, corpus, texts, True, a.usage, a.jobs, a.guard)
         elif p == "vllm":
             res = vllm_pass(corpus, toks)
         else:
