@@ -5,6 +5,7 @@
 #include "cli/progress.h"
 #include "cli/sampling_flags.h"
 #include "cli/target_flags.h"
+#include "guard/guard.h"
 #include "lab/diagnose.h"
 
 namespace coda::cli {
@@ -27,6 +28,12 @@ int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
   f.opts.model = f.target.model_name;
   if (!(f.opts.loop_rate > 0 && f.opts.loop_rate <= 1)) return fail("--loop-rate: must be in (0, 1], e.g. 0.1");
   if (f.opts.penalty < 0) return fail("--penalty: a repetition_penalty, e.g. 1.2 (0: the default variant)");
+  // A battery shorter than the guard's loop minimum would call every run coherent.
+  const int64_t floor = GuardConfig{}.loop_min_span;
+  for (const auto& [flag, value] : {std::pair{"--decode-tokens", f.opts.decode_tokens}, {"--max-tokens", f.opts.max_tokens}})
+    if (value < floor)
+      return fail(std::string(flag) + " " + std::to_string(value) + ": below " + std::to_string(floor) +
+                  ", the fewest tokens in which the guard can see a loop; use at least " + std::to_string(floor));
   auto built = make_target(f.target);
   if (!built) return fail(built.message());
   lab::Target& target = *built->target;

@@ -6,6 +6,7 @@
 #include "cli/progress.h"
 #include "cli/sampling_flags.h"
 #include "cli/target_flags.h"
+#include "guard/guard.h"
 #include "lab/threshold.h"
 
 namespace coda::cli {
@@ -26,6 +27,10 @@ int threshold(ThresholdFlags& f, const CLI::App* sub) {
   f.opts.sampling.erase("seed");
   f.opts.seed = f.sampling.sampling.seed;
   f.opts.model = f.target.model_name;
+  if (f.opts.max_tokens < GuardConfig{}.loop_min_span)
+    return fail("--max-tokens " + std::to_string(f.opts.max_tokens) + ": below " +
+                std::to_string(GuardConfig{}.loop_min_span) +
+                ", the fewest tokens in which the guard can see a loop; use at least that");
   auto built = make_target(f.target);
   if (!built) return fail(built.message());
   lab::Target& target = *built->target;
@@ -49,10 +54,15 @@ int threshold(ThresholdFlags& f, const CLI::App* sub) {
     const auto& ci = gj["threshold_ci95"];
     std::string types;
     for (const auto& e : gj["episode_types"]) types += (types.empty() ? "" : " -> ") + e["type"].get<std::string>();
-    if (t.is_null())
-      std::printf("%-16s %3lld runs, %3lld degraded: no threshold within %d tokens\n", g.c_str(),
+    if (t.is_null() && gj["status"] == "none_within")
+      std::printf("%-16s %3lld runs, %3lld degraded: no threshold within %d tokens (%lld reached it coherent)\n",
+                  g.c_str(), static_cast<long long>(gj["completed"].get<int64_t>()),
+                  static_cast<long long>(gj["degraded"].get<int64_t>()), f.opts.max_tokens,
+                  static_cast<long long>(gj["reached_max_tokens"].get<int64_t>()));
+    else if (t.is_null())  // ended_early: the runs stopped before the length they were asked to reach
+      std::printf("%-16s %3lld runs, %3lld degraded: ENDED EARLY: %s\n", g.c_str(),
                   static_cast<long long>(gj["completed"].get<int64_t>()),
-                  static_cast<long long>(gj["degraded"].get<int64_t>()), f.opts.max_tokens);
+                  static_cast<long long>(gj["degraded"].get<int64_t>()), gj.value("note", "").c_str());
     else
       std::printf("%-16s %3lld runs, %3lld degraded: threshold %.0f tokens (95%% CI %s-%s), max_tokens <= %lld; %s\n",
                   g.c_str(), static_cast<long long>(gj["completed"].get<int64_t>()),

@@ -24,7 +24,7 @@ bool is_loop_family(const std::string& t) { return in_detector_family(t, "loop")
 
 // One battery's decoding figures: how many runs looped, how early, how sure the model was.
 ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_penalty, int max_tokens) {
-  int64_t completed = 0, errors = 0, looped = 0, hit_max = 0;
+  int64_t completed = 0, errors = 0, looped = 0, hit_max = 0, ended_early = 0;
   std::vector<double> onsets, entropies, lengths;
   std::map<std::string, int64_t> episodes, finish;
   std::string first_error;
@@ -39,8 +39,11 @@ ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_pe
     ++finish[r.finish_reason.empty() ? "unknown" : r.finish_reason];
     // A run counted in tokens that reached max_tokens hit it, whatever the server called the end:
     // some say "stop" there (load_bench.h).
-    hit_max +=
+    const bool hit =
         r.finish_reason == "length" || (r.finish_reason == "stop" && r.guarded_on != "text" && r.length >= max_tokens);
+    hit_max += hit;
+    // Ended by itself (EOS or a stop string) before the length asked, without degrading.
+    ended_early += !hit && !r.degraded && r.length < max_tokens;
     if (r.mean_entropy >= 0) entropies.push_back(r.mean_entropy);
     bool loop = false;
     for (const auto& [type, onset] : r.episodes) {
@@ -67,6 +70,8 @@ ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_pe
   s["mean_entropy"] = entropies.empty() ? ojson(nullptr) : ojson(percentile(entropies, 0.5));
   s["mean_length"] = lengths.empty() ? ojson(nullptr) : ojson(percentile(lengths, 0.5));
   s["hit_max_tokens"] = hit_max;
+  s["ended_early"] = ended_early;
+  s["ended_early_share"] = completed ? static_cast<double>(ended_early) / static_cast<double>(completed) : 0.0;
   s["episodes"] = episodes;
   s["finish_reasons"] = finish;
   return s;
@@ -329,8 +334,14 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
   } else {
     const double lr = cur["loop_rate"].get<double>(), vr = var["loop_rate"].get<double>();
     const bool problem = lr >= o.loop_rate;
+    // Half the runs or more ending by themselves well short of the length asked: premature EOS,
+    // the failure the perpetual-text study reports, and a length no other plane can judge.
+    const double early = cur["ended_early_share"].get<double>();
+    const bool premature = !problem && early >= 0.5;
     const bool variant_helps = vr < lr;
-    dec["status"] = problem ? "problem" : "ok";
+    dec["status"] = problem || premature ? "problem" : "ok";
+    if (premature) dec["problem"] = "premature_eos";
+    else if (problem) dec["problem"] = "loops";
     std::string f =
         cur["looped"].dump() + " of " + cur["completed"].dump() + " runs looped within " +
         std::to_string(o.decode_tokens) + " tokens at repetition_penalty " + fmt(rp) + " (" + pct(lr) +
@@ -344,6 +355,14 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
       context_sampling = variant_sampling;
     } else if (problem) {
       f += " The penalty variant does not reduce them: try a higher temperature or min_p, and see the context plane.";
+      dec["settings"] = ojson::object();
+    } else if (premature) {
+      f += " But " + cur["ended_early"].dump() + " of " + cur["completed"].dump() + " runs (" + pct(early) +
+           ") ended by themselves before " + std::to_string(o.decode_tokens) + " tokens (median length " +
+           cur["mean_length"].dump() +
+           "): premature EOS. The model ends before the length this task asks for, so nothing about longer text "
+           "can be judged. Ask for a longer text in the prompt, set min_tokens, or use coda's perpetual mode "
+           "(--perpetual-min-tokens).";
       dec["settings"] = ojson::object();
     } else {
       f += " Below the " + pct(o.loop_rate) + " bound: the current parameters are fine for this length.";
@@ -383,7 +402,19 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
     }
     ojson settings = ojson::object();
     std::string f;
-    if (best >= 0) {
+    int64_t early_groups = 0;
+    std::string early_note;
+    for (const auto& [g, gj] : summary["groups"].items())
+      if (gj.value("status", "") == "ended_early") {
+        ++early_groups;
+        if (early_note.empty()) early_note = g + ": " + gj.value("note", "");
+      }
+    if (best < 0 && early_groups > 0) {
+      ctx["status"] = "unknown";
+      f = "No threshold can be measured: in " + std::to_string(early_groups) + " of " +
+          std::to_string(summary["groups"].size()) + " groups too few runs reached max_tokens " +
+          std::to_string(o.max_tokens) + " (" + early_note + ").";
+    } else if (best >= 0) {
       const auto& gj = summary["groups"][worst_group];
       ctx["status"] = "problem";
       f = "Coherence ends before max_tokens " + std::to_string(o.max_tokens) + ": in " + worst_group + ", " +
@@ -513,8 +544,15 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
   verdict["next_plane"] = next.empty() ? ojson(nullptr) : ojson(next);
   verdict["settings"] = settings;
   std::string s;
-  if (plane.empty()) {
+  bool unknown = false;
+  for (const auto& p : d["planes"]) unknown |= p["status"] == "unknown";
+  if (plane.empty() && unknown) {
+    s = "No problem found, but not every plane could be judged (see the planes marked unknown).";
+  } else if (plane.empty()) {
     s = "No problem found on the three planes at these settings.";
+  } else if (plane == "decoding" && dec.value("problem", "") == "premature_eos") {
+    s = "The problem is on the decoding plane: premature EOS (the runs end before the length asked). Keep them "
+        "going (min_tokens, perpetual mode) or ask for a longer text, then run coda diagnose again.";
   } else if (plane == "system") {
     s = "The problem is on the system plane. Fix it, then run coda diagnose again: the decoding plane is next.";
   } else if (plane == "decoding") {

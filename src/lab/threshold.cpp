@@ -163,6 +163,11 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
     std::vector<SurvivalObservation> obs;
     int64_t n = 0, errors = 0, degraded = 0;
     std::map<std::string, std::vector<double>> first_onsets;  // type -> its first onset in each run
+    // Coherent runs that reached the horizon (max_tokens), and those that ended before it by
+    // themselves (EOS, a stop string): a run that ended early says nothing about the length it
+    // never reached.
+    int64_t reached = 0;
+    std::vector<double> early_lengths;
     nlohmann::ordered_json run_list = nlohmann::ordered_json::array();
     for (const auto& r : runs) {
       if (r.group != g) continue;
@@ -181,6 +186,10 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
         x["episode"] = r.episode;
       } else {
         x["censored_at"] = r.length;
+        if (r.finish_reason == "length" || r.length >= o.max_tokens)
+          ++reached;
+        else
+          early_lengths.push_back(static_cast<double>(r.length));
       }
       x["length"] = r.length;
       x["finish_reason"] = r.finish_reason;
@@ -209,15 +218,37 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
     gj["degraded"] = degraded;
     gj["threshold_tokens"] = finite_or_null<nlohmann::json>(thr);
     gj["threshold_ci95"] = {finite_or_null<nlohmann::json>(ci.first), finite_or_null<nlohmann::json>(ci.second)};
+    // A recommendation never cuts an answer seen to end coherently by itself.
+    const double longest_coherent =
+        early_lengths.empty() ? 0.0 : *std::max_element(early_lengths.begin(), early_lengths.end());
     gj["recommended_max_tokens"] =
-        std::isfinite(thr) ? nlohmann::ordered_json(static_cast<int64_t>(std::floor(thr * (1.0 - o.margin))))
-                           : nlohmann::ordered_json(nullptr);
-    if (!std::isfinite(thr)) {
-      int64_t longest = 0;
-      for (const auto& ob : obs) longest = std::max(longest, static_cast<int64_t>(ob.time));
-      gj["note"] = "fewer than " + std::to_string(static_cast<int>(std::lround(100 * o.quantile))) +
-                   "% of the runs degraded within " + std::to_string(longest) +
-                   " tokens: the threshold lies beyond what was measured; raise --max-tokens or --runs";
+        std::isfinite(thr)
+            ? nlohmann::ordered_json(static_cast<int64_t>(std::max(std::floor(thr * (1.0 - o.margin)), longest_coherent)))
+            : nlohmann::ordered_json(nullptr);
+    const int64_t completed = n - errors;
+    const auto early = static_cast<int64_t>(early_lengths.size());
+    gj["reached_max_tokens"] = reached;
+    gj["ended_early"] = early;
+    gj["ended_early_median_length"] = early ? nlohmann::ordered_json(percentile(early_lengths, 0.5)) : nullptr;
+    const std::string pct_q = std::to_string(static_cast<int>(std::lround(100 * o.quantile))) + "%";
+    if (std::isfinite(thr)) {
+      gj["status"] = "threshold";
+    } else if (completed > 0 && static_cast<double>(degraded + early) < o.quantile * static_cast<double>(completed)) {
+      // Even if every run that ended early had been about to degrade, fewer than `quantile` of
+      // the runs would have by max_tokens: the task fits this length.
+      gj["status"] = "none_within";
+      gj["note"] = std::to_string(reached) + " of " + std::to_string(completed) + " runs reached " +
+                   std::to_string(o.max_tokens) + " tokens coherent: fewer than " + pct_q +
+                   " degrade within this length; to find the threshold, raise --max-tokens";
+    } else {
+      gj["status"] = "ended_early";
+      gj["note"] = "only " + std::to_string(reached) + " of " + std::to_string(completed) + " runs reached " +
+                   std::to_string(o.max_tokens) + " tokens; " + std::to_string(early) +
+                   " ended early by themselves (median length " +
+                   (early ? std::to_string(static_cast<int64_t>(percentile(early_lengths, 0.5))) : std::string("-")) +
+                   "), so no threshold can be measured at this length. Keep them going with min_tokens (or coda's "
+                   "perpetual mode, --perpetual-min-tokens), give a task that asks for a longer text, or try "
+                   "another prompt";
     }
     auto& et = gj["episode_types"] = nlohmann::ordered_json::array();
     for (const auto& [median, type] : types) et.push_back({{"type", type}, {"median_first_onset", median}});
@@ -253,8 +284,8 @@ std::string threshold_report_html(const nlohmann::ordered_json& s) {
     << std::lround(100 * s.value("margin", 0.2)) << "%.</p>";
   std::vector<svg::Curve> curves;
   int k = 0;
-  b << "<table><tr><th>group</th><th>runs</th><th>degraded</th><th>threshold (tokens)</th><th>95% interval</th>"
-       "<th>recommended max_tokens</th><th>episodes, in order of appearance</th></tr>";
+  b << "<table><tr><th>group</th><th>runs</th><th>degraded</th><th>status</th><th>threshold (tokens)</th>"
+       "<th>95% interval</th><th>recommended max_tokens</th><th>episodes, in order of appearance</th></tr>";
   auto num = [](const nlohmann::ordered_json& v) { return v.is_null() ? std::string("&mdash;") : v.dump(); };
   for (const auto& [g, gj] : s["groups"].items()) {
     curves.push_back(survival_curve(g, gj, max_tokens, kColors[k++ % 7]));
@@ -262,11 +293,14 @@ std::string threshold_report_html(const nlohmann::ordered_json& s) {
     for (const auto& t : gj["episode_types"]) types += (types.empty() ? "" : " &rarr; ") + t["type"].get<std::string>();
     const auto& ci = gj["threshold_ci95"];
     b << "<tr><td>" << svg::escape(g) << "</td><td>" << gj["completed"] << "</td><td>" << gj["degraded"] << "</td><td>"
-      << num(gj["threshold_tokens"]) << "</td><td>[" << num(ci[0]) << ", "
+      << svg::escape(gj.value("status", "")) << "</td><td>" << num(gj["threshold_tokens"]) << "</td><td>[" << num(ci[0]) << ", "
       << (ci[1].is_null() ? "beyond" : ci[1].dump()) << "]</td><td>" << num(gj["recommended_max_tokens"]) << "</td><td>"
       << (types.empty() ? "none" : types) << "</td></tr>";
   }
   b << "</table>";
+  for (const auto& [g, gj] : s["groups"].items())
+    if (gj.value("status", "") != "threshold" && gj.contains("note"))
+      b << "<p><b>" << svg::escape(g) << "</b>: " << svg::escape(gj["note"].get<std::string>()) << ".</p>";
   svg::Axes a;
   a.title = "Coherence against generated tokens (Kaplan-Meier)";
   a.x_label = "generated tokens";

@@ -453,8 +453,8 @@ def diagnose_http_tests(coda, work):
         try:
             url = "http://127.0.0.1:" + up.stdout.readline().split()[-1]
             out = os.path.join(work, f"diagnose-http-{fill}")
-            p = run([coda, "diagnose", "--url", url, "--prompts", prompts, "--runs", "2", "--decode-tokens", "16",
-                     "-n", "32", "-o", out])
+            p = run([coda, "diagnose", "--url", url, "--prompts", prompts, "--runs", "2", "--decode-tokens", "32",
+                     "-n", "64", "-o", out])
             d = json.load(open(os.path.join(out, "diagnosis.json")))
             plane = d["planes"][0]
             ev = plane["evidence"]
@@ -477,6 +477,72 @@ def diagnose_http_tests(coda, work):
         finally:
             up.terminate()
             up.wait(timeout=30)
+
+
+def early_end_tests(coda, work):
+    """A model that ends by EOS after 30-150 tokens of the 512 asked: neither tool may give an
+    all-clear. threshold marks every group ended_early, diagnose names premature EOS on the decoding
+    plane. A model whose runs reach the horizon coherent gets none_within and may pass. A battery
+    shorter than the guard's loop minimum (32 tokens) is refused."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    up = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "proxy", "scripted_upstream.py")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = "http://127.0.0.1:" + up.stdout.readline().split()[-1]
+        early = os.path.join(work, "early-prompts.jsonl")
+        with open(early, "w") as f:
+            for g, ns in (("stories", (30, 80)), ("answers", (60, 150))):
+                for n in ns:
+                    f.write(json.dumps({"prompt": f"[eos:{n}] Write", "group": g}) + "\n")
+        out = os.path.join(work, "threshold-early")
+        p = run([coda, "threshold", "--url", url, "--prompts", early, "--runs", "4", "-n", "512", "-o", out])
+        summary = json.load(open(os.path.join(out, "threshold.json")))
+        for g, gj in summary["groups"].items():
+            check(gj.get("status") == "ended_early" and gj["reached_max_tokens"] == 0 and gj["ended_early"] == 4,
+                  f"threshold, runs ending at 30-150 of 512: {g} is ended_early, none reached: {gj.get('status')}")
+            med = gj["ended_early_median_length"]
+            check(med is not None and 30 <= med <= 150 and "min_tokens" in gj["note"],
+                  f"{g}: the median length {med} and what to do: {gj.get('note')}")
+        check("ENDED EARLY" in p.stdout and "no threshold within" not in p.stdout,
+              f"threshold says so, and no all-clear: {p.stdout.strip()}")
+        html = open(os.path.join(out, "report.html")).read()
+        check("ended_early" in html and "min_tokens" in html, "the report shows the status and the advice")
+
+        out = os.path.join(work, "diagnose-early")
+        p = run([coda, "diagnose", "--url", url, "--prompts", early, "--runs", "2", "--decode-tokens", "256",
+                 "-n", "512", "-o", out])
+        d = json.load(open(os.path.join(out, "diagnosis.json")))
+        planes = {x["plane"]: x for x in d["planes"]}
+        dec = planes["decoding"]
+        check(dec["status"] == "problem" and dec.get("problem") == "premature_eos" and
+              dec["current"]["ended_early_share"] == 1.0 and "premature EOS" in dec["finding"],
+              f"diagnose names premature EOS on the decoding plane: {dec.get('finding')}")
+        check(d["verdict"]["plane"] == "decoding" and "premature EOS" in d["verdict"]["summary"] and
+              "No problem" not in p.stdout,
+              f"the verdict is premature EOS, never 'no problem': {d['verdict']['summary']}")
+        check(planes["context"]["status"] != "ok", f"the context plane is not called fine: {planes['context']['status']}")
+
+        fresh = os.path.join(work, "fresh-prompts.jsonl")
+        with open(fresh, "w") as f:
+            f.write(json.dumps({"prompt": "[fresh] Write", "group": "long"}) + "\n")
+        out = os.path.join(work, "threshold-fresh")
+        p = run([coda, "threshold", "--url", url, "--prompts", fresh, "--runs", "4", "-n", "64", "-o", out])
+        gj = json.load(open(os.path.join(out, "threshold.json")))["groups"]["long"]
+        check(gj.get("status") == "none_within" and gj["reached_max_tokens"] == 4,
+              f"runs that reach 64 tokens coherent: none_within: {gj.get('status')} {gj.get('note')}")
+        out = os.path.join(work, "diagnose-fresh")
+        p = run([coda, "diagnose", "--url", url, "--prompts", fresh, "--runs", "2", "--decode-tokens", "32",
+                 "-n", "64", "-o", out])
+        d = json.load(open(os.path.join(out, "diagnosis.json")))
+        check(d["verdict"]["plane"] is None, f"long coherent runs: no problem: {d['verdict']['summary']}")
+
+        for args in (["diagnose", "--decode-tokens", "24"], ["threshold", "-n", "16"]):
+            p = run([coda] + args + ["--url", url, "--prompts", fresh, "-o", os.path.join(work, "refused")], ok=False)
+            check(p.returncode != 0 and "32" in p.stderr and "loop" in p.stderr,
+                  f"{' '.join(args)}: refused with the minimum: {p.stderr.strip()}")
+    finally:
+        up.terminate()
+        up.wait(timeout=30)
 
 
 def render(report, work):
@@ -510,6 +576,7 @@ def main():
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
     diagnose_http_tests(coda, work)
+    early_end_tests(coda, work)
     render(tune_report, work)
     for r in diagnose_reports:
         render(r, work)

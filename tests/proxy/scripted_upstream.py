@@ -6,6 +6,8 @@ message on chat):
                words instead, and a continuation at normal temperature ends the text (completion
                prompts end with "|": what follows it is text the proxy is continuing)
   [text]       a short text that ends with finish_reason "stop"
+  [eos:N]      N fresh words, then finish_reason "stop": a model that ends early by EOS
+  [fresh]      fresh words to max_tokens, finish_reason "length": long text that never degrades
   [llamacpp]   logprobs in the chat shape on /v1/completions, as llama.cpp sends them
   [hang-first] no response at all (the proxy's read timeout answers); a client closing counts as cancelled
   [hang-mid]   five tokens, then silence
@@ -228,6 +230,11 @@ class Handler(BaseHTTPRequestHandler):
                 while len(toks) < max_tokens:
                     toks += words(LOOP)
                 finish = "length"
+        elif re.search(r"\[eos:(\d+)\]", user):  # N fresh words, then the model ends (EOS)
+            n = int(re.search(r"\[eos:(\d+)\]", user).group(1))
+            toks, finish = [f" w{i}" for i in range(n)], "stop"
+        elif "[fresh]" in user:  # fresh words to max_tokens: long and coherent, never looping
+            toks, finish = [f" w{i}" for i in range(max_tokens)], "length"
         elif "[overrun]" in user:
             toks, finish = [f" v{i}" for i in range(10 * max_tokens + 100)], "stop"
         else:
