@@ -25,10 +25,15 @@ void grow(std::vector<float>& v, int64_t n) {
 }
 // Writes one position's keys and values (every key/value head) into the cache, as rows of the
 // cache's types (the SIMD half-float rounding, or Q8_0 blocks; `rows` is the caller's scratch).
-void store_kv(const KernelTable& k, const float* kk, const float* vv, int64_t kvd, int64_t hd, KvCache& kv,
-              int64_t layer, int64_t pos, std::vector<uint8_t>& rows) {
+// The bytes one row's keys and values take in the cache's types (all heads).
+int64_t kv_row_total(const KvCache& kv, int64_t kvd, int64_t hd) {
+  return kvd / hd * (kv_row_bytes(kv.k_type(), hd) + kv_row_bytes(kv.v_type(), hd));
+}
+
+// Converts one row's keys and values to the cache's types, into `rows` (kv_row_total bytes).
+void convert_kv(const KernelTable& k, const float* kk, const float* vv, int64_t kvd, int64_t hd, const KvCache& kv,
+                uint8_t* rows) {
   const int64_t heads = kvd / hd, kr = kv_row_bytes(kv.k_type(), hd), vr = kv_row_bytes(kv.v_type(), hd);
-  rows.resize(static_cast<size_t>(heads * (kr + vr)));
   auto convert = [&](KvType t, const float* x, uint8_t* out, int64_t row) {
     switch (t) {
       case KvType::F32:
@@ -45,13 +50,17 @@ void store_kv(const KernelTable& k, const float* kk, const float* vv, int64_t kv
         break;
     }
   };
-  uint8_t* kb = rows.data();
-  uint8_t* vb = rows.data() + heads * kr;
-  convert(kv.k_type(), kk, kb, kr);
-  convert(kv.v_type(), vv, vb, vr);
+  convert(kv.k_type(), kk, rows, kr);
+  convert(kv.v_type(), vv, rows + heads * kr, vr);
+}
+
+// Stores a converted row. Not concurrently with a neighbouring position of the same cache: the
+// Q8_0 and BF16 value layouts interleave pairs of positions, and writing one clears its partner.
+void store_kv_row(KvCache& kv, int64_t kvd, int64_t hd, int64_t layer, int64_t pos, const uint8_t* rows) {
+  const int64_t heads = kvd / hd, kr = kv_row_bytes(kv.k_type(), hd), vr = kv_row_bytes(kv.v_type(), hd);
   for (int64_t h = 0; h < heads; ++h) {
-    kv.write_k(layer, h, pos, kb + h * kr);
-    kv.write_v(layer, h, pos, vb + h * vr);
+    kv.write_k(layer, h, pos, rows + h * kr);
+    kv.write_v(layer, h, pos, rows + heads * kr + h * vr);
   }
 }
 
@@ -141,8 +150,9 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
     });
     matmul_multi(pool, k, {{&L.wq, buf.q.data(), qd}, {&L.wk, buf.k.data(), kvd}, {&L.wv, buf.v.data(), kvd}},
                  buf.xn.data(), dim, n, buf.mm);
+    const int64_t row_bytes = kv_row_total(*buf.rows[0].kv, kvd, c.head_dim);
+    if (static_cast<int64_t>(buf.kv_rows.size()) < n * row_bytes) buf.kv_rows.resize(static_cast<size_t>(n * row_bytes));
     pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-      std::vector<uint8_t> rows;
       for (int64_t t = t0; t < t1; ++t) {
         float* q = buf.q.data() + t * qd;
         float* kk = buf.k.data() + t * kvd;
@@ -157,9 +167,15 @@ void Model::run_rows(const std::vector<BatchSeq>& seqs, ThreadPool& pool, Forwar
              inv_freq_.data(), c.rope_neox);
         rope(kk, static_cast<int>(c.n_kv_heads), static_cast<int>(c.head_dim), static_cast<int>(c.n_rot), row.pos,
              inv_freq_.data(), c.rope_neox);
-        store_kv(k, kk, vv, kvd, c.head_dim, *row.kv, l, row.pos, rows);
+        convert_kv(k, kk, vv, kvd, c.head_dim, *row.kv, buf.kv_rows.data() + t * row_bytes);
       }
     });
+    // The stores, in order on this thread: cheap copies, and a range that split a pair of
+    // positions would race on the pair (store_kv_row).
+    for (int64_t t = 0; t < n; ++t) {
+      const RowTarget& row = buf.rows[static_cast<size_t>(t)];
+      store_kv_row(*row.kv, kvd, c.head_dim, l, row.pos, buf.kv_rows.data() + t * row_bytes);
+    }
     attention(l, pool, buf);
     // x += attn_out Wo^T (the matmul writes into xn, then the residual is added).
     matmul(pool, k, L.wo, buf.att_out.data(), qd, n, buf.xn.data(), dim, buf.mm);

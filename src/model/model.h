@@ -43,6 +43,7 @@ struct ForwardBuffers {
   std::vector<float> att_q, att_o;  // attention: gathered queries and outputs per thread
   std::vector<float> att_ms;        // attention: running maximum and sum per query, per thread
   std::vector<uint8_t> att_qa;      // attention over a Q8_0 key cache: the gathered queries quantized, per thread
+  std::vector<uint8_t> kv_rows;     // each row's keys and values in the cache's types, before they are stored
   std::vector<std::pair<int64_t, int64_t>> row_blocks;  // attention: runs of rows of one sequence
   std::vector<RowTarget> rows;
   MatmulScratch mm;
