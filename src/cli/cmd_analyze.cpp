@@ -24,6 +24,7 @@ struct AnalyzeFlags {
   float temperature = 0.0f;
   uint64_t seed = 1;
   bool ignore_eos = false;
+  std::string align = "start";
   int threads = 0;
   std::string out;
 };
@@ -69,6 +70,12 @@ int analyze(AnalyzeFlags& f) {
       r.logprobs = std::clamp(f.top, 0, 20);
       auto res = generate_guarded(*loaded->generator, r, cfg);
       if (!res) return fail("prompt " + std::to_string(i + 1) + ": " + res.message());
+      if (f.align == "eos" && res->result.finish_reason != "stop") {
+        // Aligned on the EOS, a generation cut at -n has no EOS to align: left out, and said.
+        std::fprintf(stderr, "coda analyze: %zu/%zu: %d tokens, %s: no EOS, left out of the EOS-aligned blocks\n", i + 1,
+                     f.prompts.size(), res->result.completion_tokens, res->result.finish_reason.c_str());
+        continue;
+      }
       std::vector<TraceStep> steps = trace_from_json(res->trace);
       for (size_t k = 0; k < steps.size() && k < res->result.logprobs.size(); ++k)
         for (const auto& [id, lp] : res->result.logprobs[k].top)
@@ -78,7 +85,9 @@ int analyze(AnalyzeFlags& f) {
                    res->result.completion_tokens, res->result.finish_reason.c_str());
     }
   }
-  const Analysis a = analyze_traces(traces, f.block, f.top);
+  if (traces.empty()) return fail("no generation ended by EOS within -n " + std::to_string(f.n_predict) +
+                                   " tokens, so there is nothing to align on: raise -n or use --align start");
+  const Analysis a = analyze_traces(traces, f.block, f.top, f.align == "eos");
   std::error_code ec;
   std::filesystem::create_directories(f.out, ec);
   if (ec) return fail(f.out + ": " + ec.message());
@@ -110,6 +119,11 @@ void add_analyze(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--temp", f->temperature, "Temperature")->capture_default_str();
   sub->add_option("-s,--seed", f->seed, "Seed of the first generation (then +1 each)")->capture_default_str();
   sub->add_flag("--ignore-eos", f->ignore_eos, "Generate past EOS (perpetual generation)");
+  sub->add_option("--align", f->align,
+                  "Count blocks from each generation's start, or back from its EOS (the perpetual-text study's figure; "
+                  "generations without an EOS are left out, and a trace is aligned on its last step)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"start", "eos"}));
   sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
   sub->add_option("-o,--out", f->out, "Output folder")->required();
   out.push_back({sub, [f] { return analyze(*f); }});

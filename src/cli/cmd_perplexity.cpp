@@ -1,5 +1,6 @@
 // `coda perplexity`: perplexity of a model on a text by llama.cpp's method (llama-perplexity's
 // output format), KL divergence against a saved base, and perplexity by position bucket.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -21,6 +22,7 @@ struct PerplexityFlags {
   bool kl = false;
   int64_t per_position = 0;
   int threads = 0;
+  int64_t ubatch = 0;  // -ub; 0: not given
   KvType ctk = KvType::F16, ctv = KvType::F16;
   PerplexityOptions opts;
 };
@@ -71,6 +73,7 @@ int perplexity(PerplexityFlags& f) {
     f.opts.kl_base_in = f.kl_base;
   }
   f.opts.bucket = f.per_position;
+  if (f.ubatch > 0) f.opts.n_batch = std::min<int64_t>(f.opts.n_batch, f.ubatch);
   ThreadPool pool(f.threads > 0 ? f.threads : default_threads());
   std::printf("perplexity: %s; %zu tokens, n_ctx %lld, batch %lld; the second half of each chunk is scored\n",
               path.c_str(), tokens.size(), static_cast<long long>(f.opts.n_ctx),
@@ -135,6 +138,10 @@ void add_perplexity(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::Range(1, 1 << 30));
   sub->add_option("-b,--batch-size", f->opts.n_batch, "Tokens per forward pass")
       ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  // llama.cpp's physical batch (-ub): the tokens one forward pass computes, within the logical
+  // batch (-b). coda has only the one; with both, the smaller is the pass.
+  sub->add_option("--ubatch-size", f->ubatch, "llama.cpp's physical batch (-ub): tokens per forward pass, at most -b")
       ->check(CLI::Range(1, 1 << 16));
   sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
   sub->add_option("--kl-divergence-base", f->kl_base,

@@ -11,7 +11,7 @@
 namespace coda::cli {
 
 std::vector<std::string> expand_llama_short_options(int argc, const char* const* argv) {
-  static constexpr std::array<std::pair<const char*, const char*>, 8> kLong = {{
+  static constexpr std::array<std::pair<const char*, const char*>, 9> kLong = {{
       {"-ngl", "--n-gpu-layers"},
       {"-fa", "--flash-attn"},
       {"-ctk", "--cache-type-k"},
@@ -20,6 +20,7 @@ std::vector<std::string> expand_llama_short_options(int argc, const char* const*
       {"-cb", "--cont-batching"},
       {"-to", "--timeout"},
       {"-no-cnv", "--no-conversation"},
+      {"-ub", "--ubatch-size"},
   }};
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(argc));

@@ -11,7 +11,7 @@ namespace coda::cli {
 // CLI11 reads "-ngl" as the one-letter options -n -g -l (and "-fa" as -f with the value "a"), so
 // llama.cpp's several-letter short options are replaced by their long names before parsing:
 // -ngl --n-gpu-layers, -fa --flash-attn, -ctk --cache-type-k, -ctv --cache-type-v, -np --parallel,
-// -cb --cont-batching, -to --timeout, -no-cnv --no-conversation. Arguments after a bare "--" are left as they are. A
+// -cb --cont-batching, -to --timeout, -no-cnv --no-conversation, -ub --ubatch-size. Arguments after a bare "--" are left as they are. A
 // long name that the subcommand does not take is refused by the parser under that name.
 std::vector<std::string> expand_llama_short_options(int argc, const char* const* argv);
 

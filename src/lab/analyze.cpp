@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -50,19 +51,25 @@ Expected<std::vector<TraceStep>> read_trace(const std::string& path) {
   return trace_from_json(lines);
 }
 
-Analysis analyze_traces(const std::vector<std::vector<TraceStep>>& traces, int block_size, int eos_top_rank) {
+Analysis analyze_traces(const std::vector<std::vector<TraceStep>>& traces, int block_size, int eos_top_rank,
+                        bool align_on_end) {
   Analysis a;
   a.block_size = std::max(1, block_size);
+  a.aligned_on_end = align_on_end;
   a.sequences = traces.size();
   for (size_t s = 0; s < traces.size(); ++s) {
     const auto& t = traces[s];
+    const auto n = static_cast<int64_t>(t.size());
+    size_t last = SIZE_MAX;  // the block this sequence was last counted in
     for (size_t k = 0; k < t.size(); ++k) {
-      const auto b = static_cast<size_t>(static_cast<int64_t>(k) / a.block_size);
+      const int64_t from_end = n - 1 - static_cast<int64_t>(k);
+      const auto b = static_cast<size_t>((align_on_end ? from_end : static_cast<int64_t>(k)) / a.block_size);
       if (a.blocks.size() <= b) a.blocks.resize(b + 1);
       BlockStats& bs = a.blocks[b];
-      bs.block = static_cast<int64_t>(b);
+      bs.block = align_on_end ? -static_cast<int64_t>(b) - 1 : static_cast<int64_t>(b);
       ++bs.steps;
-      if (k % static_cast<size_t>(a.block_size) == 0) ++bs.sequences;
+      if (b != last) ++bs.sequences;
+      last = b;
       bs.eos_prob += t[k].eos_prob;
       bs.surprisal += t[k].surprisal;
       bs.entropy += t[k].entropy;
@@ -78,6 +85,7 @@ Analysis analyze_traces(const std::vector<std::vector<TraceStep>>& traces, int b
       }
     }
   }
+  if (align_on_end) std::reverse(a.blocks.begin(), a.blocks.end());  // earliest first, -1 last
   for (auto& b : a.blocks) {
     if (b.steps == 0) continue;
     const double n = static_cast<double>(b.steps);
@@ -92,6 +100,7 @@ Analysis analyze_traces(const std::vector<std::vector<TraceStep>>& traces, int b
 nlohmann::ordered_json Analysis::to_json() const {
   nlohmann::ordered_json j;
   j["block_size"] = block_size;
+  j["aligned_on"] = aligned_on_end ? "end" : "start";
   j["sequences"] = sequences;
   auto& bl = j["blocks"] = nlohmann::ordered_json::array();
   for (const auto& b : blocks)
@@ -125,7 +134,8 @@ std::string Analysis::to_csv() const {
 namespace {
 
 // A line chart of one series against the block index; log10 scale for probabilities.
-std::string svg_chart(const std::string& title, const std::vector<double>& ys, bool log_scale, int block_size) {
+std::string svg_chart(const std::string& title, const std::vector<double>& ys, bool log_scale, int block_size,
+                      bool aligned_on_end) {
   const int w = 640, h = 220, l = 60, r = 10, t = 24, b = 30;
   std::vector<double> v;
   for (double y : ys) v.push_back(log_scale ? std::log10(std::max(y, 1e-12)) : y);
@@ -151,10 +161,16 @@ std::string svg_chart(const std::string& title, const std::vector<double>& ys, b
         y + 3, val);
     o << buf;
   }
-  std::snprintf(
-      buf, sizeof buf,
-      "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" font-family=\"sans-serif\">token %d</text>", w - r,
-      h - 8, static_cast<int>(std::max<size_t>(1, v.size())) * block_size);
+  if (aligned_on_end)
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"%d\" y=\"%d\" font-size=\"10\" font-family=\"sans-serif\">%d tokens before the end</text>"
+                  "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" font-family=\"sans-serif\">end (EOS)</text>",
+                  l, h - 8, static_cast<int>(std::max<size_t>(1, v.size())) * block_size, w - r, h - 8);
+  else
+    std::snprintf(
+        buf, sizeof buf,
+        "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" font-family=\"sans-serif\">token %d</text>", w - r,
+        h - 8, static_cast<int>(std::max<size_t>(1, v.size())) * block_size);
   o << buf << "<polyline fill=\"none\" stroke=\"#2563eb\" stroke-width=\"1.5\" points=\"";
   for (size_t i = 0; i < v.size(); ++i) {
     const double x = l + (w - l - r) * (v.size() > 1 ? static_cast<double>(i) / (v.size() - 1) : 0.5);
@@ -179,11 +195,12 @@ std::string Analysis::to_html(const std::string& title) const {
   std::ostringstream o;
   o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>" << lab::svg::escape(title)
     << "</title></head><body style=\"font-family:sans-serif\"><h1>" << lab::svg::escape(title) << "</h1><p>" << sequences
-    << " generations, blocks of " << block_size << " tokens.</p>";
-  o << svg_chart("EOS probability", eos, true, block_size) << "<br>";
-  o << svg_chart("information content (nats)", ic, false, block_size) << "<br>";
-  o << svg_chart("entropy (nats)", ent, false, block_size) << "<br>";
-  o << svg_chart("varentropy", var, false, block_size);
+    << " generations, blocks of " << block_size << " tokens"
+    << (aligned_on_end ? ", counted back from each generation's end (its EOS)" : "") << ".</p>";
+  o << svg_chart("EOS probability", eos, true, block_size, aligned_on_end) << "<br>";
+  o << svg_chart("information content (nats)", ic, false, block_size, aligned_on_end) << "<br>";
+  o << svg_chart("entropy (nats)", ent, false, block_size, aligned_on_end) << "<br>";
+  o << svg_chart("varentropy", var, false, block_size, aligned_on_end);
   o << "<h2>Steps where EOS was among the top alternatives</h2><table border=\"1\" cellpadding=\"3\">"
        "<tr><th>sequence</th><th>token</th><th>EOS prob</th><th>EOS rank</th><th>top alternatives</th></tr>";
   size_t shown = 0;

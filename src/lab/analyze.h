@@ -23,7 +23,9 @@ struct TraceStep {
 };
 
 struct BlockStats {
-  int64_t block = 0;  // tokens [block * k, (block + 1) * k)
+  // Tokens [block * k, (block + 1) * k); aligned on the end, counted back from it: block -1 holds
+  // the last k tokens of each sequence (its EOS last), -2 the k before them, ...
+  int64_t block = 0;
   int64_t steps = 0;
   int64_t sequences = 0;
   double eos_prob = 0, surprisal = 0, entropy = 0, varentropy = 0;
@@ -39,6 +41,7 @@ struct EosContext {
 
 struct Analysis {
   int block_size = 32;
+  bool aligned_on_end = false;
   std::vector<BlockStats> blocks;
   std::vector<EosContext> eos_contexts;
   size_t sequences = 0;
@@ -49,7 +52,10 @@ struct Analysis {
 
 // One trace per sequence; steps in generation order. A "rollback_to" line in a trace drops the
 // steps after it, as the generation did.
-Analysis analyze_traces(const std::vector<std::vector<TraceStep>>& traces, int block_size, int eos_top_rank = 5);
+// With `align_on_end`, blocks are counted back from each sequence's last step (the perpetual-text
+// study's figure, aligned on the EOS), and listed from the earliest to the last.
+Analysis analyze_traces(const std::vector<std::vector<TraceStep>>& traces, int block_size, int eos_top_rank = 5,
+                        bool align_on_end = false);
 
 // Reads a trace written by `coda run --trace` (JSON Lines).
 Expected<std::vector<TraceStep>> read_trace(const std::string& path);

@@ -43,6 +43,35 @@ TEST(Analyze, BlockMeansOverSequencesThatReachTheBlock) {
   EXPECT_EQ(std::count(html.begin(), html.end(), '<') - std::count(html.begin(), html.end(), '>'), 0);
 }
 
+TEST(Analyze, AlignedOnTheEndBlocksCountBackFromEachEos) {
+  // A ends after 5 steps, B after 8; each one's last step is its EOS (probability 1 there, 0 before).
+  auto seq = [](int n) {
+    std::vector<TraceStep> t(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) {
+      t[static_cast<size_t>(k)].i = k;
+      t[static_cast<size_t>(k)].eos_prob = k == n - 1 ? 1.0 : 0.0;
+      t[static_cast<size_t>(k)].entropy = k;  // the step's index, to check which steps each block took
+    }
+    return t;
+  };
+  const Analysis a = analyze_traces({seq(5), seq(8)}, 2, 5, true);
+  // Back from the end in blocks of 2: A = {0}, {1,2}, {3,4}; B = {0,1}, {2,3}, {4,5}, {6,7}.
+  ASSERT_EQ(a.blocks.size(), 4u);
+  const int64_t want_block[] = {-4, -3, -2, -1};
+  const int64_t want_steps[] = {2, 3, 4, 4}, want_seqs[] = {1, 2, 2, 2};
+  const double want_entropy[] = {(0 + 1) / 2.0, (0 + 2 + 3) / 3.0, (1 + 2 + 4 + 5) / 4.0, (3 + 4 + 6 + 7) / 4.0};
+  for (size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(a.blocks[b].block, want_block[b]);
+    EXPECT_EQ(a.blocks[b].steps, want_steps[b]) << b;
+    EXPECT_EQ(a.blocks[b].sequences, want_seqs[b]) << b;
+    EXPECT_DOUBLE_EQ(a.blocks[b].entropy, want_entropy[b]) << b;
+  }
+  EXPECT_DOUBLE_EQ(a.blocks[3].eos_prob, 0.5);  // both EOS steps in the last block, of its 4 steps
+  EXPECT_DOUBLE_EQ(a.blocks[2].eos_prob, 0.0);
+  EXPECT_EQ(a.to_json()["aligned_on"], "end");
+  EXPECT_NE(a.to_html("t").find("end (EOS)"), std::string::npos);
+}
+
 TEST(Analyze, RollbacksInATraceDropTheStepsTheyUndid) {
   std::vector<nlohmann::ordered_json> lines = {{{"i", 0}, {"token", 5}, {"entropy", 1.0}},
                                                {{"i", 1}, {"token", 6}},

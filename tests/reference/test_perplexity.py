@@ -245,6 +245,15 @@ def main():
     check(rel < 1e-3, f"perplexity within 0.1% of the NumPy forward ({rel:.2e})")
     check(abs(res["ppl_err"] - err) / err < 1e-2, "its uncertainty too")
 
+    # llama.cpp's command lines pass -ub (the physical batch): accepted, and a pass of 64 tokens
+    # gives the same perplexity as -b 100.
+    out_ub = os.path.join(work, "ppl-ub.json")
+    r = coda("perplexity", "-m", MODEL, "-f", TEXT, "-c", str(n_ctx), "--chunks", str(n_chunks), "-b", "512",
+             "-ub", "64", "--json", out_ub)
+    res_ub = json.load(open(out_ub))
+    check("batch 64" in r.stdout and abs(res_ub["ppl"] - res["ppl"]) / res["ppl"] < 1e-4,
+          f"-ub 64 within -b 512: passes of 64 tokens, the same perplexity ({res_ub['ppl']} against {res['ppl']})")
+
     echo_logprobs_tests(res["tokens"])
     embedding_tests(res["tokens"])
 
