@@ -15,7 +15,7 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
     std::string model;
     int threads = 0;
     BenchModelOptions opt;
-    bool json = false, no_repack = false, no_warmup = false;
+    bool json = false, no_repack = false, no_warmup = false, threads_sweep = false;
     KvType ctk = KvType::F16, ctv = KvType::F16;
   };
   auto f = std::make_shared<Flags>();
@@ -44,6 +44,8 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
   sub->add_flag("--no-repack", f->no_repack,
                 "Keep the weights in the file's layout (no 16-row repacking for the GEMM kernels)");
   sub->add_flag("--json", f->json, "Print one JSON object instead of text");
+  sub->add_flag("--threads-sweep", f->threads_sweep,
+                "Time prefill and decode at every thread count from 1 to -t (default: all cores), to choose -t");
   out.push_back(
       {sub, [f] {
          const std::string path = f->model.empty() ? default_model_path() : f->model;
@@ -57,6 +59,33 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
          if (!model) return fail(model.message());
          const double load_s = load_timer.ms() / 1000;
          const RepackStats& rs = (*model)->repack_stats();
+         if (f->threads_sweep) {
+           // One pool per count, the same model and options: where more threads stop paying (a
+           // small model's step is too short to split) and where the machine's cores run out.
+           const int most = f->threads > 0 ? f->threads : default_threads();
+           std::string rows;
+           int best = 1;
+           double best_tps = 0;
+           if (!f->json) std::printf("model      %s (kernels: %s)\nthreads    prefill t/s   decode t/s   ms/token\n",
+                                     path.c_str(), kernels().name);
+           for (int t = 1; t <= most; ++t) {
+             ThreadPool pool(t);
+             auto r = bench_model(**model, pool, f->opt);
+             if (!r) return fail(r.message());
+             if (r->decode_tps > best_tps) best_tps = r->decode_tps, best = t;
+             rows += (rows.empty() ? "" : ",") + std::string("{\"threads\":") + std::to_string(t) +
+                     ",\"prefill_tps\":" + std::to_string(r->prefill_tps) + ",\"decode_tps\":" +
+                     std::to_string(r->decode_tps) + "}";
+             if (!f->json)
+               std::printf("%7d    %11.2f  %11.2f  %9.3f\n", t, r->prefill_tps, r->decode_tps, r->decode_ms);
+           }
+           if (f->json)
+             std::printf("{\"model\":\"%s\",\"kernels\":\"%s\",\"sweep\":[%s],\"best_decode_threads\":%d}\n",
+                         path.c_str(), kernels().name, rows.c_str(), best);
+           else
+             std::printf("fastest decode at -t %d\n", best);
+           return 0;
+         }
          ThreadPool pool(f->threads > 0 ? f->threads : default_threads());
          auto r = bench_model(**model, pool, f->opt);
          if (!r) return fail(r.message());
