@@ -33,9 +33,11 @@ int tune(TuneFlags& f, const CLI::App* sub) {
   t.objectives = f.test_problem.empty() ? split_list(f.objectives) : std::vector<std::string>{"f1", "f2"};
   if (f.test_problem.empty())
     if (Status s = lab::check_objectives(t.objectives, t.space); !s.ok()) return fail(s.message());
-  // The baseline: --baseline values, else each parameter's neutral default, clamped into the space.
+  // The baseline: --baseline values, else the study's (vLLM's defaults as it ran them: temperature
+  // 0.7, min_p 0, repetition_penalty 1.0) and each other parameter's neutral default, clamped into
+  // the space.
   for (const auto& p : t.space) {
-    auto n = lab::neutral_value(p.name);
+    auto n = lab::baseline_value(p.name);
     t.baseline[p.name] = p.snap(n ? *n : 0.5 * (p.low + p.high));
   }
   for (const auto& kv : split_list(f.baseline)) {

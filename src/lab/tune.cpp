@@ -41,6 +41,13 @@ Expected<double> neutral_value(const std::string& p) {
   return it->second;
 }
 
+Expected<double> baseline_value(const std::string& p) {
+  // The "Mad Llama" study's baseline is vLLM's defaults as it ran them: temperature 0.7, min_p 0,
+  // repetition_penalty 1.0. The rest are the fields' neutral values.
+  if (p == "temperature") return 0.7;
+  return neutral_value(p);
+}
+
 ExactObjective exact_objective(const std::string& objective) {
   const std::string suffix = "_deviation";
   if (objective.size() <= suffix.size() ||

@@ -72,6 +72,8 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
 // The defaults of the sampling fields coda knows (temperature 1, repetition_penalty 1, min_p 0,
 // ...), which is also what "<param>_deviation" objectives measure distance from.
 Expected<double> neutral_value(const std::string& param);
+// Trial 0 without --baseline: the published study's (temperature 0.7), else neutral_value.
+Expected<double> baseline_value(const std::string& param);
 
 // "<param>_deviation": |param - its neutral value| (the neutral value where the space leaves the
 // parameter out), a function of the trial's parameters. Empty for any other objective, which must

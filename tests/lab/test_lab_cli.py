@@ -73,7 +73,9 @@ def tune_tests(coda, work):
     check(study.directions[0].name == "MINIMIZE" and len(study.directions) == 2, "two minimised objectives")
     dist = study.trials[5].distributions
     check(dist["temperature"].low == 0.7 and dist["repetition_penalty"].high == 1.1, "distributions carried over")
-    check(trials[0]["baseline"] and trials[0]["params"]["repetition_penalty"] == 1.0, "trial 0 is the baseline")
+    check(trials[0]["baseline"] and trials[0]["params"]["repetition_penalty"] == 1.0 and
+          trials[0]["params"]["temperature"] == 0.7,
+          f"trial 0 is the study's baseline (temperature 0.7, repetition_penalty 1.0): {trials[0]['params']}")
     fronts = [t for t in trials if t["phase"] == 1 and t["on_front"]]
     check(len(fronts) >= 1, f"{len(fronts)} trials on the front")
     check("recommendation" in pareto and pareto["recommendation_text"], "a recommendation line")
