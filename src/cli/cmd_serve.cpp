@@ -147,6 +147,12 @@ int serve(ServeFlags& f) {
   if (f.server.defaults.reasoning)
     std::fprintf(stderr, "coda serve: the <think> block goes out as reasoning_content%s\n",
                  f.server.defaults.reasoning_opened ? " (the chat template opens it: replies start inside)" : "");
+  // The thread count, and why: the one knob that decides speed most on a shared host.
+  std::fprintf(stderr,
+               "coda serve: %d compute threads (%s); `coda bench-model --threads-sweep` shows the curve on this "
+               "machine\n",
+               loaded->generator->pool().size(),
+               f.threads > 0 ? "-t" : "all cores; -t to change");
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
