@@ -9,6 +9,7 @@
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "cli/cache_flags.h"
+#include "cli/reasoning_flags.h"
 #include "cli/commands.h"
 #include "cli/http_flags.h"
 #include "cli/llama_compat.h"
@@ -35,6 +36,7 @@ struct ServeFlags {
   std::string chat_template;                 // "": the model's; a built-in name, a file or Jinja source
   std::string tool_parser = "auto";          // the chat template's tool-call format
   std::string reasoning_parser = "auto";     // the chat template's <think> block
+  ReasoningFlags reasoning;
   bool enable_auto_tool_choice = false;      // vLLM's flag; coda parses whenever the format is known
   std::string pooling;                       // "": the GGUF's {arch}.pooling_type, else mean
   ApiKeyFlags api_keys;
@@ -50,6 +52,10 @@ int serve(ServeFlags& f) {
   opts.kv_type_k = f.ctk;
   opts.kv_type_v = f.ctv;
   if (Status s = set_guard_policy(f.guard, f.server.defaults.guard); !s.ok()) return fail("--guard: " + s.message());
+  if (Status s = apply_reasoning_flags(f.reasoning, f.server.defaults.guard.thinking, f.server.defaults.effort_budgets);
+      !s.ok())
+    return fail(s.message());
+  f.server.defaults.reasoning_field = f.reasoning.field;
   auto keys = resolve_api_keys(f.api_keys);
   if (!keys) return fail(keys.message());
   f.server.api_keys = std::move(*keys);
@@ -145,8 +151,11 @@ int serve(ServeFlags& f) {
                       (named_parser ? " (--tool-call-parser)" : " format, from the chat template"))
                          .c_str());
   if (f.server.defaults.reasoning)
-    std::fprintf(stderr, "coda serve: the <think> block goes out as reasoning_content%s\n",
-                 f.server.defaults.reasoning_opened ? " (the chat template opens it: replies start inside)" : "");
+    std::fprintf(stderr, "coda serve: the <think> block goes out as %s%s; a loop in it %s%s\n",
+                 f.server.defaults.reasoning_field.c_str(),
+                 f.server.defaults.reasoning_opened ? " (the chat template opens it: replies start inside)" : "",
+                 f.reasoning.loop == "answer" ? "is closed and the model answers" : "is left to the guard policy",
+                 f.reasoning.budget >= 0 ? (", budget " + std::to_string(f.reasoning.budget) + " tokens").c_str() : "");
   // The thread count, and why: the one knob that decides speed most on a shared host.
   std::fprintf(stderr,
                "coda serve: %d compute threads (%s); `coda bench-model --threads-sweep` shows the curve on this "
@@ -266,9 +275,10 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
                   "(plain text)")
       ->capture_default_str();
   sub->add_option("--reasoning-parser", f->reasoning_parser,
-                  "Send a reasoning model's <think> block as reasoning_content, apart from the content: auto (when "
+                  "Send a reasoning model's <think> block apart (in --reasoning-field) from the content: auto (when "
                   "the chat template knows </think>), deepseek_r1, qwen3 or none")
       ->capture_default_str();
+  add_reasoning_flags(sub, &f->reasoning, true);
   sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "Accepted for vLLM command lines; tool calls are read whenever --tool-call-parser knows the format");
   sub->add_flag_callback(

@@ -126,10 +126,20 @@ struct RepairAction {
   float min_temperature = 0.7f;
   float penalty = 1.0f;
 };
+// Roll generation back to the first `keep` generated tokens (never fewer than what was already
+// streamed), write `tokens` as if they had been sampled, then sample on with the end of generation
+// banned for `min_after` tokens: how the guard closes a reasoning model's thinking so that it
+// answers (guard/thinking.h).
+struct ForcedText {
+  int64_t keep = 0;
+  std::vector<int32_t> tokens;
+  int64_t min_after = 0;
+};
 struct StepVerdict {
   bool stop = false;
   std::string finish_reason;           // used when stop is set
   std::optional<RepairAction> repair;  // used when set (and stop is not)
+  std::optional<ForcedText> inject;    // used when set (and neither of the above is)
 };
 class StepObserver {
  public:
@@ -138,6 +148,9 @@ class StepObserver {
   virtual StepVerdict on_step(const StepView& step) = 0;
   // Generation went back to the first `keep` generated tokens (after a repair).
   virtual void on_rollback(int64_t /*keep*/) {}
+  // Tokens to hold back from the stream now, beyond the request's own stream delay (the guard,
+  // while a reasoning model thinks and a loop there may still be taken back).
+  virtual int64_t hold_back() const { return 0; }
 };
 
 }  // namespace coda

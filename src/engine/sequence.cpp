@@ -227,7 +227,16 @@ void Sequence::step() {
   const int32_t n_vocab = static_cast<int32_t>(logits_.size());
   Timer sample_timer;
   int32_t token;
-  if (boost_) {
+  const bool forced = forced_at_ < forced_.size();
+  if (!forced && ban_end_for_ > 0) {
+    // Just after a forced close the model must write something before it may end.
+    for (int32_t id : sv_.eos_ids) logits_[static_cast<size_t>(id)] = -INFINITY;
+    for (int32_t id : sv_.stop_ids) logits_[static_cast<size_t>(id)] = -INFINITY;
+    --ban_end_for_;
+  }
+  if (forced) {
+    token = forced_[forced_at_++];
+  } else if (boost_) {
     SamplingParams hot = req_.sampling;
     hot.temperature = std::min(2.0f, std::max(req_.sampling.temperature, boost_->min_temperature) * boost_factor_);
     hot.repetition_penalty = std::min(2.0f, std::max(req_.sampling.repetition_penalty, boost_->penalty));
@@ -269,6 +278,21 @@ void Sequence::step() {
     const StepVerdict v = observer_->on_step(view);
     res_.timings.observer_ms += observer_timer.ms();
     if (v.stop) return end(v.finish_reason.empty() ? "stop" : v.finish_reason);
+    if (v.inject && !v.repair && forced_at_ >= forced_.size() && res_.tokens_sampled < max_steps_) {
+      if (v.inject->keep < static_cast<int64_t>(res_.tokens.size())) {
+        ++res_.repairs;
+        rollback(v.inject->keep);
+      } else if (is_stop_token) {
+        return end("stop");  // nothing to force after the model's own end
+      } else {
+        pending_.assign(1, token);
+      }
+      forced_ = v.inject->tokens;
+      forced_at_ = 0;
+      ban_end_for_ = v.inject->min_after;
+      boost_.reset();
+      return;
+    }
     if (v.repair && res_.tokens_sampled < max_steps_) {
       ++res_.repairs;
       rollback(v.repair->keep);
@@ -288,7 +312,8 @@ void Sequence::step() {
   }
   // With a stream delay, only the text of tokens old enough is released.
   const size_t n = text_after_.size();
-  const size_t delay = static_cast<size_t>(std::max(0, req_.stream_delay_tokens));
+  const size_t delay = static_cast<size_t>(
+      std::max<int64_t>({0, req_.stream_delay_tokens, observer_ ? observer_->hold_back() : 0}));
   const size_t limit = delay == 0 ? std::string::npos : n > delay ? text_after_[n - 1 - delay] : 0;
   std::string ready = stops_.take_ready(limit);
   const auto released = static_cast<int64_t>(n > delay ? n - delay : 0);

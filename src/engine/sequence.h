@@ -96,6 +96,9 @@ class Sequence {
   StopMatcher stops_;
   std::vector<size_t> text_after_;  // completion text length after each generated token
   std::optional<RepairAction> boost_;
+  std::vector<int32_t> forced_;  // tokens to write next instead of sampling (ForcedText)
+  size_t forced_at_ = 0;
+  int64_t ban_end_for_ = 0;  // sampled tokens left during which the end of generation is banned
   float boost_factor_ = 1.0f;
   int64_t max_steps_ = 0;
   bool done_ = false;

@@ -74,7 +74,8 @@ Guard::Guard(GuardConfig config, std::vector<int32_t> eos_ids)
     : cfg_(std::move(config)),
       eos_ids_(std::move(eos_ids)),
       periods_(std::max(1, cfg_.max_period)),
-      detectors_(make_detectors(cfg_)) {}
+      detectors_(make_detectors(cfg_)),
+      thinking_(cfg_.thinking) {}
 
 void Guard::on_start(const std::vector<int32_t>&, const std::string& prompt_text) {
   const LanguageProfile p = language_profile(prompt_text);
@@ -88,6 +89,7 @@ void Guard::on_start(const std::vector<int32_t>&, const std::string& prompt_text
 bool Guard::same_episode(const std::string& type, int64_t onset) const {
   const DetectorInfo* d = find_detector(type);
   for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+    if (it->action == "answer") continue;  // its text was dropped when the thinking was closed
     const DetectorInfo* e = find_detector(it->type);
     if (it->type == type || (d && e && std::string_view(d->episode) == e->episode)) return onset < it->detected_at;
   }
@@ -168,8 +170,23 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
       return verdict;
     }
   }
+  thinking_.see(i, text, text_ends_);
+  const bool forcing = i < forcing_until_;  // the close is being written: nothing to close
   std::optional<GuardEvent> e = detect(state);
-  if (!e) return verdict;
+  const ThinkingConfig& tc = cfg_.thinking;
+  if (!e) {
+    // A budget of reasoning tokens: closed at the first sentence end within the grace, else at
+    // its end (a token that ends the generation is the model's own end, and stands).
+    if (thinking_.inside() && !forcing && tc.budget >= 0 && !is_eos && !tc.close.empty()) {
+      const int64_t used = thinking_.reasoning_tokens(i + 1);
+      const std::string_view t(text);
+      const size_t end = t.find_last_not_of(" \t");
+      const bool sentence_end = end != std::string_view::npos && std::string_view(".!?\n").find(t[end]) != std::string_view::npos;
+      if (used >= tc.budget && (sentence_end || used >= tc.budget + tc.grace))
+        return close_thinking(i + 1, i, text, "budget");
+    }
+    return verdict;
+  }
   const DetectorInfo& info = *find_detector(e->type);
   const bool loop_type = std::string_view(info.family) == "loop";
   const char* stop_reason = info.finish_reason;
@@ -180,6 +197,17 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   const bool in_scope = cfg_.act_on.empty()
                             ? std::string_view(info.family) != "length"
                             : std::find(cfg_.act_on.begin(), cfg_.act_on.end(), e->type) != cfg_.act_on.end();
+  // Inside the thinking, under a policy that acts, any loop (and whatever the scope acts on) closes
+  // the block at the loop's onset, and the model answers: that costs far less than stopping, so it
+  // is done even for the detectors that only observe in the answer.
+  if (thinking_.inside() && !forcing && tc.answer_on_loop && cfg_.policy != GuardPolicy::Observe &&
+      (loop_type || in_scope) && !tc.close.empty()) {
+    e->action = "answer";
+    if (cfg_.trace) trace_.back()["event"] = e->type;
+    const int64_t onset = e->onset;
+    events_.push_back(std::move(*e));
+    return close_thinking(onset, i, text, "loop");
+  }
   switch (in_scope ? cfg_.policy : GuardPolicy::Observe) {
     case GuardPolicy::Observe:
       e->action = "observe";
@@ -209,6 +237,29 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   return verdict;
 }
 
+StepVerdict Guard::close_thinking(int64_t keep, int64_t i, const std::string& text, const char* why) {
+  StepVerdict v;
+  ForcedText f;
+  f.keep = std::clamp<int64_t>(keep, 0, i + 1);
+  // The close starts a line of its own, as the models write it.
+  const size_t kept_bytes = f.keep > 0 ? text_ends_[static_cast<size_t>(f.keep) - 1] : 0;
+  const bool at_line_start = kept_bytes == 0 || text[std::min(kept_bytes, text.size()) - 1] == '\n';
+  f.tokens = at_line_start ? cfg_.thinking.close_after_newline : cfg_.thinking.close;
+  f.min_after = cfg_.thinking.min_answer;
+  reasoning_end_ = why;
+  forcing_until_ = f.keep + static_cast<int64_t>(f.tokens.size());
+  ++reasoning_closes_;
+  v.inject = std::move(f);
+  return v;
+}
+
+int64_t Guard::hold_back() const {
+  const ThinkingConfig& tc = cfg_.thinking;
+  if (thinking_.inside() && tc.answer_on_loop && cfg_.policy != GuardPolicy::Observe && !tc.close.empty())
+    return tc.hold;
+  return 0;
+}
+
 void Guard::on_rollback(int64_t keep) {
   periods_.truncate(static_cast<size_t>(keep));
   if (signals_.size() > static_cast<size_t>(keep)) signals_.resize(static_cast<size_t>(keep));
@@ -216,6 +267,7 @@ void Guard::on_rollback(int64_t keep) {
   const size_t kept_bytes = text_ends_.empty() ? 0 : text_ends_.back();
   for (auto& d : detectors_) d->on_rollback(keep, kept_bytes);
   fired_.clear();
+  thinking_.on_rollback(keep, text_ends_);
   if (cfg_.trace) trace_.push_back({{"rollback_to", keep}});
 }
 
@@ -241,6 +293,10 @@ GuardReport Guard::report() const {
     r.mean_eos_prob /= n;
   }
   r.distinct2 = distinct_ngrams(periods_.tokens(), 2, periods_.tokens().size());
+  r.thinking = thinking_.thinks();
+  r.reasoning_tokens = thinking_.reasoning_tokens(r.tokens);
+  r.reasoning_end = thinking_.closed_at() < 0 ? "" : reasoning_end_.empty() ? "model" : reasoning_end_;
+  r.reasoning_closes = reasoning_closes_;
   return r;
 }
 
@@ -268,8 +324,44 @@ nlohmann::ordered_json GuardReport::to_json() const {
                     {"distinct2", distinct2}};
   else
     j["signals"] = {{"tokens", tokens}, {"distinct2", distinct2}};
+  if (thinking)
+    j["reasoning"] = {{"tokens", reasoning_tokens},
+                      {"ended_by", reasoning_end.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(reasoning_end)},
+                      {"forced_closes", reasoning_closes}};
   return j;
 }
+
+namespace {
+
+// SentencePiece vocabularies put a space before a text encoded on its own: dropped when the
+// tokens would write one the text does not have.
+std::vector<int32_t> strip_space_prefix(const Vocab& vocab, std::vector<int32_t> ids, const std::string& text) {
+  auto bytes = [&](size_t from) {
+    std::string out;
+    for (size_t k = from; k < ids.size(); ++k) out += vocab.token_bytes(ids[k]);
+    return out;
+  };
+  const std::string all = bytes(0);
+  if (all == text) return ids;
+  if (all == " " + text && !ids.empty()) {
+    // The space is a token of its own, or the first piece carries it ("▁\n"): dropped either way.
+    if (bytes(1) == text) return std::vector<int32_t>(ids.begin() + 1, ids.end());
+    const std::string first = vocab.token_bytes(ids[0]).substr(1);
+    std::vector<int32_t> rest(ids.begin() + 1, ids.end());
+    auto head = vocab.encode(first, false, true);
+    if (head) {
+      std::string hb;
+      for (int32_t id : *head) hb += vocab.token_bytes(id);
+      if (hb == first) {
+        head->insert(head->end(), rest.begin(), rest.end());
+        return *head;
+      }
+    }
+  }
+  return ids;
+}
+
+}  // namespace
 
 std::unique_ptr<Guard> make_guard(const Generator& gen, GenerationRequest& request, const GuardConfig& config) {
   const Vocab& vocab = gen.vocab();
@@ -281,7 +373,17 @@ std::unique_ptr<Guard> make_guard(const Generator& gen, GenerationRequest& reque
       if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
   if (config.policy == GuardPolicy::Repair)
     request.stream_delay_tokens = std::max(request.stream_delay_tokens, config.stream_delay_tokens);
-  return std::make_unique<Guard>(config, std::move(eos));
+  GuardConfig c = config;
+  if (c.thinking.watch) {
+    // The close as this vocabulary writes it ("</think>" is one token in Qwen3's and DeepSeek's).
+    auto close = vocab.encode(c.thinking.close_text, false, true);
+    auto after_newline = vocab.encode("\n" + c.thinking.close_text, false, true);
+    if (close && after_newline) {
+      c.thinking.close = strip_space_prefix(vocab, *after_newline, "\n" + c.thinking.close_text);
+      c.thinking.close_after_newline = strip_space_prefix(vocab, *close, c.thinking.close_text);
+    }
+  }
+  return std::make_unique<Guard>(std::move(c), std::move(eos));
 }
 
 Expected<GuardedResult> generate_guarded(Generator& gen, GenerationRequest request, const GuardConfig& config,

@@ -18,6 +18,7 @@
 #include "guard/language.h"
 #include "guard/repetition.h"
 #include "guard/signals.h"
+#include "guard/thinking.h"
 
 namespace coda {
 
@@ -121,6 +122,9 @@ struct GuardConfig {
   // an n-gram of min_pattern..max_pattern tokens has repeated min_count times back to back, under
   // any policy (the request asked for it). max_pattern 0: off.
   int rd_min_pattern = 0, rd_max_pattern = 0, rd_min_count = 0;
+  // A reasoning model's <think> block: a loop there closes it and the model answers; a budget of
+  // reasoning tokens closes it too (guard/thinking.h).
+  ThinkingConfig thinking;
 };
 
 // A policy with its scope, as flags and requests spell it: "POLICY" (every detector) or
@@ -151,6 +155,13 @@ struct GuardReport {
   double mean_entropy = 0, mean_varentropy = 0, mean_surprisal = 0, mean_eos_prob = 0, max_eos_prob = 0;
   double distinct2 = 1;
   bool has_signals = true;  // false when some step came without a distribution (the proxy, text only)
+  // The <think> block, when the request watches one: its tokens, and how it ended: "model" (the
+  // model closed it), "loop" (a loop there was dropped and the block closed), "budget", or ""
+  // (still open: the generation ended inside it, or it never opened).
+  bool thinking = false;
+  int64_t reasoning_tokens = 0;
+  std::string reasoning_end;
+  int reasoning_closes = 0;  // forced closes (a loop or the budget)
   nlohmann::ordered_json to_json() const;
 };
 
@@ -161,6 +172,7 @@ class Guard : public StepObserver {
   void on_start(const std::vector<int32_t>& prompt, const std::string& prompt_text) override;
   StepVerdict on_step(const StepView& step) override;
   void on_rollback(int64_t keep) override;
+  int64_t hold_back() const override;
   // The same step for a caller that has no logits (the proxy, which sees an upstream's stream):
   // `token` is any stable id of the token's text, `signals` what could be estimated from the
   // upstream's top logprobs, or null when it sent none. Without signals the detectors that need
@@ -203,6 +215,12 @@ class Guard : public StepObserver {
   std::vector<nlohmann::ordered_json> trace_;
   std::vector<std::unique_ptr<Detector>> detectors_;
   int64_t length_override_ = -1;
+  ThinkingTracker thinking_;
+  std::string reasoning_end_;  // how the block was closed, when the guard closed it
+  int reasoning_closes_ = 0;
+  int64_t forcing_until_ = 0;  // tokens before this index are a close being written
+  // A forced close of the thinking: drops the tokens from `keep` on and writes the close.
+  StepVerdict close_thinking(int64_t keep, int64_t i, const std::string& text, const char* why);
 };
 
 // Generation under the guard: sets the stream delay the policy needs, runs, and returns the

@@ -310,7 +310,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       if (static_cast<int64_t>(sg.units()) > overrun_limit()) {
         // An upstream that writes past the max_tokens it was sent (a broken server): ended here
         // as "length", as a server that kept to it would have ended.
-        verdict = StepVerdict{true, "length", std::nullopt};
+        verdict = StepVerdict{true, "length", std::nullopt, std::nullopt};
         acted = true;
         r.upstream_overrun = true;
         return false;

@@ -16,6 +16,7 @@ Metrics::Metrics(bool server) {
   define_histogram("coda:e2e_request_latency_seconds", latency, "End-to-end request latency.");
   define_histogram("coda:iteration_sequences", {1, 2, 4, 8, 16, 32, 64, 128, 256},
                    "Sequences in each batched forward pass (continuous batching at work).");
+  define_reasoning_metrics(*this);
   help_.insert({{"coda:num_requests_running", "Requests being generated."},
                 {"coda:num_requests_waiting", "Requests waiting in the queue."},
                 {"coda:kv_cache_usage_perc", "KV cache in use, 0..1 of the budget."},
@@ -185,6 +186,34 @@ std::string Metrics::prometheus() const {
     for (const auto& [labels, h] : per_labels) print(labels, h);
   }
   return o.str();
+}
+
+}  // namespace coda
+
+namespace coda {
+
+void define_reasoning_metrics(Metrics& m) {
+  m.define_histogram("coda:reasoning_tokens", {0, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768},
+                     "Reasoning tokens per request that thought (inside its <think> block).");
+  m.set_help("coda:reasoning_loops_answered_total",
+             "Loops in a reasoning model's thinking that the guard dropped and closed, so that the model answered.");
+  m.set_help("coda:reasoning_budgets_enforced_total", "Thinking blocks closed at their budget of reasoning tokens.");
+  m.set_help("coda:answer_loops_total", "Loops the guard acted on in the answer after a reasoning model's thinking.");
+  m.set_help("coda:reasoning_unfinished_total",
+             "Requests that ended inside the thinking: no answer (by max_tokens, a stop, or the model's end).");
+}
+
+void record_reasoning(Metrics& m, const GuardReport& r, const MetricLabels& labels) {
+  if (!r.thinking) return;
+  m.observe("coda:reasoning_tokens", static_cast<double>(r.reasoning_tokens), labels);
+  for (const GuardEvent& e : r.events) {
+    if (e.action == "answer") m.add("coda:reasoning_loops_answered_total", 1, labels);
+    if (!r.reasoning_end.empty() && (e.action == "stop" || e.action == "repair") && e.onset >= r.reasoning_tokens &&
+        in_detector_family(e.type, "loop"))
+      m.add("coda:answer_loops_total", 1, labels);
+  }
+  if (r.reasoning_end == "budget") m.add("coda:reasoning_budgets_enforced_total", 1, labels);
+  if (r.reasoning_end.empty()) m.add("coda:reasoning_unfinished_total", 1, labels);
 }
 
 }  // namespace coda

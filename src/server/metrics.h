@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "guard/guard.h"
+
 namespace coda {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
@@ -58,5 +60,11 @@ class Metrics {
   std::map<std::string, std::map<std::string, Histogram>> histograms_;
   std::map<std::string, std::string> help_;
 };
+
+// A reasoning model's thinking, from one request's guard report: the reasoning tokens histogram,
+// loops answered, budgets enforced, loops in the answer, requests that never answered (serve and
+// proxy alike; the proxy labels them with its upstream and model).
+void define_reasoning_metrics(Metrics& m);
+void record_reasoning(Metrics& m, const GuardReport& r, const MetricLabels& labels = {});
 
 }  // namespace coda

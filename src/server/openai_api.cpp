@@ -300,6 +300,15 @@ void developer_role_as_system(nlohmann::ordered_json& messages) {
       if (auto role = m.find("role"); role != m.end() && *role == "developer") *role = "system";
 }
 
+// vLLM now names an assistant message's thinking `reasoning`, llama.cpp and older vLLM
+// `reasoning_content`; chat templates read `reasoning_content` (Qwen3's), so either arrives there.
+void reasoning_as_reasoning_content(nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) return;
+  for (auto& m : messages)
+    if (m.is_object() && m.contains("reasoning") && !m.contains("reasoning_content") && m["reasoning"].is_string())
+      m["reasoning_content"] = m["reasoning"];
+}
+
 }  // namespace
 
 ApiError model_not_found(const std::string& asked, const std::string& served) {
@@ -334,6 +343,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     if (!rd.get("messages")) return bad("messages", "messages: required");
     g.messages = std::move(j["messages"]);  // moved, not copied: a long conversation is parsed once
     developer_role_as_system(*g.messages);
+    reasoning_as_reasoning_content(*g.messages);
     if (d.tool_parser == ToolCallFormat::Mistral) shorten_call_ids_for_mistral(*g.messages);
   } else {
     const auto* p = rd.get("prompt");
@@ -586,6 +596,32 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       if (Status s = set_guard_policy((*c)["guard"].get<std::string>(), r.guard); !s.ok())
         return bad("coda.guard", s.message());
     }
+    if (c->contains("reasoning_loop")) {
+      const auto& v = (*c)["reasoning_loop"];
+      if (!v.is_string() || (v != "answer" && v != "stop"))
+        return bad("coda.reasoning_loop",
+                   "coda.reasoning_loop: expected \"answer\" (close the thinking and let the model answer) or "
+                   "\"stop\"");
+      r.guard.thinking.answer_on_loop = v == "answer";
+    }
+  }
+  // Thinking budgets, under every name clients send: vLLM's thinking_token_budget, llama.cpp's
+  // thinking_budget_tokens, and OpenAI's reasoning_effort mapped to the operator's budgets.
+  bool budget_given = false;
+  for (const char* key : {"thinking_token_budget", "thinking_budget_tokens"}) {
+    const auto* b = rd.get(key);
+    if (!b || b->is_null()) continue;
+    if (!b->is_number_integer() || b->get<int64_t>() < -1 || b->get<int64_t>() > (int64_t{1} << 30))
+      return bad(key, std::string(key) + ": expected a number of tokens (-1: unlimited)");
+    r.guard.thinking.budget = b->get<int64_t>();
+    budget_given = true;
+  }
+  if (const auto* e = rd.get("reasoning_effort"); e && !e->is_null()) {
+    const std::string v = e->is_string() ? e->get<std::string>() : "";
+    int level = v == "none" ? -1 : v == "minimal" || v == "low" ? 0 : v == "medium" ? 1 : v == "high" ? 2 : -2;
+    if (level == -2)
+      return bad("reasoning_effort", "reasoning_effort: expected none, minimal, low, medium or high");
+    if (!budget_given) r.guard.thinking.budget = level < 0 ? 0 : d.effort_budgets[level];
   }
   // A batch of one is a plain request; otherwise one generation per choice, prompt by prompt (prompt
   // i's n samples are choices i n .. i n + n - 1, as vLLM orders them), each with its own seed.
@@ -624,6 +660,9 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
     r.reasoning = true;
     r.reasoning_opened = d.reasoning_opened;
   }
+  r.reasoning_field = d.reasoning_field;
+  r.guard.thinking.watch = r.reasoning;
+  r.guard.thinking.opened = r.reasoning_opened;
   r.nine_char_call_ids = r.chat && d.tool_parser == ToolCallFormat::Mistral;
   if (r.chat && r.tool_choice.empty() && (!r.gen.sampling.grammar || choice_format) &&
       d.tool_parser != ToolCallFormat::None) {
@@ -678,12 +717,17 @@ nlohmann::ordered_json stop_reason_json(const ApiRequest& r, const GenerationRes
   return nullptr;  // the model's own end of generation, as vLLM reports it
 }
 
-nlohmann::ordered_json usage_json(const GenerationResult& g) {
-  // prompt_tokens_details.cached_tokens as OpenAI reports it: prompt tokens served from the cache.
-  return {{"prompt_tokens", g.prompt_tokens},
-          {"completion_tokens", g.completion_tokens},
-          {"total_tokens", g.prompt_tokens + g.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
+nlohmann::ordered_json usage_json(const GenerationResult& g, int64_t reasoning_tokens) {
+  // prompt_tokens_details.cached_tokens as OpenAI reports it: prompt tokens served from the cache;
+  // completion_tokens_details.reasoning_tokens: the completion's tokens inside the <think> block.
+  nlohmann::ordered_json u{{"prompt_tokens", g.prompt_tokens},
+                           {"completion_tokens", g.completion_tokens},
+                           {"total_tokens", g.prompt_tokens + g.completion_tokens},
+                           {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
+  if (reasoning_tokens >= 0)
+    u["completion_tokens_details"] = {
+        {"reasoning_tokens", std::min<int64_t>(reasoning_tokens, g.completion_tokens)}};
+  return u;
 }
 
 namespace {
@@ -783,7 +827,7 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   } else {
     choice["text"] = echoed + res.text;
   }
-  if (!parts.reasoning.empty()) choice["message"]["reasoning_content"] = parts.reasoning;
+  if (!parts.reasoning.empty()) choice["message"][r.reasoning_field] = parts.reasoning;
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = parts.finish_reason;
   choice["stop_reason"] = stop_reason_json(r, res);
@@ -815,7 +859,7 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
                               {"created", created},
                               {"model", r.model.empty() ? "coda" : r.model},
                               {"choices", nlohmann::ordered_json::array({choice})},
-                              {"usage", usage_json(res)}};
+                              {"usage", usage_json(res, r.reasoning ? g.report.reasoning_tokens : -1)}};
   if (r.chat && r.prompt_logprobs >= 0) body["prompt_logprobs"] = std::move(vllm_prompt);  // as vLLM places it
   body["coda"] = g.report.to_json();
   if (r.guard.trace) body["coda"]["trace"] = g.trace;

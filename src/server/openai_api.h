@@ -68,6 +68,7 @@ struct ApiRequest {
   // the chat template's generation prompt opened it, so the reply starts inside.
   bool reasoning = false;
   bool reasoning_opened = false;
+  std::string reasoning_field = "reasoning";  // the message and delta field the thinking goes out in
   std::string model;
   GenerationRequest gen;
   GuardConfig guard;
@@ -79,6 +80,11 @@ struct ServerDefaults {
   ToolCallFormat tool_parser = ToolCallFormat::None;  // --tool-call-parser (or the chat template's)
   bool reasoning = false;                             // --reasoning-parser (or a chat template that knows </think>)
   bool reasoning_opened = false;                      // the template's generation prompt ends inside <think>
+  // --reasoning-field: vLLM's current name for the thinking ("reasoning"), or "reasoning_content"
+  // (llama.cpp's, and vLLM's before).
+  std::string reasoning_field = "reasoning";
+  // Thinking budgets for reasoning_effort low (and minimal), medium and high (-1: unlimited).
+  int64_t effort_budgets[3] = {1024, 4096, -1};
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body. Unknown fields are ignored.
@@ -96,7 +102,8 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
                                        int64_t created, const class Vocab& vocab);
 nlohmann::ordered_json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created,
                                     const std::string& text, const char* finish_reason, bool first);
-nlohmann::ordered_json usage_json(const GenerationResult& g);
+// `reasoning_tokens` >= 0: also completion_tokens_details.reasoning_tokens.
+nlohmann::ordered_json usage_json(const GenerationResult& g, int64_t reasoning_tokens = -1);
 // vLLM's `stop_reason`: the stop string or stop_token_ids id that ended the text; null for the
 // model's own end of generation or any other finish.
 nlohmann::ordered_json stop_reason_json(const ApiRequest& r, const GenerationResult& g);

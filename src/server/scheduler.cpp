@@ -361,6 +361,7 @@ void Scheduler::complete(Active& a) {
   metrics_.observe("coda:e2e_request_latency_seconds", t.since_arrival.ms() / 1000.0);
   for (const auto& e : out.report.events) metrics_.add("coda:guard_events_total", 1, "type", e.type);
   metrics_.add("coda:guard_repairs_total", static_cast<double>(out.report.repairs.size()));
+  record_reasoning(metrics_, out.report);
   t.finish(std::move(out));
 }
 

@@ -346,7 +346,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   // start a call in the model's format waits for the end (chat/tool_calls.h).
   auto reply = std::make_shared<std::string>();
   auto reply_sent = std::make_shared<size_t>(0);
-  // The <think> block streams as reasoning_content, the rest as content (chat/reasoning.h).
+  // The <think> block streams in r.reasoning_field, the rest as content (chat/reasoning.h).
   auto thinking = std::make_shared<ReasoningSplitter>(r.reasoning_opened);
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -355,10 +355,11 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         // opening chunk none generated yet), and the chunks sent once the result is in the exact
         // ones. An error body is not a chunk and carries none.
         const GenerationResult* final_usage = nullptr;
+        int64_t final_reasoning = -1;
         auto send = [&](nlohmann::ordered_json j, bool opening = false) {
           if (r.continuous_usage && j.contains("choices")) {
             if (final_usage) {
-              j["usage"] = usage_json(*final_usage);
+              j["usage"] = usage_json(*final_usage, final_reasoning);
             } else {
               const int64_t p = ticket->prompt_tokens.load(), c = opening ? 0 : ticket->tokens_waited();
               j["usage"] = {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
@@ -392,7 +393,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         }
         if (!text.empty() || !reasoning.empty() || (r.logprobs && !lps.empty())) {
           auto chunk = stream_chunk(r, id, created, text, nullptr, false);
-          if (!reasoning.empty()) chunk["choices"][0]["delta"]["reasoning_content"] = reasoning;
+          if (!reasoning.empty()) chunk["choices"][0]["delta"][r.reasoning_field] = reasoning;
           if (r.logprobs && !lps.empty())
             chunk["choices"][0]["logprobs"] = logprobs_json(r, lps, gen_.vocab(), *text_offset);
           if (!send(chunk)) return false;
@@ -408,6 +409,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
           send(generation_error(out.message()).body());
         } else {
           final_usage = &out->result;
+          if (r.reasoning) final_reasoning = out->report.reasoning_tokens;
           const ReplyParts parts = reply_parts(r, out->result);
           if (!r.tool_choice.empty() || r.tool_parse != ToolCallFormat::None) {
             const nlohmann::ordered_json& calls = parts.calls;
@@ -445,7 +447,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
           if (r.include_usage) {
             auto u = stream_chunk(r, id, created, "", nullptr, false);
             u["choices"] = nlohmann::ordered_json::array();
-            u["usage"] = usage_json(out->result);
+            u["usage"] = usage_json(out->result, final_reasoning);
             send(u);
           }
         }

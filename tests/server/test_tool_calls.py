@@ -2,7 +2,7 @@
 """Replies in the model's own words over real HTTP: with `tools` and tool_choice "auto", coda
 serve reads the calls the model writes in its chat template's format (hermes for Qwen2.5's template,
 llama3_json when --tool-call-parser asks) and answers them as OpenAI `tool_calls`, streamed or not;
-and a reasoning model's <think> block goes out as `reasoning_content` (DeepSeek-R1's template opens
+and a reasoning model's <think> block goes out as `reasoning` (vLLM's current name; `reasoning_content` with --reasoning-field) (DeepSeek-R1's template opens
 the block in its generation prompt; Qwen3's model opens it itself, and may call tools after it).
 
 The bundled model does not write tool calls by itself, so the replies are fixed with guided_choice
@@ -296,25 +296,40 @@ def main():
         c = ask(s, reply)
         if c:
             m = c["message"]
-            check(m.get("reasoning_content") == "Two and two make four.\n" and m["content"] == "\n\nFour."
+            check(m.get("reasoning") == "Two and two make four.\n" and m["content"] == "\n\nFour."
                   and c["finish_reason"] == "stop", f"R1 reasoning: {m}")
         content, calls, finish = ask_stream(s, reply)
         _, events, _ = s.stream("/v1/chat/completions", {"messages": CHAT, "guided_choice": [reply], "max_tokens": 200,
                                                          "stream": True, "coda": {"guard": "observe"}})
-        thought = "".join(c.get("delta", {}).get("reasoning_content") or "" for e in events for c in e.get("choices", []))
+        thought = "".join(c.get("delta", {}).get("reasoning") or "" for e in events for c in e.get("choices", []))
         check(thought == "Two and two make four.\n" and content == "\n\nFour.", f"R1 streamed: {thought!r} {content!r}")
         # Cut off while thinking: all of it is reasoning, the content empty.
         c = ask(s, reply, max_tokens=6)
         if c:
             check(c["finish_reason"] == "length" and c["message"]["content"] == ""
-                  and reply.startswith(c["message"].get("reasoning_content", "")), f"R1 cut off: {c['message']}")
+                  and reply.startswith(c["message"].get("reasoning", "")), f"R1 cut off: {c['message']}")
+    finally:
+        s.stop()
+    # llama.cpp's (and vLLM's older) name for the field, when the operator asks for it.
+    s = Server(coda, "--chat-template", r1, "--reasoning-field", "reasoning_content")
+    try:
+        c = ask(s, reply)
+        if c:
+            m = c["message"]
+            check(m.get("reasoning_content") == "Two and two make four.\n" and "reasoning" not in m,
+                  f"--reasoning-field reasoning_content: {m}")
+        _, events, _ = s.stream("/v1/chat/completions", {"messages": CHAT, "guided_choice": [reply], "max_tokens": 200,
+                                                         "stream": True, "coda": {"guard": "observe"}})
+        deltas = [c.get("delta", {}) for e in events for c in e.get("choices", [])]
+        check("".join(d.get("reasoning_content") or "" for d in deltas) == "Two and two make four.\n"
+              and not any("reasoning" in d for d in deltas), f"--reasoning-field streamed: {deltas}")
     finally:
         s.stop()
     s = Server(coda, "--chat-template", r1, "--reasoning-parser", "none")
     try:
         c = ask(s, reply)
         if c:
-            check(c["message"]["content"] == reply and "reasoning_content" not in c["message"], f"parser none: {c}")
+            check(c["message"]["content"] == reply and "reasoning" not in c["message"], f"parser none: {c}")
     finally:
         s.stop()
 
@@ -326,7 +341,7 @@ def main():
         c = ask(s, reply)
         if c:
             m = c["message"]
-            check(m.get("reasoning_content") == "\nThe user wants weather.\n" and m.get("content") == "I will look."
+            check(m.get("reasoning") == "\nThe user wants weather.\n" and m.get("content") == "I will look."
                   and is_weather_call((m.get("tool_calls") or [{}])[0], "Paris") and c["finish_reason"] == "tool_calls",
                   f"Qwen3 reasoning and a call: {m}")
         content, calls, finish = ask_stream(s, reply)
@@ -334,7 +349,7 @@ def main():
               f"Qwen3 streamed: {content!r} {calls} {finish}")
         c = ask(s, "Plain answer.")
         if c:
-            check(c["message"]["content"] == "Plain answer." and "reasoning_content" not in c["message"], f"Qwen3 plain: {c}")
+            check(c["message"]["content"] == "Plain answer." and "reasoning" not in c["message"], f"Qwen3 plain: {c}")
         # The Responses API: the thinking as a reasoning item, then the message and the call; streamed,
         # the reasoning item closes before the message opens, and the indexes follow the items.
         rq = {"input": "Weather in Paris?", "tools": RESPONSES_TOOLS, "guided_choice": [reply], "max_output_tokens": 200,
