@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/http_flags.h"
+#include "cli/reasoning_flags.h"
 #include "core/strings.h"
 #include "proxy/proxy_server.h"
 #include "server/shutdown.h"
@@ -13,6 +14,8 @@ namespace {
 
 struct ProxyFlags {
   std::string guard = "stop:loop,flooding";  // exact loops and floods stop; the rest is observed (docs/guard.md)
+  ReasoningFlags reasoning;
+  std::string upstream_budget = "enforce";
   int max_repairs = 8;
   int repair_window = 256;
   std::vector<std::string> upstreams;  // --upstream, repeated or comma-separated
@@ -35,6 +38,11 @@ int run_proxy(ProxyFlags& f) {
     return fail("--upstream-affinity: '" + f.affinity + "' is not one of prefix, none");
   f.opts.prefix_affinity = f.affinity == "prefix";
   if (Status s = set_guard_policy(f.guard, f.opts.guard); !s.ok()) return fail("--guard: " + s.message());
+  if (Status s = apply_reasoning_flags(f.reasoning, f.opts.guard.thinking, f.opts.effort_budgets); !s.ok())
+    return fail(s.message());
+  if (f.upstream_budget != "enforce" && f.upstream_budget != "forward")
+    return fail("--upstream-reasoning-budget: '" + f.upstream_budget + "' is not enforce or forward");
+  f.opts.forward_budget = f.upstream_budget == "forward";
   auto keys = resolve_api_keys(f.api_keys);
   if (!keys) return fail(keys.message());
   f.opts.api_keys = std::move(*keys);
@@ -122,6 +130,11 @@ void add_proxy(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::Range(0.0, 86400.0));
   sub->add_flag("--metrics-auth", f->opts.metrics_auth,
                 "Put GET /metrics behind --api-key too (open by default, as vLLM's)");
+  add_reasoning_flags(sub, &f->reasoning, false);
+  sub->add_option("--upstream-reasoning-budget", f->upstream_budget,
+                  "Thinking budgets: enforce (the proxy closes the thinking and asks the upstream for the answer) or "
+                  "forward (the budget fields go to an upstream that honours them)")
+      ->capture_default_str();
   sub->add_option("--max-repairs", f->max_repairs, "Repairs per request before the guard stops it")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));

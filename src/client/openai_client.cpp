@@ -68,6 +68,9 @@ void absorb(const nlohmann::ordered_json& j, bool chat, bool streaming, bool gat
     if (const auto* p = member(*u, "prompt_tokens"); p && p->is_number_integer()) c.prompt_tokens = p->get<int64_t>();
     if (const auto* p = member(*u, "completion_tokens"); p && p->is_number_integer())
       c.completion_tokens = p->get<int64_t>();
+    if (const auto* d = member(*u, "completion_tokens_details"); d && d->is_object())
+      if (const auto* p = member(*d, "reasoning_tokens"); p && p->is_number_integer())
+        c.reasoning_tokens = p->get<int64_t>();
   } else if (const auto* t = member(j, "timings"); t && t->is_object()) {
     // llama.cpp's server with timings_per_token: the prompt is the tokens it processed and those it
     // found in its cache. Its closing usage, when the stream gets that far, says the same.

@@ -73,6 +73,7 @@ struct Completion {
   std::string stop_reason;     // vLLM's (coda's too): the stop string that ended the text; else empty
   int64_t prompt_tokens = -1;  // from usage; -1 when the server did not say
   int64_t completion_tokens = -1;
+  int64_t reasoning_tokens = -1;  // usage.completion_tokens_details.reasoning_tokens; -1 when not said
   std::vector<TokenLogprob> logprobs;
   nlohmann::ordered_json coda;  // coda's report ("coda" field), null when absent
   double ttft_ms = -1;  // first content chunk (streaming) or the whole answer

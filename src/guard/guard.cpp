@@ -177,7 +177,7 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   if (!e) {
     // A budget of reasoning tokens: closed at the first sentence end within the grace, else at
     // its end (a token that ends the generation is the model's own end, and stands).
-    if (thinking_.inside() && !forcing && tc.budget >= 0 && !is_eos && !tc.close.empty()) {
+    if (thinking_.inside() && !forcing && tc.budget >= 0 && !is_eos && can_close()) {
       const int64_t used = thinking_.reasoning_tokens(i + 1);
       const std::string_view t(text);
       const size_t end = t.find_last_not_of(" \t");
@@ -201,7 +201,7 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   // the block at the loop's onset, and the model answers: that costs far less than stopping, so it
   // is done even for the detectors that only observe in the answer.
   if (thinking_.inside() && !forcing && tc.answer_on_loop && cfg_.policy != GuardPolicy::Observe &&
-      (loop_type || in_scope) && !tc.close.empty()) {
+      (loop_type || in_scope) && can_close()) {
     e->action = "answer";
     if (cfg_.trace) trace_.back()["event"] = e->type;
     const int64_t onset = e->onset;
@@ -255,8 +255,7 @@ StepVerdict Guard::close_thinking(int64_t keep, int64_t i, const std::string& te
 
 int64_t Guard::hold_back() const {
   const ThinkingConfig& tc = cfg_.thinking;
-  if (thinking_.inside() && tc.answer_on_loop && cfg_.policy != GuardPolicy::Observe && !tc.close.empty())
-    return tc.hold;
+  if (thinking_.inside() && tc.answer_on_loop && cfg_.policy != GuardPolicy::Observe && can_close()) return tc.hold;
   return 0;
 }
 

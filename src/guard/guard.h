@@ -173,6 +173,8 @@ class Guard : public StepObserver {
   StepVerdict on_step(const StepView& step) override;
   void on_rollback(int64_t keep) override;
   int64_t hold_back() const override;
+  // With thinking.external: the next steps are thinking (true) or answer (false).
+  void set_thinking(bool inside) { thinking_.set_inside(inside, static_cast<int64_t>(signals_.size())); }
   // The same step for a caller that has no logits (the proxy, which sees an upstream's stream):
   // `token` is any stable id of the token's text, `signals` what could be estimated from the
   // upstream's top logprobs, or null when it sent none. Without signals the detectors that need
@@ -221,6 +223,9 @@ class Guard : public StepObserver {
   int64_t forcing_until_ = 0;  // tokens before this index are a close being written
   // A forced close of the thinking: drops the tokens from `keep` on and writes the close.
   StepVerdict close_thinking(int64_t keep, int64_t i, const std::string& text, const char* why);
+  bool can_close() const {
+    return cfg_.thinking.watch && (cfg_.thinking.external || !cfg_.thinking.close.empty());
+  }
 };
 
 // Generation under the guard: sets the stream delay the policy needs, runs, and returns the

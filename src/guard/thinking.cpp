@@ -11,7 +11,7 @@ constexpr std::string_view kOpen = "<think>", kClose = "</think>";
 }  // namespace
 
 void ThinkingTracker::see(int64_t i, const std::string& text, const std::vector<size_t>& text_ends) {
-  if (!cfg_.watch) return;
+  if (!cfg_.watch || cfg_.external) return;
   if (state_ == State::Undecided) {
     // A reply that thinks starts with <think> (after blank space); decided once enough is in.
     const size_t lead = std::min(text.find_first_not_of(" \t\r\n"), text.size());
@@ -49,6 +49,19 @@ void ThinkingTracker::on_rollback(int64_t keep, const std::vector<size_t>& text_
   if (state_ == State::Thinking || state_ == State::NoThinking) {
     if (keep == 0 && !cfg_.opened) state_ = State::Undecided;
     scanned_ = std::min(scanned_, kept_bytes);
+  }
+}
+
+void ThinkingTracker::set_inside(bool inside, int64_t n) {
+  if (!cfg_.watch || !cfg_.external) return;
+  if (inside && (state_ == State::Undecided || state_ == State::NoThinking)) {
+    state_ = State::Thinking;
+    start_ = n;
+  } else if (!inside && state_ == State::Thinking) {
+    state_ = State::Closed;
+    closed_at_ = close_from_ = n;
+  } else if (!inside && state_ == State::Undecided) {
+    state_ = State::NoThinking;
   }
 }
 

@@ -17,6 +17,9 @@ namespace coda {
 struct ThinkingConfig {
   bool watch = false;   // the reply may think (the request splits reasoning from content)
   bool opened = false;  // the prompt opened the block: the reply starts inside it
+  // The caller says where the block is and writes the close itself (the proxy: the upstream sends
+  // the thinking in its own field, and a close is a continuation request).
+  bool external = false;
   // A loop (any detector of the loop family, or any detector the policy acts on) inside the block
   // closes it and the model answers; false: the policy acts as on any text (stop or repair).
   bool answer_on_loop = true;
@@ -38,6 +41,8 @@ class ThinkingTracker {
   // Token `i` was generated; `text` is the completion so far, `text_ends` its bytes after each token.
   void see(int64_t i, const std::string& text, const std::vector<size_t>& text_ends);
   void on_rollback(int64_t keep, const std::vector<size_t>& text_ends);
+  // With `external`: the tokens from `n` on are thinking (true) or answer (false).
+  void set_inside(bool inside, int64_t n);
   // Inside the block after the newest token (its close not yet written).
   bool inside() const { return state_ == State::Thinking; }
   // Whether the reply thinks at all (known once its first characters are in).

@@ -195,7 +195,14 @@ struct Shaper {
 
 json usage_of(const SessionResult& r) {
   const int64_t p = std::max<int64_t>(0, r.prompt_tokens), c = std::max<int64_t>(0, r.completion_tokens);
-  return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+  json u{{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+  // The upstream's own count when one request made the reply; the guard's count of the units in the
+  // thinking when the proxy closed it (a continuation) or the upstream did not say.
+  const int64_t reasoning = r.upstream_requests <= 1 && r.upstream_reasoning_tokens >= 0 ? r.upstream_reasoning_tokens
+                            : r.report.thinking                                          ? r.report.reasoning_tokens
+                                                                                         : -1;
+  if (reasoning >= 0) u["completion_tokens_details"] = {{"reasoning_tokens", std::min(reasoning, c)}};
+  return u;
 }
 
 // One choice of a body that is not streamed: what the guard released, as OpenAI shapes it.
@@ -305,6 +312,7 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<std::unique_ptr<Upstr
   const std::vector<double> tokens = {16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768};
   const std::vector<double> latency = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   metrics_.define_histogram("coda:request_generation_tokens", tokens, "Tokens the client received per request.");
+  define_reasoning_metrics(metrics_);
   metrics_.define_histogram("coda:guard_tokens_saved", tokens,
                             "Tokens of max_tokens left ungenerated because the guard stopped the request.");
   metrics_.define_histogram("coda:e2e_request_latency_seconds", latency, "End-to-end request latency.");
@@ -570,6 +578,7 @@ void ProxyServer::record(const SessionResult& r, const std::string& asked_model,
   }
   metrics_.add("coda:request_success_total", 1, with("finished_reason", known_finish_reason(r.finish_reason)));
   for (const auto& e : r.report.events) metrics_.add("coda:guard_events_total", 1, with("type", e.type));
+  record_reasoning(metrics_, r.report, l);
   if (!r.report.repairs.empty())
     metrics_.add("coda:guard_repairs_total", static_cast<double>(r.report.repairs.size()), l);
   if (r.finish_reason == "repetition" || r.finish_reason == "degenerate") {
@@ -929,9 +938,35 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       if (Status s = set_guard_policy(c["guard"].get<std::string>(), so.guard); !s.ok())
         return reject(400, s.message(), "coda.guard");
     }
+    if (c.contains("reasoning_loop")) {
+      if (!c["reasoning_loop"].is_string() || (c["reasoning_loop"] != "answer" && c["reasoning_loop"] != "stop"))
+        return reject(400,
+                      "coda.reasoning_loop: expected \"answer\" (close the thinking and let the model answer) or "
+                      "\"stop\"",
+                      "coda.reasoning_loop");
+      so.guard.thinking.answer_on_loop = c["reasoning_loop"] == "answer";
+    }
     if (c.contains("max_repairs") && c["max_repairs"].is_number_integer())
       so.guard.max_repairs =
           static_cast<int>(std::clamp<int64_t>(c["max_repairs"].get<int64_t>(), 0, opts_.guard.max_repairs));
+  }
+  // Thinking budgets under every name clients send (vLLM's, llama.cpp's, OpenAI's effort).
+  so.forward_budget = opts_.forward_budget;
+  bool budget_given = false;
+  for (const char* key : {"thinking_token_budget", "thinking_budget_tokens"}) {
+    if (!body.contains(key) || body[key].is_null()) continue;
+    if (!body[key].is_number_integer() || body[key].get<int64_t>() < -1 || body[key].get<int64_t>() > (int64_t{1} << 30))
+      return reject(400, std::string(key) + ": expected a number of tokens (-1: unlimited)", key);
+    so.guard.thinking.budget = body[key].get<int64_t>();
+    budget_given = true;
+  }
+  if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
+    const std::string v = body["reasoning_effort"].is_string() ? body["reasoning_effort"].get<std::string>() : "";
+    const int level = v == "none" ? -1 : v == "minimal" || v == "low" ? 0 : v == "medium" ? 1 : v == "high" ? 2 : -2;
+    if (level == -2)
+      return reject(400, "reasoning_effort: expected none, minimal, low, medium or high", "reasoning_effort");
+    // The effort also goes upstream as it is (a model such as gpt-oss thinks more or less for it).
+    if (!budget_given) so.guard.thinking.budget = level < 0 ? 0 : opts_.effort_budgets[level];
   }
   if (body.contains("repetition_detection") && !body["repetition_detection"].is_null()) {
     nlohmann::ordered_json rd = nlohmann::ordered_json::parse(dump(body["repetition_detection"]));

@@ -43,7 +43,9 @@ struct ProxyOptions {
   int port = 8081;  // 0: any free port
   TlsFiles tls;     // serve https (--ssl-certfile, --ssl-keyfile)
   std::vector<std::string> api_keys;  // empty: no key needed
-  GuardConfig guard;                  // the operator's policy and thresholds
+  GuardConfig guard;                  // the operator's policy and thresholds (and the thinking's)
+  int64_t effort_budgets[3] = {1024, 4096, -1};  // thinking budgets for reasoning_effort low, medium, high
+  bool forward_budget = false;                   // --upstream-reasoning-budget forward
   bool finish_reason_compat = false;  // repetition/degenerate reported as "stop"
   int64_t default_max_tokens = 8192;
   int max_connections = 256;  // requests in flight; more get 429

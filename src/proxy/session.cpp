@@ -89,6 +89,79 @@ nlohmann::ordered_json continuation(const nlohmann::ordered_json& base, const nl
   return b;
 }
 
+// Budget fields the proxy enforces itself: not sent upstream (an engine that knows one would close
+// the thinking its own way, one that does not may refuse it).
+void drop_budget_fields(nlohmann::ordered_json& b) {
+  b.erase("thinking_token_budget");
+  b.erase("thinking_budget_tokens");
+}
+
+// The request in which the upstream writes the answer after `reasoning`, the thinking kept so far
+// (a loop dropped, or cut at the budget). On a chat route that continues a final assistant message
+// (vLLM, coda serve), that message carries the reasoning under both names (vLLM now reads
+// `reasoning`, chat templates `reasoning_content`) and no content yet. llama.cpp's server renders the
+// conversation with POST /apply-template, and the answer is a completion of that prompt, the
+// thinking and its close: that works on every version of it, including those without
+// continue_final_message. Null when the upstream could not render the conversation.
+nlohmann::ordered_json answer_continuation(const client::OpenAIClient& upstream, client::Engine engine,
+                                           const nlohmann::ordered_json& base, const nlohmann::ordered_json& original,
+                                           const std::string& reasoning, int64_t max_tokens, bool& as_chat) {
+  nlohmann::ordered_json b = base;
+  drop_budget_fields(b);
+  b.erase("max_completion_tokens");
+  b["max_tokens"] = max_tokens;
+  if (engine != client::Engine::LlamaCpp) {
+    as_chat = true;
+    nlohmann::ordered_json messages = original["messages"];
+    messages.push_back({{"role", "assistant"}, {"content", ""}, {"reasoning", reasoning}, {"reasoning_content", reasoning}});
+    b["messages"] = std::move(messages);
+    b["continue_final_message"] = true;
+    b["add_generation_prompt"] = false;
+    return b;
+  }
+  nlohmann::ordered_json render{{"messages", original["messages"]}};
+  for (const char* k : {"tools", "chat_template_kwargs"})
+    if (original.contains(k)) render[k] = original[k];
+  int status = 0;
+  auto rendered = upstream.post_json("/apply-template", render.dump(), &status);
+  if (!rendered || status != 200 || !rendered->is_object() || !(*rendered)["prompt"].is_string()) return nullptr;
+  std::string prompt = (*rendered)["prompt"].get<std::string>();
+  // A template whose generation prompt opens the block (DeepSeek-R1's) already holds "<think>".
+  std::string_view tail = prompt;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.remove_suffix(1);
+  const bool opened = tail.size() >= 7 && tail.substr(tail.size() - 7) == "<think>";
+  prompt += (opened ? "" : "<think>\n") + reasoning;
+  if (prompt.empty() || prompt.back() != '\n') prompt += '\n';
+  prompt += "</think>\n\n";
+  for (const char* k : {"messages", "tools", "tool_choice", "chat_template_kwargs", "continue_final_message",
+                        "add_generation_prompt", "response_format", "parallel_tool_calls", "top_logprobs"})
+    b.erase(k);
+  if (b.contains("logprobs")) {  // the completions shape: a number of alternatives
+    const bool on = b["logprobs"].is_boolean() ? b["logprobs"].get<bool>() : !b["logprobs"].is_null();
+    if (on) b["logprobs"] = base.value("top_logprobs", 0); else b.erase("logprobs");
+  }
+  b["prompt"] = std::move(prompt);
+  as_chat = false;
+  return b;
+}
+
+// Whether llama.cpp's server renders this conversation's generation prompt ending in "<think>"
+// (DeepSeek-R1's templates open the block themselves), so that the reply starts inside it.
+bool prompt_opens_thinking(const client::OpenAIClient& upstream, const nlohmann::ordered_json& body) {
+  if (!body.contains("messages")) return false;
+  nlohmann::ordered_json render{{"messages", body["messages"]}};
+  for (const char* k : {"tools", "chat_template_kwargs"})
+    if (body.contains(k)) render[k] = body[k];
+  int status = 0;
+  auto rendered = upstream.post_json("/apply-template", render.dump(), &status);
+  if (!rendered || status != 200 || !rendered->is_object() || !rendered->contains("prompt") ||
+      !(*rendered)["prompt"].is_string())
+    return false;
+  std::string_view t = (*rendered)["prompt"].get_ref<const std::string&>();
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+  return t.size() >= 7 && t.substr(t.size() - 7) == "<think>";
+}
+
 }  // namespace
 
 // The tokens generated so far as a streamed chunk reports them: vLLM's usage (with
@@ -126,6 +199,11 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   const bool chat = view.chat;
   const int64_t max_tokens = max_tokens_of(body);
   GuardConfig gc = opt.guard;
+  // A reasoning model's thinking comes in its own field (chat): the proxy says where it is, and
+  // closes it with a continuation request.
+  gc.thinking.watch = chat;
+  gc.thinking.external = true;
+  if (opt.forward_budget) gc.thinking.budget = -1;
   if (gc.policy == GuardPolicy::Repair && !can_continue(body, chat)) gc.policy = GuardPolicy::Stop;
   const bool repair = gc.policy == GuardPolicy::Repair;
   const size_t hold = repair ? static_cast<size_t>(std::max(0, gc.stream_delay_tokens)) : 0;
@@ -137,6 +215,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   // The upstream always streams (to be cancellable) and reports usage; coda's own options stay here.
   nlohmann::ordered_json base = body;
   base.erase("coda");
+  if (!opt.forward_budget) drop_budget_fields(base);
   base["stream"] = true;
   if (!base.contains("stream_options") || !base["stream_options"].is_object())
     base["stream_options"] = nlohmann::ordered_json::object();
@@ -219,11 +298,21 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       }
     }
   };
+  // After a rollback: the spans past the accepted text are gone with it.
+  auto drop_spans_past = [&](size_t bytes) {
+    fed = bytes;
+    while (!spans.empty() && (spans.size() > 1 ? spans[spans.size() - 2].end : 0) >= fed) spans.pop_back();
+    if (!spans.empty()) spans.back().end = std::min(spans.back().end, fed);
+    span_from = 0;
+  };
   // Hands the client what is final: everything (observe, stop, the end) or all but the held units.
   auto release = [&](bool all, const nlohmann::ordered_json& chunk) {
     size_t units_to = sg.units(), bytes_to = sg.text_size();
-    if (!all && repair) {
-      units_to = std::max(released_units, sg.units() > hold ? sg.units() - hold : 0);
+    // Repair holds its units back; a reasoning model's thinking is held while a loop there may
+    // still be dropped.
+    const size_t held = repair ? hold : sg.hold_back();
+    if (!all && held > 0) {
+      units_to = std::max(released_units, sg.units() > held ? sg.units() - held : 0);
       bytes_to = std::max(released_bytes, sg.text_end(units_to));
     }
     const bool unannounced = all && std::any_of(calls.begin(), calls.end(), [](const Call& k) { return !k.announced; });
@@ -253,6 +342,32 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   };
 
   nlohmann::ordered_json request = opt.top_logprobs > 0 ? with_lp : base;
+  bool request_chat = chat;         // a llama.cpp answer continuation is a completion
+  bool answered_thinking = false;   // the proxy closed the thinking: the rest is the answer
+  // The thinking inside the content ("<think> ... </think>"), as a server without a reasoning parser
+  // streams it (llama.cpp's server before it parsed reasoning in streams). A template whose
+  // generation prompt opens the block (DeepSeek-R1's) starts the reply inside it: llama.cpp's server
+  // is asked (POST /apply-template) when the proxy may have to close the thinking.
+  enum class TagThinking { Undecided, Inside, Closed, None };
+  TagThinking tags = TagThinking::Undecided;
+  std::string content_seen;  // the content so far while the thinking may be in it
+  const bool may_close = gc.policy != GuardPolicy::Observe && (gc.thinking.answer_on_loop || gc.thinking.budget >= 0);
+  if (chat && (may_close || gc.thinking.budget >= 0) && engine == client::Engine::LlamaCpp &&
+      prompt_opens_thinking(upstream, body))
+    tags = TagThinking::Inside;
+  auto follow_tags = [&](const std::string& text) {
+    if (tags == TagThinking::Closed || tags == TagThinking::None || text.empty()) return;
+    const size_t from = content_seen.size() > 8 ? content_seen.size() - 8 : 0;
+    content_seen += text;
+    if (tags == TagThinking::Undecided) {
+      const size_t lead = std::min(content_seen.find_first_not_of(" \t\r\n"), content_seen.size());
+      const std::string_view head = std::string_view(content_seen).substr(lead, 7);
+      if (head.size() < 7 && std::string_view("<think>").substr(0, head.size()) == head) return;
+      tags = head == "<think>" ? TagThinking::Inside : TagThinking::None;
+    }
+    if (tags == TagThinking::Inside && content_seen.find("</think>", from) != std::string::npos)
+      tags = TagThinking::Closed;
+  };
   bool hot = false;
   int64_t first_prompt_tokens = -1, derived_prompt_tokens = -1;
   size_t units_at_segment_start = 0;
@@ -271,7 +386,14 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         spans.push_back({fed + all.size(), ch, call});
       };
       if (d.reasoning_key) r.reasoning_key = d.reasoning_key;
-      add(d.reasoning, Channel::Reasoning, 0);
+      // Once the proxy has closed the thinking, what the upstream still calls reasoning is the
+      // answer (a reasoning parser that takes a reply for thinking until it sees </think>, which
+      // the continuation's prompt already holds).
+      if (answered_thinking) {
+        add(d.reasoning, Channel::Content, 0);
+      } else {
+        add(d.reasoning, Channel::Reasoning, 0);
+      }
       add(d.text, Channel::Content, 0);
       if (d.tool_calls.is_array())
         for (const auto& tc : d.tool_calls) {
@@ -299,10 +421,22 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         side_channel = true;
         sg.stop_instead_of_repair();
       }
+      if (gc.thinking.watch && !all.empty()) {
+        const bool was_in_tags = tags == TagThinking::Inside;
+        if (!answered_thinking) follow_tags(d.text);
+        if (was_in_tags || tags == TagThinking::Inside) {
+          sg.set_thinking(true);  // this delta's units belong to the thinking, the close's included
+        } else {
+          const bool answer_started =
+              !d.text.empty() || d.tool_calls.is_array() || (answered_thinking && !d.reasoning.empty());
+          sg.set_thinking(!answer_started && !d.reasoning.empty());
+        }
+      }
       StepVerdict v = sg.feed(all, d.logprobs);
       fed += all.size();
+      if (tags == TagThinking::Closed) sg.set_thinking(false);  // the model closed it in this delta
       if (d.chunk) sg.upstream_count(reported_completion_tokens(*d.chunk));
-      if (v.stop || v.repair) {
+      if (v.stop || v.repair || v.inject) {
         verdict = std::move(v);
         acted = true;
         return false;  // closes the upstream connection: the upstream aborts the generation
@@ -321,7 +455,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     const std::string id = opt.request_id.empty() || r.upstream_requests == 1
                                ? opt.request_id
                                : opt.request_id + "-r" + std::to_string(r.upstream_requests - 1);
-    const client::Completion c = upstream.complete(request, chat, on_delta, nullptr, opt.client_left, id);
+    const client::Completion c = upstream.complete(request, request_chat, on_delta, nullptr, opt.client_left, id);
+    if (c.reasoning_tokens >= 0 && r.upstream_requests == 1) r.upstream_reasoning_tokens = c.reasoning_tokens;
     if (c.error_kind == client::ErrorKind::Cancelled && !r.client_gone && !acted && opt.client_left &&
         opt.client_left())
       r.client_gone = true;  // left while the upstream was silent
@@ -379,6 +514,56 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         break;
       }
     }
+    if (verdict.inject && !verdict.stop && !verdict.repair) {
+      // Close the thinking and let the model answer: back to before the loop (never before what the
+      // client has), then a request in which the upstream writes the answer after that thinking.
+      const size_t kept = sg.rollback(static_cast<size_t>(std::max<int64_t>(0, verdict.inject->keep)), released_units);
+      drop_spans_past(sg.text_size());
+      std::string thought;
+      const bool in_tags = tags == TagThinking::Inside;
+      for (size_t i = 0; i < spans.size(); ++i)
+        if (spans[i].channel == (in_tags ? Channel::Content : Channel::Reasoning))
+          thought += sg.slice(i == 0 ? 0 : spans[i - 1].end, spans[i].end);
+      if (in_tags) {  // the thinking without its opening tag
+        const size_t open = thought.find("<think>");
+        if (open != std::string::npos) thought.erase(0, open + 7);
+        while (!thought.empty() && (thought.front() == '\n' || thought.front() == ' ')) thought.erase(0, 1);
+      }
+      const int64_t remaining = max_tokens - static_cast<int64_t>(kept);
+      bool as_chat = chat;
+      nlohmann::ordered_json next;
+      if (remaining > 0)
+        next = answer_continuation(upstream, engine, r.logprobs_refused ? base : with_lp, body, thought, remaining,
+                                   as_chat);
+      if (next.is_null()) {  // no room left, or the conversation could not be rendered: stopped
+        r.finish_reason = remaining > 0 ? "repetition" : "length";
+        r.tokens_saved = std::max<int64_t>(0, remaining);
+        if (!release(true, r.last_chunk)) r.finish_reason = "abort";
+        break;
+      }
+      sg.set_thinking(false);
+      if (in_tags) {
+        // The client reads the thinking in the content: it gets the close there too, and the answer after.
+        const std::string close = std::string(sg.text().empty() || sg.text().back() != '\n' ? "\n" : "") + "</think>\n\n";
+        std::vector<client::TokenLogprob> as_token;  // one unit, so that a guard on tokens stays on tokens
+        if (!sg.text_only()) {
+          client::TokenLogprob lp;
+          lp.token = close;
+          as_token.push_back(std::move(lp));
+        }
+        sg.feed(close, as_token);
+        spans.push_back({fed + close.size(), Channel::Content, 0});
+        fed += close.size();
+        tags = TagThinking::Closed;
+      }
+      answered_thinking = true;
+      hot = false;
+      request_chat = as_chat;
+      units_at_segment_start = kept;
+      sg.begin_segment();
+      request = std::move(next);
+      continue;
+    }
     if (verdict.stop || !verdict.repair) {
       if (r.upstream_overrun) sg.rollback(static_cast<size_t>(overrun_limit()), released_units);
       r.finish_reason = verdict.finish_reason.empty() ? "stop" : verdict.finish_reason;
@@ -388,10 +573,7 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
     }
     // Repair: back to before the loop (never before what the client has), then continue hotter.
     const size_t kept = sg.rollback(static_cast<size_t>(std::max<int64_t>(0, verdict.repair->keep)), released_units);
-    fed = sg.text_size();  // the spans past it are gone with the text (all content: see side_channel)
-    while (!spans.empty() && (spans.size() > 1 ? spans[spans.size() - 2].end : 0) >= fed) spans.pop_back();
-    if (!spans.empty()) spans.back().end = std::min(spans.back().end, fed);
-    span_from = 0;
+    drop_spans_past(sg.text_size());  // all content: see side_channel
     const int64_t remaining = max_tokens - static_cast<int64_t>(kept);
     if (remaining <= 0) {
       r.finish_reason = "length";

@@ -42,6 +42,10 @@ struct SessionOptions {
   // repair's are then sent by that name too; and the usage each engine can report as it streams
   // is asked for.
   std::function<client::Engine()> engine;
+  // --upstream-reasoning-budget forward: the upstream enforces the client's thinking budget fields
+  // (they are sent on); otherwise (enforce) the proxy closes the thinking at guard.thinking.budget
+  // and the fields stay here.
+  bool forward_budget = false;
 };
 
 // What the client asked to see.
@@ -88,6 +92,7 @@ struct SessionResult {
   bool text_only = false;         // guarded on text pieces, without token signals
   bool logprobs_refused = false;  // the upstream refused logprobs; retried without
   int64_t tokens_saved = 0;       // max_tokens minus what was generated, when the guard stopped
+  int64_t upstream_reasoning_tokens = -1;  // the upstream's completion_tokens_details.reasoning_tokens
   nlohmann::ordered_json last_chunk;  // the upstream's last chunk (id, model, created, ...)
 };
 

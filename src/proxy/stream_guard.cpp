@@ -106,7 +106,7 @@ StepVerdict StreamGuard::feed(const std::string& text, const std::vector<client:
       if (top.empty()) top.push_back(t.logprob);
       const StepSignals s = top_k_signals(t.logprob, top, eos);
       StepVerdict v = step(t.token, &s, &t);
-      if (v.stop || v.repair) return v;
+      if (v.stop || v.repair || v.inject) return v;
     }
     return {};
   }
@@ -116,7 +116,7 @@ StepVerdict StreamGuard::feed(const std::string& text, const std::vector<client:
   pieces_.feed(text, done);
   for (const auto& piece : done) {
     StepVerdict v = step(piece, nullptr, nullptr);
-    if (v.stop || v.repair) {
+    if (v.stop || v.repair || v.inject) {
       pieces_.clear();  // the text after this step is not accepted
       return v;
     }
@@ -129,7 +129,7 @@ StepVerdict StreamGuard::finish() {
   pieces_.finish(done);
   for (const auto& piece : done) {
     StepVerdict v = step(piece, nullptr, nullptr);
-    if (v.stop || v.repair) return v;
+    if (v.stop || v.repair || v.inject) return v;
   }
   return {};
 }

@@ -7,6 +7,7 @@
 // still see the repetition, and the detectors that need a distribution stay quiet.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -75,6 +76,10 @@ class StreamGuard {
   static constexpr double kTokensPerPiece = 0.85;
   GuardReport report() const { return guard_.report(); }
   void stop_instead_of_repair() { guard_.stop_instead_of_repair(); }
+  // Where the upstream's reasoning is (its own field): the next units are thinking or answer.
+  void set_thinking(bool inside) { guard_.set_thinking(inside); }
+  // Units to hold from the client now (while thinking, when a loop there may still be dropped).
+  size_t hold_back() const { return static_cast<size_t>(std::max<int64_t>(0, guard_.hold_back())); }
 
  private:
   StepVerdict step(const std::string& unit, const StepSignals* signals, const client::TokenLogprob* lp);

@@ -18,6 +18,21 @@ message on chat):
   [think]      chat: a short reasoning in `reasoning_content` (vLLM's reasoning parsers), then the text
   [think-loop] chat: reasoning that repeats a sentence until max_tokens, content never starts
   [reasoning]  with [think]: the newer field name `reasoning` instead
+  [think-near] chat: reasoning whose sentence repeats with a climbing counter and one word in ten
+               swapped ("Let me check step 7 again ..."), until max_tokens
+  [think-para] chat: reasoning that cycles through paraphrases of "wait, let me check again" in a
+               random order (seeded by [seed:N]), until max_tokens
+  [think-long] chat: reasoning of fresh words in sentences of ten, until max_tokens (a budget's case)
+  [think-tags] chat: the thinking inside the content, "<think>...</think>", as a server without a
+               reasoning parser sends it (with [think-loop]: a loop there)
+  [opens]      with [think-tags]: the chat template's prompt opens the block (DeepSeek-R1's), so the
+               content starts inside it without "<think>"; POST /apply-template (llama-server's)
+               renders a prompt ending in "<think>"
+  [seed:N]     varies the loop's sentence, counter start and swaps (the proxy's reasoning benchmark)
+  A thinking request continued after its reasoning (a final assistant message that carries
+  `reasoning` or `reasoning_content`, with continue_final_message; or a completion prompt that ends
+  in "</think>" and a blank line, llama.cpp's way) answers " The answer is four." and stops; the
+  usage of a [think...] reply says completion_tokens_details.reasoning_tokens.
   [tools]      chat: a short text, then two tool calls streamed as vLLM streams them (id, type and
                name first, the arguments in pieces), finish_reason "tool_calls"
   [overrun]    a broken server: fresh words to ten times max_tokens plus 100, as if it were not sent
@@ -46,6 +61,7 @@ Prints "listening on PORT" when ready.
 """
 import argparse
 import json
+import random
 import re
 import select
 import socket
@@ -54,6 +70,17 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOOP = " The cat sat on the mat and looked at the door."
+# Thinking loops as reasoning models write them (exact, near with a counter, paraphrased).
+LOOP_SENTENCES = ["Wait, let me check again.", "I should check the answer again.",
+                  "Hmm, so the total is twelve, but let me verify that once more.",
+                  "So we add the two numbers and get the sum, which we need to double check."]
+NEAR_SENTENCES = ["Let me check step {n} again: the running total is {v} and the next value must match it.",
+                  "Now for item {n} the sum becomes {v}, so I need to verify the remaining items in the list.",
+                  "At step {n} we have {v} apples in the basket, which means the count is still not right yet."]
+SWAPS = ["carefully", "maybe", "actually", "again", "still", "really", "quickly", "probably"]
+PARAPHRASES = ["Wait, let me check again.", "Hmm, let me verify that once more.", "Actually, let me re-check this.",
+               "Let me double-check the calculation.", "Hold on, I should confirm this again.",
+               "Let me look at it one more time.", "Wait, is that right? Let me check."]
 INTRO = " Once upon a time there was a house."
 TEXT = " It is a fine day, and the work is done."
 STATS = {"requests": 0, "open": 0, "cancelled": 0, "completed": 0, "bodies": [], "request_ids": [], "authorizations": []}
@@ -76,7 +103,7 @@ def wait_for_close(conn, limit_s=60):
 
 
 def words(text):
-    return re.findall(r" ?[A-Za-z]+|[.,]", text)
+    return re.findall(r" ?[A-Za-z]+| ?[0-9]+|[.,:?]", text)
 
 
 def top_alternatives(tok, k):
@@ -175,6 +202,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"object": "list", "model": body.get("model", "scripted"),
                                         "data": [{"object": "embedding", "index": i, "embedding": [len(t), 0.5, -1.25]}
                                                  for i, t in enumerate(inputs)]})
+        if self.path == "/apply-template":  # llama-server's: the conversation rendered as a prompt
+            msgs = body.get("messages") or []
+            user = " ".join(m.get("content") or "" for m in msgs if m.get("role") == "user")
+            prompt = "".join(f"<{m.get('role')}>{m.get('content') or ''}\n" for m in msgs) + "<assistant>"
+            return self.send_json(200, {"prompt": prompt + ("<think>\n" if "[opens]" in user else "")})
         if not self.path.endswith("/completions"):
             return self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
         chat = self.path.endswith("/chat/completions")
@@ -186,10 +218,14 @@ class Handler(BaseHTTPRequestHandler):
         if chat:
             msgs = body.get("messages", [])
             user = " ".join(m.get("content") or "" for m in msgs if m.get("role") == "user")
-            prior = msgs[-1]["content"] if body.get("continue_final_message") and msgs[-1]["role"] == "assistant" else ""
+            last = msgs[-1] if msgs else {}
+            continued = body.get("continue_final_message") and last.get("role") == "assistant"
+            prior = last.get("content") or "" if continued else ""
+            after_thought = bool(continued and (last.get("reasoning") or last.get("reasoning_content")))
         else:
             user = body.get("prompt", "")
             prior = user.split("|", 1)[1] if "|" in user else ""  # the proxy's continuation: prompt + accepted text
+            after_thought = user.endswith("</think>\n\n")
         wants_lp = (body.get("logprobs") not in (None, False))
         if self.refuse_logprobs and wants_lp:
             return self.send_json(400, {"error": {"message": "logprobs are not enabled on this server",
@@ -241,13 +277,45 @@ class Handler(BaseHTTPRequestHandler):
             toks, finish = words(TEXT), "stop"
         # Chat only: each token is (channel, text); a tool call's argument pieces carry the call.
         think = []
-        if chat and "[think-loop]" in user:
-            think = words(" Let me think.")
+        seed_m = re.search(r"\[seed:(\d+)\]", user)
+        rng = random.Random(int(seed_m.group(1)) if seed_m else 0)
+        if after_thought:
+            toks, finish = words(" The answer is four."), "stop"
+        elif chat and "[think-loop]" in user:
+            think = words(" Let me think about the sum of the numbers.")
+            sentence = " " + (rng.choice(LOOP_SENTENCES) if seed_m else "I should check the answer again.")
             while len(think) < max_tokens:
-                think += words(" I should check the answer again.")
+                think += words(sentence)
+            toks, finish = [], "length"
+        elif chat and "[think-near]" in user:
+            think = words(" Let me think about the sum of the numbers.")
+            step = rng.randint(1, 50)
+            base_words = rng.choice(NEAR_SENTENCES).split()
+            while len(think) < max_tokens:
+                w = list(base_words)
+                for j in range(len(w)):  # about one word in ten swapped in each copy
+                    if rng.random() < 0.1:
+                        w[j] = rng.choice(SWAPS)
+                think += words(" " + " ".join(w).format(n=step, v=step * 7))
+                step += 1
+            toks, finish = [], "length"
+        elif chat and "[think-para]" in user:
+            think = words(" Let me think about the sum of the numbers.")
+            while len(think) < max_tokens:
+                think += words(" " + rng.choice(PARAPHRASES))
+            toks, finish = [], "length"
+        elif chat and "[think-long]" in user:
+            think, i = [], 0
+            while len(think) < max_tokens:
+                think += [f" r{i}"] + (["."] if i % 10 == 9 else [])
+                i += 1
             toks, finish = [], "length"
         elif chat and "[think]" in user:
             think = words(" The user wants a fine day.")
+        if think and "[think-tags]" in user:  # no reasoning parser: the thinking is content
+            opened = [] if "[opens]" in user else ["<think>"]  # [opens]: the template's prompt opened it
+            toks = opened + think + (["</think>", "\n\n"] + toks if finish != "length" else [])
+            think = []
         calls = []
         if chat and "[tools]" in user:
             calls = [("call_a", "get_weather", ['{"city"', ': "Par', 'is"}']),
@@ -291,9 +359,12 @@ class Handler(BaseHTTPRequestHandler):
                     c["message"][reasoning_key] = "".join(think[:max_tokens])
             else:
                 c["text"] = text
+            usage = {"prompt_tokens": 7, "completion_tokens": len(toks) + len(think[:max_tokens]),
+                     "total_tokens": 7 + len(toks) + len(think[:max_tokens])}
+            if think:
+                usage["completion_tokens_details"] = {"reasoning_tokens": len(think[:max_tokens])}
             return self.send_json(200, {"id": cid, "object": "text_completion", "created": created, "model": "scripted",
-                                        "choices": [c], "usage": {"prompt_tokens": 7, "completion_tokens": len(toks),
-                                                                  "total_tokens": 7 + len(toks)}})
+                                        "choices": [c], "usage": usage})
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -344,8 +415,12 @@ class Handler(BaseHTTPRequestHandler):
             event({**base, "choices": [{"index": 0, "finish_reason": finish,
                                         **({"delta": {}} if chat else {"text": ""})}]})
             if (body.get("stream_options") or {}).get("include_usage"):
-                event({**base, "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(toks),
-                                                        "total_tokens": 7 + len(toks)}})
+                n_think = len(think[:max_tokens])
+                usage = {"prompt_tokens": 7, "completion_tokens": len(toks) + n_think,
+                         "total_tokens": 7 + len(toks) + n_think}
+                if n_think:
+                    usage["completion_tokens_details"] = {"reasoning_tokens": n_think}
+                event({**base, "choices": [], "usage": usage})
             self.chunk(b"data: [DONE]\n\n")
             self.chunk(b"")
             with LOCK:

@@ -593,12 +593,14 @@ def scripted_tests(coda, work):
             check(thought == " The user wants a fine day." and text == answer and
                   added == [(0, "reasoning"), (1, "message")] and events[-1][0] == "response.completed",
                   f"/v1/responses {key} streamed through the proxy: {[t for t, _ in events]}")
-        # A loop inside the reasoning (the content never starts) is stopped, and so is one under
-        # repair: a reasoning cannot be continued from its middle, so no continuation is asked.
+        # With coda.reasoning_loop "stop", a loop inside the reasoning (the content never starts) is
+        # stopped, and so is one under repair: a reasoning cannot be continued from its middle, so no
+        # continuation is asked. (The default closes the thinking instead: reasoning_tests.)
         for policy in ("stop", "repair"):
             before = up.json("GET", "/stats")[2]["requests"]
             st, events, done = px.stream("/v1/chat/completions",
-                                         chat_req("[think-loop] go", stream=True, coda={"guard": policy}))
+                                         chat_req("[think-loop] go", stream=True,
+                                                  coda={"guard": policy, "reasoning_loop": "stop"}))
             thought = field(events, "reasoning_content")
             check(done and finish_of(events) == "repetition" and stream_text(events, True) == ""
                   and 0 < thought.count("I should check the answer again.") < 60,
@@ -776,6 +778,124 @@ def scripted_tests(coda, work):
             err = p.stop()
             if p.proc.returncode not in (0, -15):
                 check(False, f"process exited with {p.proc.returncode}: {err[-2000:]}")
+
+
+def reasoning_tests(coda):
+    """A reasoning model always answers through the proxy: a loop in the thinking (exact, or near with a
+    counter and swapped words) is dropped, the upstream's looping generation cancelled, and a
+    continuation carrying the kept reasoning asks the upstream for the answer; budgets hold; normal
+    thinkers pass through as they are, their reasoning_tokens with them."""
+    up = scripted()
+    px = proxy(coda, up.port)
+    px_fwd = proxy(coda, up.port, "--upstream-reasoning-budget", "forward")
+    llama_up = scripted("--owned-by", "llamacpp")
+    px_llama = proxy(coda, llama_up.port)
+    procs = [up, px, px_fwd, llama_up, px_llama]
+    answer = " The answer is four."
+
+    def ask(p, content, stream=True, **kw):
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": 600, "stream": stream, **kw}
+        if stream:
+            st, events, done = p.stream("/v1/chat/completions", body)
+            thought = "".join((c.get("delta", {}).get("reasoning") or c.get("delta", {}).get("reasoning_content") or "")
+                              for e in events for c in e.get("choices", []))
+            rep = next((e["coda"] for e in events if "coda" in e), {})
+            usage = next((e["usage"] for e in events if e.get("usage")), {})
+            return {"ok": st == 200 and done, "thought": thought, "text": stream_text(events, True),
+                    "finish": finish_of(events), "coda": rep, "usage": usage,
+                    "keys": {k for e in events for c in e.get("choices", []) for k in c.get("delta", {})}}
+        st, _, b = p.json("POST", "/v1/chat/completions", body)
+        m = b["choices"][0]["message"] if st == 200 else {}
+        return {"ok": st == 200, "thought": m.get("reasoning") or m.get("reasoning_content") or "",
+                "text": m.get("content"), "finish": b["choices"][0]["finish_reason"] if st == 200 else None,
+                "coda": b.get("coda", {}), "usage": b.get("usage", {}), "keys": set(m)}
+
+    try:
+        for marker, key in (("[think-loop] go", "reasoning_content"), ("[think-loop][reasoning] go", "reasoning"),
+                            ("[think-near] go", "reasoning_content")):
+            for stream in (True, False):
+                before = up.json("GET", "/stats")[2]
+                # 20,000 tokens with 20 alternatives each are far more than the sockets between hold:
+                # the upstream cannot finish before the proxy cancels it, however slow the proxy runs.
+                r = ask(px, marker, stream=stream, max_tokens=20000)
+                after = up.json("GET", "/stats")[2]
+                what = f"{marker} stream={stream}"
+                ev = r["coda"].get("events", [])
+                check(r["ok"] and r["text"] == answer and r["finish"] == "stop", f"{what}: an answer: {r}")
+                check(any(e["action"] == "answer" for e in ev) and r["coda"].get("reasoning", {}).get("ended_by") == "loop",
+                      f"{what}: the loop was answered: {ev}")
+                check(key in r["keys"], f"{what}: the upstream's field name {key} passes through: {r['keys']}")
+                # The rolled-back loop never reached the client: the thinking holds no copy of it twice.
+                # (A near loop's onset may be its second copy: the first differs from the rest by more.)
+                sentences = [x.strip() for x in r["thought"].split(".") if x.strip()]
+                check(r["thought"].startswith(" Let me think") and len(sentences) <= 3,
+                      f"{what}: the loop was dropped: {r['thought']!r}")
+                check(after["requests"] == before["requests"] + 2 and after["cancelled"] >= before["cancelled"] + 1,
+                      f"{what}: the looping generation was cancelled and one continuation asked: {before} {after}")
+                cont = up.json("GET", "/last-bodies")[2][-1]
+                last = cont["messages"][-1]
+                check(cont.get("continue_final_message") is True and cont.get("add_generation_prompt") is False
+                      and last["role"] == "assistant" and last.get("reasoning") == r["thought"].rstrip()
+                      and last.get("reasoning_content") == last.get("reasoning"),
+                      f"{what}: the continuation carries the kept reasoning: {last}")
+        # The thinking inside the content (no reasoning parser), opened by the reply or by the
+        # template's prompt, in front of llama.cpp's server: the continuation is a completion of the
+        # prompt it renders (/apply-template), the thinking and its close; the client reads the close
+        # in the content, then the answer.
+        for marker in ("[think-tags][think-loop] go", "[think-tags][think-loop][opens] go"):
+            for stream in (True, False):
+                r = ask(px_llama, marker, stream=stream)
+                text = r["text"] or ""
+                head = "" if "[opens]" in marker else "<think>"
+                # (An exact loop's onset may take in the "." before its first copy: ". I should ... again"
+                # repeats as well.)
+                kept = re.escape(head + " Let me think about the sum of the numbers") + r"\.?"
+                check(r["finish"] == "stop" and re.fullmatch(kept + re.escape("\n</think>\n\n" + answer), text),
+                      f"{marker} stream={stream} (llama.cpp): {r['finish']} {text!r}")
+                cont = llama_up.json("GET", "/last-bodies")[2][-1]
+                check("prompt" in cont and re.search(r"<think>\nLet me think about the sum of the numbers\.?\n</think>\n\n$",
+                                                     cont["prompt"]) and cont["prompt"].count("<think>") == 1,
+                      f"{marker}: the llama.cpp continuation: {cont}")
+        # coda.reasoning_loop "stop" per request: the old behaviour (tested with the policies above).
+        r = ask(px, "[think-loop] go", coda={"reasoning_loop": "stop"})
+        check(r["finish"] == "repetition" and r["text"] == "", f"reasoning_loop stop: {r['finish']} {r['text']!r}")
+        # Under observe nothing changes: the loop runs to max_tokens, all reasoning.
+        r = ask(px, "[think-loop] go", coda={"guard": "observe"}, max_tokens=200)
+        check(r["finish"] == "length" and r["text"] == "" and len(r["thought"].split(".")) > 20, f"observe: {r['finish']}")
+        # Budgets: enforced by the proxy (the fields stay here), closed at a sentence end within the grace.
+        for field, n in (("thinking_token_budget", 40), ("thinking_budget_tokens", 25)):
+            r = ask(px, "[think-long] go", **{field: n}, stream_options={"include_usage": True})
+            first = up.json("GET", "/last-bodies")[2][-2]
+            got = r["coda"].get("reasoning", {}).get("tokens", -1)
+            check(r["text"] == answer and r["coda"]["reasoning"]["ended_by"] == "budget" and n <= got <= n + 32
+                  and r["thought"].rstrip().endswith("."), f"{field} {n}: {got} units, {r['thought'][-40:]!r} {r['text']!r}")
+            check(field not in first, f"{field}: not sent upstream when enforced: {first}")
+            check(r["usage"].get("completion_tokens_details", {}).get("reasoning_tokens") == got,
+                  f"{field}: reasoning_tokens {r['usage']}")
+        r = ask(px, "[think-long] go", reasoning_effort="low", max_tokens=3000)
+        check(r["coda"]["reasoning"]["ended_by"] == "budget" and 1024 <= r["coda"]["reasoning"]["tokens"] <= 1056,
+              f"reasoning_effort low: {r['coda'].get('reasoning')}")
+        # forward: the upstream gets the field and enforces it (this one does not, so it runs on).
+        r = ask(px_fwd, "[think-long] go", thinking_token_budget=40, max_tokens=200)
+        sent = up.json("GET", "/last-bodies")[2][-1]
+        check(sent.get("thinking_token_budget") == 40 and r["finish"] == "length" and r["text"] == "",
+              f"forward: {sent.get('thinking_token_budget')} {r['finish']}")
+        # A normal thinker passes through as it is, with the upstream's reasoning_tokens.
+        for stream in (True, False):
+            r = ask(px, "[think] go", stream=stream, stream_options={"include_usage": True})
+            check(r["thought"] == " The user wants a fine day." and r["text"] == " It is a fine day, and the work is done."
+                  and r["usage"].get("completion_tokens_details", {}).get("reasoning_tokens") == 7,
+                  f"a normal thinker, stream={stream}: {r}")
+        for bad in ({"thinking_token_budget": "x"}, {"reasoning_effort": "max"}, {"coda": {"reasoning_loop": 1}}):
+            st, _, e = px.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], **bad})
+            check(st == 400, f"refused {bad}: {st} {e}")
+        metrics = px.request("GET", "/metrics")[2].decode()
+        for name in ("coda:reasoning_loops_answered_total", "coda:reasoning_budgets_enforced_total",
+                     "coda:reasoning_tokens_count"):
+            check(name in metrics, f"proxy metric {name}")
+    finally:
+        for p in procs:
+            p.stop()
 
 
 def load_test(px, up, n_streams=64, rounds=6):
@@ -1007,6 +1127,7 @@ def main():
         for p in (px, up):
             p.stop()
     scripted_tests(coda, work)
+    reasoning_tests(coda)
     replica_tests(coda)
     tls_tests(coda, work)
     if ts.failures:
