@@ -50,6 +50,12 @@ int bench(BenchFlags& f, const CLI::App* sub) {
                static_cast<long long>(summary["errors"].get<int64_t>()), summary["failure_rate"].get<double>() * 100,
                ci[0].get<double>() * 100, ci[1].get<double>() * 100,
                ttft.is_number() ? std::to_string(ttft.get<double>()).c_str() : "-", (f.out_dir + "/report.html").c_str());
+  if (const int64_t n = summary["failure_kinds"]["no_answer"].get<int64_t>(); n > 0)
+    std::fprintf(stderr,
+                 "coda bench: %lld request(s) ended inside the model's thinking with no answer (counted as failures "
+                 "of their own kind, no_answer); a budget (thinking_token_budget) or coda proxy in front closes the "
+                 "thinking so that the model answers\n",
+                 static_cast<long long>(n));
   if (const int64_t n = summary["stop_at_limit"].get<int64_t>(); n > 0)
     std::fprintf(stderr,
                  "coda bench: %lld request(s) answered finish_reason \"stop\" with completion_tokens at max_tokens %d. "

@@ -57,8 +57,17 @@ bool stop_at_limit(const RequestRecord& r) {
   return client::stopped_at_limit(r.out, r.max_tokens);
 }
 
+bool ended_in_reasoning(const RequestRecord& r) {
+  const auto& c = r.out;
+  if (!c.ok || c.finish_reason == "tool_calls") return false;
+  const size_t lead = c.text.find_first_not_of(" \t\r\n");
+  if (lead == std::string::npos) return !c.reasoning.empty();
+  return c.text.compare(lead, 7, "<think>") == 0 && c.text.find("</think>") == std::string::npos;
+}
+
 bool is_failure(const RequestRecord& r, const LoadOptions& opts) {
   if (!r.out.ok) return false;
+  if (ended_in_reasoning(r)) return true;
   auto counts = [&](const std::string& reason) {
     return std::find(opts.failure_reasons.begin(), opts.failure_reasons.end(), reason) != opts.failure_reasons.end();
   };
@@ -196,6 +205,7 @@ nlohmann::ordered_json record_json(const RequestRecord& r, const LoadOptions& op
       {"finish_reason",
        c.finish_reason.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.finish_reason)},
       {"failure", is_failure(r, opts)},
+      {"no_answer", ended_in_reasoning(r)},
       {"stop_at_limit", stop_at_limit(r)},
       {"error", c.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.error)},
       {"error_kind", c.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(client::to_string(c.error_kind))},
@@ -209,7 +219,8 @@ nlohmann::ordered_json record_json(const RequestRecord& r, const LoadOptions& op
 }
 
 nlohmann::ordered_json summarize(const LoadRun& run, const LoadOptions& opts, const std::string& target) {
-  int64_t completed = 0, failures = 0, errors = 0, out_tokens = 0, good = 0, with_events = 0, at_limit = 0;
+  int64_t completed = 0, failures = 0, errors = 0, out_tokens = 0, good = 0, with_events = 0, at_limit = 0,
+          no_answer = 0;
   std::map<std::string, int64_t> reasons, kinds, events;
   std::map<int, std::pair<int64_t, int64_t>> per_set;  // set -> (completed, failures)
   std::map<std::string, std::pair<int64_t, int64_t>> per_group;
@@ -224,6 +235,7 @@ nlohmann::ordered_json summarize(const LoadRun& run, const LoadOptions& opts, co
     ++completed;
     const bool fail = is_failure(r, opts);
     failures += fail;
+    no_answer += ended_in_reasoning(r);
     ++reasons[c.finish_reason.empty() ? "unknown" : c.finish_reason];
     at_limit += stop_at_limit(r);
     per_set[r.set].first += 1;
@@ -266,6 +278,9 @@ nlohmann::ordered_json summarize(const LoadRun& run, const LoadOptions& opts, co
   s["failure_rate"] = completed ? static_cast<double>(failures) / static_cast<double>(completed) : 0.0;
   s["failure_rate_ci95"] = {ci.first, ci.second};
   s["failure_definition"] = opts.failure_reasons;
+  // The failures by kind: ended inside a reasoning model's thinking (no answer), or by a
+  // failure_reason (length, by default) with an answer begun.
+  s["failure_kinds"] = {{"no_answer", no_answer}, {"finish_reason", failures - no_answer}};
   s["stop_at_limit"] = at_limit;
   s["trust_finish_reason"] = opts.trust_finish_reason;
   nlohmann::ordered_json sets = nlohmann::ordered_json::array();

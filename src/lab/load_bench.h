@@ -74,6 +74,10 @@ nlohmann::ordered_json request_body(const BenchPrompt& p, const LoadOptions& opt
 
 // Answered "stop" with completion_tokens at (or past) its max_tokens (see the top of this file).
 bool stop_at_limit(const RequestRecord& r);
+// A reasoning model's request that ended inside its thinking: reasoning and no answer (no content,
+// no tool call), or content that opened <think> and never closed it. A failure of its own kind,
+// whatever the finish_reason ("no_answer" in the summary's failure_kinds).
+bool ended_in_reasoning(const RequestRecord& r);
 bool is_failure(const RequestRecord& r, const LoadOptions& opts);
 // summary.json: requests, completed, errors, failures, failure_rate, failure_rate_ci95, per set,
 // finish_reasons, error_kinds, guard_events, ttft_ms/tpot_ms/itl_ms/e2e_ms {p50, p90, p99, mean},

@@ -68,6 +68,8 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
       if (e.is_object() && e.value("type", "") != "" && is_coherence_episode(e.value("type", "")))
         r.episodes.emplace_back(e.value("type", ""), e.value("onset", int64_t{0}));
     r.length = c.completion_tokens >= 0 ? c.completion_tokens : static_cast<int64_t>(c.logprobs.size());
+    if (c.coda.contains("reasoning") && c.coda["reasoning"].is_object())
+      r.reasoning_length = c.coda["reasoning"].value("tokens", int64_t{-1});
     const auto& sig = c.coda.contains("signals") ? c.coda["signals"] : nlohmann::ordered_json();
     if (sig.is_object() && sig.contains("mean_entropy") && sig["mean_entropy"].is_number())
       r.mean_entropy = sig["mean_entropy"].get<double>();
@@ -77,6 +79,22 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
     proxy::StreamGuard sg(gc, proxy::prompt_text_of(body, p.chat()));
     sg.feed(c.reasoning + c.text, c.logprobs);  // a reasoning model's thinking (vLLM's parsers) comes first
     sg.finish();
+    // The thinking: the reasoning field (vLLM's parsers), or content that opens with <think> (a server
+    // without a parser), up to its close.
+    size_t thought = c.reasoning.size();
+    const size_t lead = c.text.find_first_not_of(" \t\r\n");
+    if (thought == 0 && lead != std::string::npos && c.text.compare(lead, 7, "<think>") == 0) {
+      const size_t close = c.text.find("</think>");
+      thought = close == std::string::npos ? c.text.size() : close;
+    }
+    if (thought > 0) {
+      // Its share of the units: the upstream's count when it gave one, else the units whose text
+      // lies inside it.
+      int64_t inside = 0;
+      while (inside < static_cast<int64_t>(sg.units()) && sg.text_end(static_cast<size_t>(inside) + 1) <= thought)
+        ++inside;
+      r.reasoning_length = c.reasoning_tokens >= 0 ? c.reasoning_tokens : inside;
+    }
     for (const auto& e : sg.report().events)
       if (is_coherence_episode(e.type)) r.episodes.emplace_back(e.type, e.onset);
     r.length = static_cast<int64_t>(sg.units());
@@ -168,6 +186,10 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
     // never reached.
     int64_t reached = 0;
     std::vector<double> early_lengths;
+    // A reasoning model's runs: the thinking and the answer measured apart, and the runs that never
+    // answered.
+    std::vector<double> reasoning_lengths, answer_lengths;
+    int64_t no_answer = 0;
     nlohmann::ordered_json run_list = nlohmann::ordered_json::array();
     for (const auto& r : runs) {
       if (r.group != g) continue;
@@ -192,6 +214,13 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
           early_lengths.push_back(static_cast<double>(r.length));
       }
       x["length"] = r.length;
+      if (r.reasoning_length >= 0) {
+        x["reasoning_length"] = r.reasoning_length;
+        x["answer_length"] = std::max<int64_t>(0, r.length - r.reasoning_length);
+        reasoning_lengths.push_back(static_cast<double>(r.reasoning_length));
+        answer_lengths.push_back(static_cast<double>(std::max<int64_t>(0, r.length - r.reasoning_length)));
+        if (r.length - r.reasoning_length <= 0) ++no_answer;
+      }
       x["finish_reason"] = r.finish_reason;
       x["guarded_on"] = r.guarded_on;
       auto& eps = x["episodes"] = nlohmann::ordered_json::array();
@@ -227,6 +256,12 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
             : nlohmann::ordered_json(nullptr);
     const int64_t completed = n - errors;
     const auto early = static_cast<int64_t>(early_lengths.size());
+    if (!reasoning_lengths.empty())
+      gj["reasoning"] = {{"runs", static_cast<int64_t>(reasoning_lengths.size())},
+                         {"median_reasoning_tokens", percentile(reasoning_lengths, 0.5)},
+                         {"median_answer_tokens", percentile(answer_lengths, 0.5)},
+                         {"max_reasoning_tokens", *std::max_element(reasoning_lengths.begin(), reasoning_lengths.end())},
+                         {"no_answer", no_answer}};
     gj["reached_max_tokens"] = reached;
     gj["ended_early"] = early;
     gj["ended_early_median_length"] = early ? nlohmann::ordered_json(percentile(early_lengths, 0.5)) : nullptr;
@@ -349,6 +384,7 @@ Status write_threshold_outputs(const std::string& dir, const nlohmann::ordered_j
     nlohmann::ordered_json j = {{"group", r.group}, {"index", r.index}, {"ok", r.ok}};
     if (!r.ok) j["error"] = r.error;
     j["length"] = r.length;
+    if (r.reasoning_length >= 0) j["reasoning_length"] = r.reasoning_length;
     j["degraded"] = r.degraded;
     if (r.degraded) j["onset"] = r.onset, j["episode"] = r.episode;
     j["finish_reason"] = r.finish_reason;

@@ -48,6 +48,9 @@ struct ThresholdRun {
   bool ok = false;
   std::string error;
   int64_t length = 0;  // generated tokens (text pieces when guarded on text alone)
+  // A reasoning model's part of `length` inside its thinking (the rest is the answer); -1: the
+  // reply did not think.
+  int64_t reasoning_length = -1;
   bool degraded = false;
   int64_t onset = 0;                                      // first token of the first episode
   std::string episode;                                    // its type

@@ -529,7 +529,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         if (open != std::string::npos) thought.erase(0, open + 7);
         while (!thought.empty() && (thought.front() == '\n' || thought.front() == ' ')) thought.erase(0, 1);
       }
-      const int64_t remaining = max_tokens - static_cast<int64_t>(kept);
+      // (In the content's tags the close becomes one unit of the text too.)
+      const int64_t remaining = max_tokens - static_cast<int64_t>(kept) - (in_tags ? 1 : 0);
       bool as_chat = chat;
       nlohmann::ordered_json next;
       if (remaining > 0)

@@ -272,6 +272,44 @@ def bench_finish_reason_tests(coda, work):
         up.wait(timeout=30)
 
 
+def reasoning_lab_tests(coda, work):
+    """A reasoning model that never answers: coda bench counts a request that ended inside the
+    thinking (reasoning and no content, or content that opened <think> and never closed it) as a
+    failure of its own kind, whatever its finish_reason; coda threshold measures the thinking and the
+    answer apart."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    up = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "proxy", "scripted_upstream.py")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = "http://127.0.0.1:" + up.stdout.readline().split()[-1]
+        prompts = os.path.join(work, "reasoning-prompts.jsonl")
+        kinds = {"[think-loop] a": "no_answer", "[think-tags][think-loop] b": "no_answer", "[think] c": "answered",
+                 "[think-tags][think] d": "answered"}
+        with open(prompts, "w") as f:
+            for p in kinds:
+                f.write(json.dumps({"messages": [{"role": "user", "content": p}], "group": kinds[p]}) + "\n")
+        out = os.path.join(work, "bench-reasoning")
+        p = run([coda, "bench", "--url", url, "--rate", "0", "--requests", "8", "-n", "40", "--prompts", prompts,
+                 "--seed", "1", "-o", out])
+        s = json.load(open(os.path.join(out, "summary.json")))
+        recs = [json.loads(line) for line in open(os.path.join(out, "requests.jsonl"))]
+        check(all(r["no_answer"] == (r["group"] == "no_answer") and r["failure"] == r["no_answer"] for r in recs)
+              and s["failure_kinds"]["no_answer"] == s["groups"]["no_answer"]["requests"] == s["failures"] > 0
+              and s["groups"]["answered"]["failures"] == 0,
+              f"bench: no answer is a failure of its own kind: {s['failure_kinds']} {[(r['group'], r['failure']) for r in recs]}")
+        check("ended inside the model's thinking" in p.stderr, f"bench says so: {p.stderr[-400:]}")
+        out = os.path.join(work, "threshold-reasoning")
+        run([coda, "threshold", "--url", url, "--prompts", prompts, "--runs", "2", "-n", "40", "-o", out])
+        t = json.load(open(os.path.join(out, "threshold.json")))
+        loop, ans = t["groups"]["no_answer"]["reasoning"], t["groups"]["answered"]["reasoning"]
+        check(loop["no_answer"] == 2 and loop["median_answer_tokens"] == 0 and loop["median_reasoning_tokens"] > 0
+              and ans["no_answer"] == 0 and ans["median_answer_tokens"] > 0,
+              f"threshold: thinking and answer apart: {loop} {ans}")
+    finally:
+        up.terminate()
+        up.wait(timeout=30)
+
+
 def bench_llamacpp_names_tests(coda, work):
     """llama.cpp's server reads the repetition penalty only as `repeat_penalty`."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -575,6 +613,7 @@ def main():
     bench_api_key_tests(coda, work)
     bench_finish_reason_tests(coda, work)
     bench_llamacpp_names_tests(coda, work)
+    reasoning_lab_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
     diagnose_http_tests(coda, work)
