@@ -315,6 +315,9 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
                   "Block loops beyond the longest period: tokens of a third copy (0: off)")
       ->capture_default_str();
   sub->add_option("--phrase-window", c.phrase_window, "Phrase loop: window in tokens")->capture_default_str();
+  sub->add_option("--phrase-sentence-run", c.phrase_sentence_run,
+                  "Phrase loop: sentences in a row, each written twice before, that make a loop (0: off)")
+      ->capture_default_str();
   sub->add_flag("--json", f->json_out, "One JSON object per text: source, id, label, tokens, flagged, events");
   sub->add_flag("--detectors", f->detectors,
                 "List the guard's detectors (name, family, finish reason, what each needs) and exit; with --json, as "

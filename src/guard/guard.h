@@ -94,6 +94,9 @@ struct GuardConfig {
   // more, and the phrase loops of the bundled model fall to 0.18 (docs/guard-eval).
   int phrase_window = 160;
   double phrase_max_distinct = 0.2;  // 0: off
+  // ... and recurring sentences: this many sentences in a row, each written at least twice before
+  // (a reasoning model cycling through paraphrases of "let me check again"). 0: off.
+  int phrase_sentence_run = 8;
   // Entropy collapse: mean entropy over the window below the bound while the window is repetitive.
   int collapse_window = 64;
   double collapse_entropy = 0.15;

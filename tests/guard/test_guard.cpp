@@ -499,6 +499,117 @@ TEST(GuardDetectors, ListLinesThatBringNewWordsAreNotALoop) {
   EXPECT_TRUE(events.empty()) << events[0].type << " " << events[0].evidence;
 }
 
+// A reasoning model cycling through paraphrases of "let me check again", in a shuffled order: no
+// period, varied 3-grams, but every sentence keeps coming back. A block of ten sentences quoted
+// twice (a licence in two places) has each sentence only once before, and passes.
+TEST(GuardDetectors, RecurringSentencesAreAPhraseLoop) {
+  const std::vector<std::string> para = {" Wait, let me check again.", " Hmm, let me verify that once more.",
+                                         " Actually, let me re-check this.", " Let me double-check the calculation.",
+                                         " Hold on, I should confirm this again.", " Let me look at it one more time."};
+  std::mt19937 rng(5);
+  std::vector<int32_t> ids = random_tokens(30, 51);
+  std::vector<std::string> texts(ids.size(), " word");
+  texts.back() = " word.";
+  for (int k = 0; k < 40; ++k) words_to(ids, texts, para[rng() % para.size()]);
+  Feeder f;
+  f.cfg.near_words_max = 0;  // this rule alone
+  const auto events = f.run(ids, &texts);
+  ASSERT_TRUE(has(events, "phrase_loop"));
+  const auto& e = *std::find_if(events.begin(), events.end(), [](const GuardEvent& x) { return x.type == "phrase_loop"; });
+  EXPECT_EQ(e.evidence.value("rule", ""), "sentences") << e.evidence;
+  EXPECT_EQ(e.onset, 30);  // where the first of them was written
+  // Off: phrase_sentence_run 0.
+  Feeder off = f;
+  off.cfg.phrase_sentence_run = 0;
+  for (const auto& x : off.run(ids, &texts)) EXPECT_NE(x.evidence.value("rule", ""), "sentences");
+
+  // Ten different sentences, quoted twice.
+  std::vector<int32_t> quoted = random_tokens(30, 52);
+  std::vector<std::string> qt(quoted.size(), " word");
+  qt.back() = " word.";
+  for (int c = 0; c < 2; ++c)
+    for (int k = 0; k < 10; ++k)
+      words_to(quoted, qt, " Clause " + std::string(1, static_cast<char>('a' + k)) + " of this licence grants the right number " +
+                               std::to_string(k) + ".");
+  Feeder g;
+  g.cfg.block_third_copy = 0;
+  for (const auto& x : g.run(quoted, &qt)) EXPECT_NE(x.evidence.value("rule", ""), "sentences") << x.evidence;
+}
+
+// The thinking of a reasoning model (guard/thinking.h): a loop inside the <think> block closes it
+// at the loop's onset (ForcedText), under a policy that acts; a budget closes it at a sentence end
+// within the grace; observe changes nothing.
+TEST(GuardThinking, ALoopInTheThinkingIsClosedAtItsOnset) {
+  auto first_inject = [](GuardConfig c, const std::vector<int32_t>& t, const std::vector<std::string>& texts,
+                         int64_t* at) -> std::optional<ForcedText> {
+    c.thinking.watch = true;
+    c.thinking.opened = true;
+    c.thinking.close = {7, 8};
+    c.thinking.close_after_newline = {8};
+    Guard g(c, {kEos});
+    std::vector<int32_t> prompt{1}, generated;
+    std::vector<float> logits(kVocab, 0.0f);
+    std::string text;
+    for (size_t i = 0; i < t.size(); ++i) {
+      generated.push_back(t[i]);
+      text += texts[i];
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      logits[static_cast<size_t>(t[i])] = 6.0f;
+      const StepVerdict v = g.on_step(StepView{static_cast<int64_t>(i), t[i], logits.data(), kVocab, prompt, generated, text});
+      if (v.inject) {
+        *at = static_cast<int64_t>(i);
+        return v.inject;
+      }
+      if (v.stop) return std::nullopt;
+    }
+    return std::nullopt;
+  };
+  std::vector<int32_t> ids = random_tokens(20, 61);
+  std::vector<std::string> texts(ids.size(), " w");
+  const std::vector<int32_t> period = random_tokens(6, 62);
+  for (int c = 0; c < 8; ++c)
+    for (int32_t x : period) {
+      ids.push_back(x);
+      texts.push_back(" p");
+    }
+  GuardConfig stop;
+  ASSERT_TRUE(set_guard_policy("stop:loop,flooding", stop).ok());
+  int64_t at = -1;
+  auto f = first_inject(stop, ids, texts, &at);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->keep, 20);  // the loop's onset: its first copy is dropped too
+  EXPECT_EQ(f->tokens, (std::vector<int32_t>{7, 8}));  // mid-line: the close after a line break
+  EXPECT_EQ(f->min_after, 4);
+  EXPECT_LE(at, 20 + 32);  // by loop_min_span tokens of it
+  // Observe: nothing; reasoning_loop stop: the policy's own stop.
+  GuardConfig observe;
+  EXPECT_FALSE(first_inject(observe, ids, texts, &at).has_value());
+  GuardConfig stopping = stop;
+  stopping.thinking.answer_on_loop = false;
+  EXPECT_FALSE(first_inject(stopping, ids, texts, &at).has_value());
+
+  // A budget of 10: no loop, sentences of 5 words; closed at the first sentence end from token 10.
+  std::vector<int32_t> prose = random_tokens(60, 63);
+  std::vector<std::string> pt;
+  for (size_t i = 0; i < prose.size(); ++i) pt.push_back(i % 5 == 4 ? " end." : " w");
+  GuardConfig budget;
+  budget.thinking.budget = 10;
+  f = first_inject(budget, prose, pt, &at);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(at, 9);  // the 10th token ends a sentence: the budget is spent at a sentence end
+  EXPECT_EQ(f->keep, 10);
+  budget.thinking.budget = 11;  // then the next sentence end, 4 tokens into the grace
+  f = first_inject(budget, prose, pt, &at);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->keep, 15);
+  // Without a sentence end, at budget + grace.
+  std::vector<std::string> run_on(prose.size(), " w");
+  budget.thinking.grace = 5;
+  f = first_inject(budget, prose, run_on, &at);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->keep, 16);  // budget 11 + grace 5
+}
+
 TEST(GuardPolicies, ScopeNamesTheDetectorsThePolicyActsOn) {
   GuardConfig cfg;
   ASSERT_TRUE(set_guard_policy("stop:loop,flooding", cfg).ok());
