@@ -112,6 +112,11 @@ nlohmann::ordered_json answer_continuation(const client::OpenAIClient& upstream,
   b["max_tokens"] = max_tokens;
   if (engine != client::Engine::LlamaCpp) {
     as_chat = true;
+    // A model that tries to end right after the close writes a few tokens of answer first (vLLM's
+    // and coda's min_tokens; an engine not known to read it is not sent it).
+    if (engine == client::Engine::Vllm || engine == client::Engine::Coda)
+      if (!b.contains("min_tokens") || !b["min_tokens"].is_number_integer() || b["min_tokens"].get<int64_t>() < 4)
+        b["min_tokens"] = std::min<int64_t>(4, max_tokens);
     nlohmann::ordered_json messages = original["messages"];
     messages.push_back({{"role", "assistant"}, {"content", ""}, {"reasoning", reasoning}, {"reasoning_content", reasoning}});
     b["messages"] = std::move(messages);

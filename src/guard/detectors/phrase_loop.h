@@ -7,7 +7,7 @@
 // - Recurring sentences (`rule: sentences`): a reasoning model that cycles through "Wait, let me
 //   check again." / "Hmm, let me verify that once more." / ... in any order has no period either,
 //   and its 3-grams stay varied. Here the last phrase_sentence_run sentences (of 3 words or more,
-//   case and digits aside) have each been written at least twice before. A block quoted twice (a
+//   case aside) have each been written at least twice before. A block quoted twice (a
 //   licence in two places) has each sentence only once before, and a chorus of fewer lines cannot
 //   make the run. Config: phrase_sentence_run (0: off).
 #pragma once
@@ -68,7 +68,9 @@ class PhraseLoop : public Detector {
   };
 
   void add_sentence(const std::string& t, size_t end) {
-    // Normalized: lower case, digits as '#', blank space collapsed; fewer than 3 words: not counted.
+    // Normalized: lower case, blank space collapsed; fewer than 3 words: not counted. Digits stay:
+    // sentences that differ by a number ("Row 4 holds 7 items.") are a list, or the near-loop
+    // detector's counter.
     std::string key;
     int words = 0;
     bool in_word = false;
@@ -84,7 +86,7 @@ class PhraseLoop : public Detector {
       }
       if (!in_word) ++words;
       in_word = true;
-      key += ch >= '0' && ch <= '9' ? '#' : static_cast<char>(std::tolower(ch));
+      key += static_cast<char>(std::tolower(ch));
     }
     start_ = end;
     if (words < 3) return;
