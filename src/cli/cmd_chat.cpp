@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cache_flags.h"
+#include "cli/perpetual_flags.h"
 #include "cli/commands.h"
 #include "cli/llama_compat.h"
 #include "cli/sampling_flags.h"
@@ -27,6 +28,7 @@ struct ChatFlags {
   int n_predict = -1;
   bool show_prompt = false;
   std::string guard = "observe";
+  GuardConfig guard_config;  // perpetual mode's settings (the policy comes from --guard)
   GenerationRequest request;
 };
 
@@ -73,7 +75,7 @@ int chat(ChatFlags& f) {
       auto p = gen.prepare(r);
       if (p) std::fprintf(stderr, "[prompt: %zu tokens]\n%s\n", p->tokens.size(), p->text.c_str());
     }
-    GuardConfig cfg;
+    GuardConfig cfg = f.guard_config;
     if (Status s = set_guard_policy(f.guard, cfg); !s.ok()) return fail("--guard: " + s.message());
     auto res = generate_guarded(gen, r, cfg, [](const StreamChunk& c) {
       std::fputs(c.text.c_str(), stdout);
@@ -115,6 +117,7 @@ void add_chat(CLI::App& app, std::vector<Command>& out) {
   add_cache_type_flags(sub, f->ctk, f->ctv);
   add_llama_device_flags(sub);
   sub->add_flag("--show-prompt", f->show_prompt, "Print each rendered prompt to stderr");
+  add_perpetual_flags(sub, &f->guard_config);
   sub->add_option("--guard", f->guard,
                   "Degeneration guard: observe, stop or repair, optionally for some detectors (stop:loop,flooding)")
       ->capture_default_str();

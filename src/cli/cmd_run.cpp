@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cache_flags.h"
+#include "cli/perpetual_flags.h"
 #include "cli/commands.h"
 #include "cli/llama_compat.h"
 #include "cli/sampling_flags.h"
@@ -120,6 +121,9 @@ int run(RunFlags& f) {
   // The guard runs when asked for, or when its report or trace is.
   if (f.guard == "off" && (!f.report_file.empty() || !f.trace_file.empty()))
     return fail("--report and --trace come from the guard; drop --guard off");
+  // Perpetual mode steps back through the guard; under --guard off it only observes.
+  const bool perpetual_only = f.guard == "off" && f.guard_config.perpetual_min_tokens > 0;
+  if (perpetual_only) f.guard = "observe";
   const bool guarded = f.guard != "off";
   std::optional<GuardedResult> guarded_res;
   Expected<GenerationResult> res = Error("");
@@ -221,9 +225,7 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--guard-runaway", f->guard_config.runaway_tokens, "Runaway length in tokens (0: off)")
       ->capture_default_str();
-  sub->add_option("--perpetual-min-tokens", f->guard_config.perpetual_min_tokens,
-                  "Step back from an EOS sampled before this many tokens and resample (0: off)")
-      ->capture_default_str();
+  add_perpetual_flags(sub, &f->guard_config);
   out.push_back({sub, [f] { return run(*f); }});
 }
 

@@ -202,7 +202,10 @@ void Sequence::advance(Status model_status) {
 void Sequence::rollback(int64_t keep) {
   const size_t emitted = static_cast<size_t>(
       std::upper_bound(text_after_.begin(), text_after_.end(), stops_.streamed()) - text_after_.begin());
-  const size_t k = std::max(static_cast<size_t>(std::max<int64_t>(keep, 0)), emitted);
+  // The token just sampled was never streamed (a stop token has no text, so it would count as
+  // emitted): it can always go.
+  const size_t k = std::min(std::max(static_cast<size_t>(std::max<int64_t>(keep, 0)), emitted),
+                            res_.tokens.empty() ? size_t{0} : res_.tokens.size() - 1);
   const size_t streamed = stops_.streamed();
   if (k < res_.tokens.size()) {
     res_.tokens.resize(k);

@@ -146,7 +146,7 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   StepVerdict verdict;
   const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
   if (is_eos && i < cfg_.perpetual_min_tokens && static_cast<int>(repairs_.size()) < cfg_.max_repairs) {
-    RepairAction r = cfg_.repair;
+    RepairAction r = cfg_.perpetual;
     r.keep = std::max<int64_t>(0, i - cfg_.eos_backstep);
     repairs_.push_back({i, r.keep, "early_eos"});
     verdict.repair = r;
@@ -255,8 +255,12 @@ StepVerdict Guard::close_thinking(int64_t keep, int64_t i, const std::string& te
 
 int64_t Guard::hold_back() const {
   const ThinkingConfig& tc = cfg_.thinking;
-  if (thinking_.inside() && tc.answer_on_loop && cfg_.policy != GuardPolicy::Observe && can_close()) return tc.hold;
-  return 0;
+  int64_t hold = 0;
+  if (thinking_.inside() && tc.answer_on_loop && cfg_.policy != GuardPolicy::Observe && can_close()) hold = tc.hold;
+  // Perpetual mode: an EOS may still come before its minimum, and its backstep must find the text unsent.
+  if (cfg_.perpetual_min_tokens > 0 && static_cast<int64_t>(signals_.size()) < cfg_.perpetual_min_tokens)
+    hold = std::max(hold, cfg_.eos_backstep + 1);
+  return hold;
 }
 
 void Guard::on_rollback(int64_t keep) {

@@ -117,9 +117,17 @@ struct GuardConfig {
   int max_repairs = 8;
   RepairAction repair{0, 2.0f, 0.02f, 0.7f, 1.3f};
   int stream_delay_tokens = 256;  // what the generator holds back under the repair policy
-  // "Perpetual" generation: an EOS before this many tokens is stepped back from (0: off).
+  // "Perpetual" generation (the ICLR 2025 blog on perpetual text): an EOS before this many tokens
+  // is stepped back from, `eos_backstep` tokens, and sampling resumes hotter (0: off). Under any
+  // policy: until then the last eos_backstep + 1 tokens are held from the stream, so a backstep
+  // never takes back text already sent.
   int64_t perpetual_min_tokens = 0;
   int64_t eos_backstep = 8;
+  // The resampling after a backstep, as the blog's seed code: the temperature starts at 2x and
+  // decays by 0.1 per token back to the request's. max(T, 0.7) is the base, so that a greedy
+  // request (T 0) resamples at all; no penalty. (Before 2026-12-07 it was the repair's: decay 0.02
+  // and repetition penalty 1.3.)
+  RepairAction perpetual{0, 2.0f, 0.1f, 0.7f, 1.0f};
   bool trace = false;  // keep a per-token trace
   // vLLM's `repetition_detection` request object: stop with finish_reason "repetition" as soon as
   // an n-gram of min_pattern..max_pattern tokens has repeated min_count times back to back, under

@@ -596,6 +596,30 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       if (Status s = set_guard_policy((*c)["guard"].get<std::string>(), r.guard); !s.ok())
         return bad("coda.guard", s.message());
     }
+    if (c->contains("perpetual")) {
+      // Perpetual generation: {"min_tokens", "backstep", "start_factor", "decay"} (guard/guard.h).
+      const auto& pv = (*c)["perpetual"];
+      if (!pv.is_object())
+        return bad("coda.perpetual", "coda.perpetual: expected an object {min_tokens, backstep, start_factor, decay}");
+      struct Field {
+        const char* key;
+        double lo, hi;
+      };
+      for (const Field fd : {Field{"min_tokens", 0, 1 << 30}, Field{"backstep", 0, 1 << 20},
+                             Field{"start_factor", 1, 10}, Field{"decay", 0.001, 10}}) {
+        if (!pv.contains(fd.key)) continue;
+        const auto& v = pv[fd.key];
+        const std::string name = std::string("coda.perpetual.") + fd.key;
+        if (!v.is_number() || v.get<double>() < fd.lo || v.get<double>() > fd.hi)
+          return bad(name, name + ": expected a number from " + std::to_string(fd.lo).substr(0, 5) + " to " +
+                               std::to_string(static_cast<int64_t>(fd.hi)));
+        const double x = v.get<double>();
+        if (std::string_view(fd.key) == "min_tokens") r.guard.perpetual_min_tokens = static_cast<int64_t>(x);
+        if (std::string_view(fd.key) == "backstep") r.guard.eos_backstep = static_cast<int64_t>(x);
+        if (std::string_view(fd.key) == "start_factor") r.guard.perpetual.factor = static_cast<float>(x);
+        if (std::string_view(fd.key) == "decay") r.guard.perpetual.decay = static_cast<float>(x);
+      }
+    }
     if (c->contains("reasoning_loop")) {
       const auto& v = (*c)["reasoning_loop"];
       if (!v.is_string() || (v != "answer" && v != "stop"))
@@ -604,6 +628,12 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
                    "\"stop\"");
       r.guard.thinking.answer_on_loop = v == "answer";
     }
+  }
+  // The top-level shorthand for coda.perpetual.min_tokens.
+  if (const auto* pm = rd.get("perpetual_min_tokens"); pm && !pm->is_null()) {
+    if (!pm->is_number_integer() || pm->get<int64_t>() < 0 || pm->get<int64_t>() > (int64_t{1} << 30))
+      return bad("perpetual_min_tokens", "perpetual_min_tokens: expected a number of tokens");
+    r.guard.perpetual_min_tokens = pm->get<int64_t>();
   }
   // Thinking budgets, under every name clients send: vLLM's thinking_token_budget, llama.cpp's
   // thinking_budget_tokens, and OpenAI's reasoning_effort mapped to the operator's budgets.
