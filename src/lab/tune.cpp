@@ -213,6 +213,16 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
     }
     for (auto& t : phase2_new) res.trials.push_back(std::move(t));
   }
+  // The front of phase 2, among its own re-runs (the study has one plot per phase).
+  {
+    std::vector<TuneTrial*> p2;
+    for (auto& t : res.trials)
+      if (t.phase == 2 && !t.eval.values.empty()) p2.push_back(&t);
+    std::vector<std::vector<double>> v;
+    for (auto* t : p2) v.push_back(t->eval.values);
+    const auto rank = nondomination_ranks(v);
+    for (size_t i = 0; i < p2.size(); ++i) p2[i]->on_front = rank[i] == 0;
+  }
   // The recommendation: a phase-2 configuration whose first-objective interval lies below the
   // baseline's; among several, the one with the lowest other objectives, then the lowest first.
   const TuneTrial* base2 = nullptr;

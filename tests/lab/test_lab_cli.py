@@ -78,6 +78,16 @@ def tune_tests(coda, work):
           f"trial 0 is the study's baseline (temperature 0.7, repetition_penalty 1.0): {trials[0]['params']}")
     fronts = [t for t in trials if t["phase"] == 1 and t["on_front"]]
     check(len(fronts) >= 1, f"{len(fronts)} trials on the front")
+    # Phase 2 has its own front, among its re-runs (checked by hand: no other re-run at least as good
+    # on both objectives and better on one), and its own plot.
+    p2 = [t for t in trials if t["phase"] == 2]
+    vals = [(t["values"]["f1"]["value"], t["values"]["f2"]["value"]) for t in p2]
+    def dominated(i):
+        return any(all(b <= a for a, b in zip(vals[i], vals[j])) and vals[j] != vals[i] for j in range(len(vals)) if j != i)
+    check(len(p2) == 3 and [t["on_front"] for t in p2] == [not dominated(i) for i in range(len(p2))],
+          f"phase 2's own front: {[(t['number'], t['on_front'], vals[k]) for k, t in enumerate(p2)]}")
+    html = open(os.path.join(a, "report.html")).read()
+    check("Phase 1: Pareto front" in html and "Phase 2: Pareto front" in html, "a Pareto plot per phase")
     check("recommendation" in pareto and pareto["recommendation_text"], "a recommendation line")
     # Resume: 6 trials, a line cut mid-write, then 14; equal to 14 at once (run a).
     b = os.path.join(work, "b")
