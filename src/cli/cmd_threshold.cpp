@@ -17,11 +17,12 @@ struct ThresholdFlags {
   TargetFlags target;
   GenerationRequest sampling;
   std::string prompts_file, sets = "narrative,technical,exam", languages = "en,it,fr", out_dir;
+  std::string api = "completions";  // the built-in prompts' route
   lab::ThresholdOptions opts;
 };
 
 int threshold(ThresholdFlags& f, const CLI::App* sub) {
-  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages) : lab::load_prompts(f.prompts_file);
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat") : lab::load_prompts(f.prompts_file);
   if (!prompts) return fail(prompts.message());
   f.opts.sampling = sampling_fields(sub, f.sampling);
   f.opts.sampling.erase("seed");
@@ -90,6 +91,11 @@ void add_threshold(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--set", f->sets, "Built-in tasks: narrative, technical, exam or all (comma-separated)")
       ->capture_default_str();
   sub->add_option("--lang", f->languages, "Built-in prompt languages: en, it, fr")->capture_default_str();
+  sub->add_option("--api", f->api,
+                  "The built-in prompts' route: completions (plain text, for a base model) or chat (a user message, "
+                  "for an instruct model behind /v1/chat/completions)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"completions", "chat"}));
   sub->add_option("--runs", f->opts.runs, "Runs per group")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("-n,--max-tokens", f->opts.max_tokens, "max_tokens of every run (long: the threshold must lie below)")
       ->capture_default_str()

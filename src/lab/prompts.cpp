@@ -220,7 +220,22 @@ Expected<std::vector<BenchPrompt>> load_prompts(const std::string& path) {
   return out;
 }
 
-Expected<std::vector<BenchPrompt>> builtin_prompts(const std::string& sets, const std::string& languages) {
+BenchPrompt as_chat_prompt(const BenchPrompt& completion) {
+  std::string text = completion.prompt;
+  // The cue is the last line when it is short and ends the way a cue does ("Answer:", "R :", "1.").
+  const size_t nl = text.rfind('\n');
+  if (nl != std::string::npos) {
+    const std::string last = text.substr(nl + 1);
+    if (last.size() <= 12 && !last.empty() && (last.back() == ':' || last.back() == '.')) text.erase(nl);
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  BenchPrompt p;
+  p.messages = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
+  p.group = completion.group;
+  return p;
+}
+
+Expected<std::vector<BenchPrompt>> builtin_prompts(const std::string& sets, const std::string& languages, bool chat) {
   std::vector<std::string> names = split_list(sets), langs = split_list(languages);
   if (names.size() == 1 && names[0] == "all") names = {"exam", "narrative", "technical"};
   std::vector<BenchPrompt> out;
@@ -230,7 +245,10 @@ Expected<std::vector<BenchPrompt>> builtin_prompts(const std::string& sets, cons
       if (it == builtin().end())
         return Error("built-in prompts: no set '" + s + "' in '" + l +
                      "'; sets: exam, narrative, technical, all; languages: en, it, fr");
-      for (const char* text : it->second) out.push_back(BenchPrompt{text, nullptr, s + "-" + l});
+      for (const char* text : it->second) {
+        BenchPrompt p{text, nullptr, s + "-" + l};
+        out.push_back(chat ? as_chat_prompt(p) : p);
+      }
     }
   }
   if (out.empty()) return Error("built-in prompts: no set or language given");

@@ -27,7 +27,12 @@ constexpr size_t kMaxPrompts = 10000;
 Expected<std::vector<BenchPrompt>> load_prompts(const std::string& path);
 
 // Built-in sets by name: "exam", "narrative", "technical", or "all"; languages "en", "it", "fr"
-// (comma-separated lists). The prompts are plain text (completions), so a base model continues them.
-Expected<std::vector<BenchPrompt>> builtin_prompts(const std::string& sets, const std::string& languages);
+// (comma-separated lists). The prompts are plain text (completions), so a base model continues them;
+// with `chat` (--api chat) each is a user message without its completion cue ("Answer:", "R:",
+// "1."), for an instruct model behind /v1/chat/completions.
+Expected<std::vector<BenchPrompt>> builtin_prompts(const std::string& sets, const std::string& languages,
+                                                   bool chat = false);
+// The chat form of a built-in completion prompt: its last line dropped when it is a cue.
+BenchPrompt as_chat_prompt(const BenchPrompt& completion);
 
 }  // namespace coda::lab

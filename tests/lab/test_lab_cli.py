@@ -24,6 +24,7 @@
 
 Usage: /usr/bin/python3 tests/lab/test_lab_cli.py build/coda WORK_DIR
 """
+import http.client
 import json
 import os
 import shutil
@@ -308,6 +309,20 @@ def reasoning_lab_tests(coda, work):
               and s["groups"]["answered"]["failures"] == 0,
               f"bench: no answer is a failure of its own kind: {s['failure_kinds']} {[(r['group'], r['failure']) for r in recs]}")
         check("ended inside the model's thinking" in p.stderr, f"bench says so: {p.stderr[-400:]}")
+        # --api chat: the built-in prompts as user messages without their cue, for an instruct model.
+        out = os.path.join(work, "bench-api-chat")
+        run([coda, "bench", "--url", url, "--rate", "0", "--requests", "12", "-n", "8", "--set", "all", "--lang", "it",
+             "--api", "chat", "--seed", "1", "-o", out])
+        port = url.rsplit(":", 1)[1]
+        c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+        c.request("GET", "/last-bodies")
+        bodies = json.loads(c.getresponse().read())
+        c.close()
+        contents = [b["messages"][0]["content"] for b in bodies if "messages" in b]
+        check(len(contents) == 10 and all(not x.rstrip().endswith((":", "1.")) and x == x.strip() for x in contents)
+              and any(x.startswith("Scrivi un lungo racconto") for x in contents)
+              and all(b.get("messages", [{}])[0].get("role") == "user" for b in bodies),
+              f"--api chat sends user messages without the completion cue: {contents[:3]}")
         out = os.path.join(work, "threshold-reasoning")
         run([coda, "threshold", "--url", url, "--prompts", prompts, "--runs", "2", "-n", "40", "-o", out])
         t = json.load(open(os.path.join(out, "threshold.json")))
