@@ -118,6 +118,47 @@ std::optional<GuardEvent> Guard::detect(GuardState& state) {
 
 int64_t Guard::length_tokens() const { return length_override_; }
 
+// Where an ending in words begins, when the text has just completed one: a line that is only "The
+// End" / "Fine" / "THE END." and the like (ended by a line break, or by its closing punctuation), or
+// a line or sentence that opens with a closing formula ("In conclusion,", "In conclusione,",
+// "Sincerely,"). -1 when the text does not end in one.
+int64_t Guard::ending_in_words(const std::string& text) {
+  static const char* const kWholeLine[] = {"the end", "fine", "the end of the story", "end of story", "finis",
+                                           "la fine", "thanks for reading", "grazie per aver letto"};
+  static const char* const kOpening[] = {"in conclusion,", "to conclude,", "in summary,", "in conclusione,",
+                                         "per concludere,", "sincerely,", "best regards,", "cordiali saluti,",
+                                         "distinti saluti,"};
+  if (text.size() <= ending_checked_) return -1;  // nothing new since the last look
+  ending_checked_ = text.size();
+  const bool line_done = text.back() == '\n';
+  size_t end = line_done ? text.size() - 1 : text.size();
+  size_t start = end == 0 ? std::string::npos : text.find_last_of('\n', end - 1);
+  start = start == std::string::npos ? 0 : start + 1;
+  if (!line_done)  // a closing formula may open a sentence, not only a line
+    for (size_t k = end; k > start + 1; --k)
+      if ((text[k - 2] == '.' || text[k - 2] == '!' || text[k - 2] == '?') && text[k - 1] == ' ') {
+        start = k;
+        break;
+      }
+  std::string body;
+  for (size_t k = start; k < end; ++k) body += static_cast<char>(std::tolower(static_cast<unsigned char>(text[k])));
+  const size_t lead = body.find_first_not_of(" \t*#_\"");
+  if (lead == std::string::npos) return -1;
+  body.erase(0, lead);
+  const auto begin = static_cast<int64_t>(start + lead);
+  if (!line_done)
+    for (const char* o : kOpening)
+      if (body == o) return begin;
+  std::string stripped = body;
+  while (!stripped.empty() && std::string_view(" \t\r.!*_\"").find(stripped.back()) != std::string_view::npos)
+    stripped.pop_back();
+  // Mid-line, only a phrase already closed by its punctuation ("The End.") counts.
+  if (!line_done && (stripped.size() == body.size() || body.back() == ' ')) return -1;
+  for (const char* w : kWholeLine)
+    if (stripped == w) return begin;
+  return -1;
+}
+
 StepVerdict Guard::on_step(const StepView& v) {
   const StepSignals sig = step_signals(v.logits, v.n_vocab, v.token, eos_ids_);
   return observe(v.token, &sig, v.text);
@@ -151,6 +192,21 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
     repairs_.push_back({i, r.keep, "early_eos"});
     verdict.repair = r;
     return verdict;
+  }
+  // With the end of generation stepped back from, a model ends in words instead ("The End", "In
+  // conclusion,", a sign-off) and writes on after them (the perpetual-text blog's next failure):
+  // before the minimum, such an ending is stepped back from as an EOS is, to where it began.
+  if (!is_eos && i < cfg_.perpetual_min_tokens && static_cast<int>(repairs_.size()) < cfg_.max_repairs) {
+    if (const int64_t at = ending_in_words(text); at >= 0) {
+      RepairAction r = cfg_.perpetual;
+      r.keep = std::clamp<int64_t>(
+          static_cast<int64_t>(std::upper_bound(text_ends_.begin(), text_ends_.end(), static_cast<size_t>(at)) -
+                               text_ends_.begin()),
+          0, i);
+      repairs_.push_back({i, r.keep, "ending_in_words"});
+      verdict.repair = r;
+      return verdict;
+    }
   }
   if (cfg_.rd_max_pattern > 0 && cfg_.rd_min_count >= 2) {
     const int hi = std::min(cfg_.rd_max_pattern, cfg_.max_period);
@@ -271,6 +327,7 @@ void Guard::on_rollback(int64_t keep) {
   for (auto& d : detectors_) d->on_rollback(keep, kept_bytes);
   fired_.clear();
   thinking_.on_rollback(keep, text_ends_);
+  ending_checked_ = std::min(ending_checked_, kept_bytes);
   if (cfg_.trace) trace_.push_back({{"rollback_to", keep}});
 }
 

@@ -232,6 +232,10 @@ class Guard : public StepObserver {
   std::string reasoning_end_;  // how the block was closed, when the guard closed it
   int reasoning_closes_ = 0;
   int64_t forcing_until_ = 0;  // tokens before this index are a close being written
+  // Perpetual mode: where an ending in words ("The End.", "In conclusion,") that the text has just
+  // completed begins (a byte), else -1.
+  int64_t ending_in_words(const std::string& text);
+  size_t ending_checked_ = 0;
   // A forced close of the thinking: drops the tokens from `keep` on and writes the close.
   StepVerdict close_thinking(int64_t keep, int64_t i, const std::string& text, const char* why);
   bool can_close() const {

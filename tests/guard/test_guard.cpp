@@ -610,6 +610,49 @@ TEST(GuardThinking, ALoopInTheThinkingIsClosedAtItsOnset) {
   EXPECT_EQ(f->keep, 16);  // budget 11 + grace 5
 }
 
+// Perpetual mode: a model whose EOS is stepped back from ends in words instead. "The End." on a line
+// of its own, or a line opening with "In conclusion,", before the minimum is stepped back from to
+// where it began; a sentence that merely contains the words is not; after the minimum, nothing.
+TEST(GuardPerpetual, AnEndingInWordsIsSteppedBackFrom) {
+  auto first_repair = [](int64_t min_tokens, const std::vector<std::string>& texts, int64_t* at) {
+    GuardConfig c;
+    c.perpetual_min_tokens = min_tokens;
+    Guard g(c, {kEos});
+    std::vector<int32_t> prompt{1}, generated;
+    std::vector<float> logits(kVocab, 0.0f);
+    std::string text;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto id = static_cast<int32_t>(100 + std::hash<std::string>{}(texts[i]) % 3000);
+      generated.push_back(id);
+      text += texts[i];
+      const StepVerdict v = g.on_step(StepView{static_cast<int64_t>(i), id, logits.data(), kVocab, prompt, generated, text});
+      if (v.repair) {
+        *at = static_cast<int64_t>(i);
+        return v.repair->keep;
+      }
+    }
+    return int64_t{-1};
+  };
+  std::vector<std::string> story = {"Once", " upon", " a", " time", " there", " was", " a", " king", ".", "\n"};
+  std::vector<std::string> ended = story;
+  for (const char* t : {"The", " End", ".", " Then"}) ended.push_back(t);
+  int64_t at = -1;
+  EXPECT_EQ(first_repair(100, ended, &at), 10);  // back to "The"
+  EXPECT_EQ(at, 12);                              // when "." closed it
+  std::vector<std::string> bare = story;  // "THE END" alone on its line, closed by the break
+  for (const char* t : {"THE", " END", "\n", "More"}) bare.push_back(t);
+  EXPECT_EQ(first_repair(100, bare, &at), 10);
+  std::vector<std::string> concl = story;
+  for (const char* t : {"In", " conclusion", ",", " the", " king"}) concl.push_back(t);
+  EXPECT_EQ(first_repair(100, concl, &at), 10);
+  EXPECT_EQ(at, 12);
+  std::vector<std::string> prose = story;  // the words inside a sentence are not an ending
+  for (const char* t : {"It", " was", " the", " end", ".", " Then", " more", "."}) prose.push_back(t);
+  EXPECT_EQ(first_repair(100, prose, &at), -1);
+  EXPECT_EQ(first_repair(8, ended, &at), -1);  // past the minimum: the model may end
+  EXPECT_EQ(first_repair(0, ended, &at), -1);  // perpetual mode off
+}
+
 TEST(GuardPolicies, ScopeNamesTheDetectorsThePolicyActsOn) {
   GuardConfig cfg;
   ASSERT_TRUE(set_guard_policy("stop:loop,flooding", cfg).ok());
