@@ -240,7 +240,8 @@ json report_of(const SessionResult& r) {
   json j = json::parse(dump_json(r.report.to_json()));
   j["proxy"] = {{"upstream_requests", r.upstream_requests}, {"upstream_cancellations", r.upstream_cancellations},
                 {"upstream_overrun", r.upstream_overrun},   {"guarded_on", r.text_only ? "text" : "tokens"},
-                {"logprobs_refused", r.logprobs_refused},   {"usage_estimated", r.usage_estimated}};
+                {"logprobs_refused", r.logprobs_refused},   {"usage_estimated", r.usage_estimated},
+                {"perpetual_backsteps", r.perpetual_backsteps}};
   return j;
 }
 
@@ -946,9 +947,19 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
                       "coda.reasoning_loop");
       so.guard.thinking.answer_on_loop = c["reasoning_loop"] == "answer";
     }
+    if (c.contains("perpetual")) {
+      nlohmann::ordered_json pv = nlohmann::ordered_json::parse(dump(c["perpetual"]));
+      if (auto e = parse_perpetual(pv, so.guard)) return reject(400, e->message, e->param);
+    }
     if (c.contains("max_repairs") && c["max_repairs"].is_number_integer())
       so.guard.max_repairs =
           static_cast<int>(std::clamp<int64_t>(c["max_repairs"].get<int64_t>(), 0, opts_.guard.max_repairs));
+  }
+  if (body.contains("perpetual_min_tokens") && !body["perpetual_min_tokens"].is_null()) {
+    const json& pm = body["perpetual_min_tokens"];
+    if (!pm.is_number_integer() || pm.get<int64_t>() < 0 || pm.get<int64_t>() > (int64_t{1} << 30))
+      return reject(400, "perpetual_min_tokens: expected a number of tokens", "perpetual_min_tokens");
+    so.guard.perpetual_min_tokens = pm.get<int64_t>();
   }
   // Thinking budgets under every name clients send (vLLM's, llama.cpp's, OpenAI's effort).
   so.forward_budget = opts_.forward_budget;

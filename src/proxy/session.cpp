@@ -1,6 +1,7 @@
 #include "proxy/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "proxy/stream_guard.h"
@@ -503,6 +504,31 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       if (v.stop || v.repair) {
         verdict = std::move(v);
         acted = true;
+      } else if (gc.perpetual_min_tokens > 0 && seg_finish == "stop" && seg_stop.empty() && !side_channel &&
+                 static_cast<int64_t>(sg.units()) < std::min(gc.perpetual_min_tokens, max_tokens) &&
+                 r.perpetual_backsteps < gc.max_repairs && can_continue(body, chat)) {
+        // Perpetual generation: the model ended by itself before the minimum. Step back (never
+        // behind what the client has: the last backstep + 1 units were held), and continue hotter,
+        // then with the request's own sampling, as a repair's continuation does.
+        ++r.perpetual_backsteps;
+        const size_t units = sg.units();
+        const size_t kept = sg.rollback(units > static_cast<size_t>(gc.eos_backstep) ? units - static_cast<size_t>(gc.eos_backstep) : 0,
+                                        released_units);
+        drop_spans_past(sg.text_size());
+        const RepairAction& a = gc.perpetual;
+        // One request has one temperature: the hot stretch's mean, over the tokens the factor takes
+        // to decay back to 1.
+        const auto stretch = static_cast<int64_t>(std::ceil((a.factor - 1.0f) / std::max(a.decay, 0.001f)));
+        const int64_t remaining = max_tokens - static_cast<int64_t>(kept);
+        nlohmann::ordered_json next = continuation(r.logprobs_refused ? base : with_lp, body, chat, sg.text(),
+                                                   std::min<int64_t>(remaining, std::max<int64_t>(1, stretch)));
+        const double t0 = number_or(body, "temperature", 1.0);
+        next["temperature"] = std::min(2.0, std::max(t0, static_cast<double>(a.min_temperature)) * (1.0 + (a.factor - 1.0) / 2.0));
+        hot = true;
+        units_at_segment_start = kept;
+        sg.begin_segment();
+        request = std::move(next);
+        continue;
       } else if (hot && seg_finish == "length" && static_cast<int64_t>(sg.units()) < max_tokens) {
         // The hot stretch is over: the rest with the request's own sampling.
         hot = false;

@@ -93,6 +93,7 @@ struct SessionResult {
   bool logprobs_refused = false;  // the upstream refused logprobs; retried without
   int64_t tokens_saved = 0;       // max_tokens minus what was generated, when the guard stopped
   int64_t upstream_reasoning_tokens = -1;  // the upstream's completion_tokens_details.reasoning_tokens
+  int perpetual_backsteps = 0;             // early ends stepped back from (perpetual generation)
   nlohmann::ordered_json last_chunk;  // the upstream's last chunk (id, model, created, ...)
 };
 

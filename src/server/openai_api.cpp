@@ -596,30 +596,8 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       if (Status s = set_guard_policy((*c)["guard"].get<std::string>(), r.guard); !s.ok())
         return bad("coda.guard", s.message());
     }
-    if (c->contains("perpetual")) {
-      // Perpetual generation: {"min_tokens", "backstep", "start_factor", "decay"} (guard/guard.h).
-      const auto& pv = (*c)["perpetual"];
-      if (!pv.is_object())
-        return bad("coda.perpetual", "coda.perpetual: expected an object {min_tokens, backstep, start_factor, decay}");
-      struct Field {
-        const char* key;
-        double lo, hi;
-      };
-      for (const Field fd : {Field{"min_tokens", 0, 1 << 30}, Field{"backstep", 0, 1 << 20},
-                             Field{"start_factor", 1, 10}, Field{"decay", 0.001, 10}}) {
-        if (!pv.contains(fd.key)) continue;
-        const auto& v = pv[fd.key];
-        const std::string name = std::string("coda.perpetual.") + fd.key;
-        if (!v.is_number() || v.get<double>() < fd.lo || v.get<double>() > fd.hi)
-          return bad(name, name + ": expected a number from " + std::to_string(fd.lo).substr(0, 5) + " to " +
-                               std::to_string(static_cast<int64_t>(fd.hi)));
-        const double x = v.get<double>();
-        if (std::string_view(fd.key) == "min_tokens") r.guard.perpetual_min_tokens = static_cast<int64_t>(x);
-        if (std::string_view(fd.key) == "backstep") r.guard.eos_backstep = static_cast<int64_t>(x);
-        if (std::string_view(fd.key) == "start_factor") r.guard.perpetual.factor = static_cast<float>(x);
-        if (std::string_view(fd.key) == "decay") r.guard.perpetual.decay = static_cast<float>(x);
-      }
-    }
+    if (c->contains("perpetual"))
+      if (auto e = parse_perpetual((*c)["perpetual"], r.guard)) return *e;
     if (c->contains("reasoning_loop")) {
       const auto& v = (*c)["reasoning_loop"];
       if (!v.is_string() || (v != "answer" && v != "stop"))
@@ -702,6 +680,31 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       r.tool_parse = d.tool_parser;
   }
   return r;
+}
+
+std::optional<ApiError> parse_perpetual(const nlohmann::ordered_json& pv, GuardConfig& g) {
+  if (!pv.is_object())
+    return bad("coda.perpetual", "coda.perpetual: expected an object {min_tokens, backstep, start_factor, decay}");
+  struct Field {
+    const char* key;
+    double lo, hi;
+  };
+  for (const Field fd : {Field{"min_tokens", 0, 1 << 30}, Field{"backstep", 0, 1 << 20}, Field{"start_factor", 1, 10},
+                         Field{"decay", 0.001, 10}}) {
+    if (!pv.contains(fd.key)) continue;
+    const auto& v = pv[fd.key];
+    const std::string name = std::string("coda.perpetual.") + fd.key;
+    if (!v.is_number() || v.get<double>() < fd.lo || v.get<double>() > fd.hi)
+      return bad(name, name + ": expected a number from " + std::to_string(fd.lo).substr(0, 5) + " to " +
+                           std::to_string(static_cast<int64_t>(fd.hi)));
+    const double x = v.get<double>();
+    const std::string_view k = fd.key;
+    if (k == "min_tokens") g.perpetual_min_tokens = static_cast<int64_t>(x);
+    if (k == "backstep") g.eos_backstep = static_cast<int64_t>(x);
+    if (k == "start_factor") g.perpetual.factor = static_cast<float>(x);
+    if (k == "decay") g.perpetual.decay = static_cast<float>(x);
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json& v, GuardConfig& g) {

@@ -93,6 +93,9 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
 // vLLM's `repetition_detection` object ({max_pattern_size, min_pattern_size, min_count}) into the
 // guard's exact-loop stop; an error names the field.
 std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json& v, GuardConfig& guard);
+// coda's `perpetual` request object ({min_tokens, backstep, start_factor, decay}) into the guard's
+// perpetual generation; an error names the field.
+std::optional<ApiError> parse_perpetual(const nlohmann::ordered_json& v, GuardConfig& guard);
 
 // A token's bytes as the JSON array of numbers that logprobs carry (`bytes`).
 nlohmann::ordered_json bytes_of(const std::string& s);

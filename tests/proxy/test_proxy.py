@@ -898,6 +898,38 @@ def reasoning_tests(coda):
             p.stop()
 
 
+def perpetual_proxy_tests(coda):
+    """Perpetual generation through the proxy: an upstream that ends by itself (EOS, finish_reason
+    "stop") before min_tokens is stepped back from and continued, hotter then at the request's own
+    sampling; the client never sees text that a backstep took back."""
+    up = scripted()
+    px = proxy(coda, up.port)
+    try:
+        body = {"prompt": "[eos:20] go|", "max_tokens": 300, "temperature": 0.5,
+                "coda": {"perpetual": {"min_tokens": 50, "backstep": 8}}}
+        st, _, whole = px.json("POST", "/v1/completions", body)
+        rep = whole.get("coda", {}).get("proxy", {})
+        words = whole["choices"][0]["text"].split() if st == 200 else []
+        # 20 words, back to 12, 10 hot ones (22), 20 more (42), back to 34, 10 hot (44), 20 more: 64.
+        check(st == 200 and whole["choices"][0]["finish_reason"] == "stop" and len(words) == 64 and
+              rep.get("perpetual_backsteps") == 2 and rep.get("upstream_requests") == 5,
+              f"perpetual through the proxy: {len(words)} words, {rep}")
+        bodies = up.json("GET", "/last-bodies")[2][-5:]
+        check(bodies[1]["temperature"] > 0.7 and bodies[1]["max_tokens"] == 10 and bodies[2]["temperature"] == 0.5,
+              f"the continuation after a backstep is hot for the decay's stretch, then the request's own: "
+              f"{[(b.get('temperature'), b.get('max_tokens')) for b in bodies]}")
+        st, events, done = px.stream("/v1/completions", dict(body, stream=True))
+        check(done and stream_text(events, False) == whole["choices"][0]["text"],
+              "streamed, the same text: no backstep took back what the client had")
+        st, _, plain = px.json("POST", "/v1/completions", {"prompt": "[eos:20] go|", "max_tokens": 300})
+        check(len(plain["choices"][0]["text"].split()) == 20, "without perpetual mode the upstream's end stands")
+        st, _, e = px.json("POST", "/v1/completions", {"prompt": "x", "coda": {"perpetual": {"backstep": -2}}})
+        check(st == 400 and e["error"]["param"] == "coda.perpetual.backstep", f"a bad perpetual field: {st} {e}")
+    finally:
+        for p in (up, px):
+            p.stop()
+
+
 def load_test(px, up, n_streams=64, rounds=6):
     """64 concurrent streams, half looping (stopped by the guard), some clients leaving early. Each
     stream's text carries its own tag word, so a mixed-up stream shows."""
@@ -1128,6 +1160,7 @@ def main():
             p.stop()
     scripted_tests(coda, work)
     reasoning_tests(coda)
+    perpetual_proxy_tests(coda)
     replica_tests(coda)
     tls_tests(coda, work)
     if ts.failures:
