@@ -646,6 +646,20 @@ TEST(GuardPerpetual, AnEndingInWordsIsSteppedBackFrom) {
   for (const char* t : {"In", " conclusion", ",", " the", " king"}) concl.push_back(t);
   EXPECT_EQ(first_repair(100, concl, &at), 10);
   EXPECT_EQ(at, 12);
+  std::vector<std::string> italian = story;  // "Fine" alone on its line, and "In conclusione,"
+  for (const char* t : {"Fine", "\n", "Poi"}) italian.push_back(t);
+  EXPECT_EQ(first_repair(100, italian, &at), 10);
+  std::vector<std::string> conclusione = story;
+  for (const char* t : {"In", " conclusione", ",", " il", " re"}) conclusione.push_back(t);
+  EXPECT_EQ(first_repair(100, conclusione, &at), 10);
+  std::vector<std::string> signed_off = story;
+  for (const char* t : {"Best", " regards", ",", "\n", "John"}) signed_off.push_back(t);
+  EXPECT_EQ(first_repair(100, signed_off, &at), 10);
+  std::vector<std::string> mid = story;  // a phrase that goes on is no ending
+  for (const char* t : {"In", " conclusion", " of", " the", " first", " part", ",", " the", " king", ".", " The",
+                        " end", " of", " the", " road", ".", "\n", "Fine", " weather", " came", "."})
+    mid.push_back(t);
+  EXPECT_EQ(first_repair(100, mid, &at), -1);
   std::vector<std::string> prose = story;  // the words inside a sentence are not an ending
   for (const char* t : {"It", " was", " the", " end", ".", " Then", " more", "."}) prose.push_back(t);
   EXPECT_EQ(first_repair(100, prose, &at), -1);

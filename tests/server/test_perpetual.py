@@ -33,6 +33,10 @@ def main():
         check(prompt is not None, "a prompt the model ends early by itself")
         if prompt is None:
             raise SystemExit(1)
+        # The natural greedy text's tokens, to compare the text before each backstep with.
+        st, _, nat = s.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 200, "temperature": 0,
+                                                        "logprobs": 0, "coda": {"guard": "observe"}})
+        natural_tokens = nat["choices"][0]["logprobs"]["tokens"]
         for policy in ("observe", "stop:loop,flooding", "repair"):
             body = {"prompt": prompt, "max_tokens": 200, "temperature": 0, "seed": 3, "logprobs": 0,
                     "coda": {"guard": policy, "trace": True,
@@ -46,6 +50,10 @@ def main():
             check(reps[0]["at"] == natural - 1 and all(r["keep"] == max(0, r["at"] - 6) for r in reps),
                   f"{policy}: the first EOS where the model ends by itself, each backstep 6 tokens: {reps}")
             check(not any(t in ("</s>", "<s>") for t in tokens), f"{policy}: no EOS or BOS left in the output: {tokens}")
+            # The text before the first backstep is the natural text's (greedy): kept unchanged.
+            keep = reps[0]["keep"] if reps else 0
+            check(tokens[:keep] == natural_tokens[:keep] and keep == natural - 1 - 6,
+                  f"{policy}: the first {keep} tokens are unchanged: {tokens[:keep]} {natural_tokens[:keep]}")
             # The generation really went back where the report says (the trace's rollbacks).
             back = [t["rollback_to"] for t in out["coda"]["trace"] if "rollback_to" in t]
             check(back == [r["keep"] for r in out["coda"]["repairs"]], f"{policy}: rolled back to {back}, reported {reps}")
@@ -61,6 +69,27 @@ def main():
                            ({"perpetual": {"decay": 0}}, "coda.perpetual.decay"), ({"perpetual": 3}, "coda.perpetual")):
             st, _, e = s.json("POST", "/v1/completions", {"prompt": prompt, "coda": bad})
             check(st == 400 and e["error"]["param"] == param, f"refused {bad}: {st} {e}")
+        # Through coda proxy in front of coda serve: the proxy steps back from the upstream's early
+        # EOS itself, and the client never sees what it took back.
+        px = subprocess.Popen([coda, "proxy", "--upstream", f"http://127.0.0.1:{s.port}", "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            port = int(px.stdout.readline().strip().rsplit(":", 1)[1].split()[0])
+            proxied = Server.__new__(Server)
+            proxied.port = port
+            # (Seeded: the hot continuations sample, and the streamed run must draw the same.)
+            body = {"prompt": prompt, "max_tokens": 200, "temperature": 0, "seed": 11,
+                    "coda": {"perpetual": {"min_tokens": 80, "backstep": 6}}}
+            st, _, out = proxied.json("POST", "/v1/completions", body)
+            rep = out.get("coda", {}).get("proxy", {})
+            check(st == 200 and rep.get("perpetual_backsteps", 0) >= 1 and out["usage"]["completion_tokens"] > natural,
+                  f"proxy in front of coda serve: {out.get('usage')} {rep}")
+            st, events, done = proxied.stream("/v1/completions", dict(body, stream=True))
+            streamed = "".join(ch.get("text", "") for e in events for ch in e.get("choices", []))
+            check(done and streamed == out["choices"][0]["text"], f"proxy, streamed: {streamed!r} {out['choices'][0]['text']!r}")
+        finally:
+            px.terminate()
+            px.wait(timeout=10)
     finally:
         s.stop()
     # coda run: --guard off no longer ignores the flag.
