@@ -25,7 +25,7 @@ bool is_loop_family(const std::string& t) { return in_detector_family(t, "loop")
 // One battery's decoding figures: how many runs looped, how early, how sure the model was.
 ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_penalty, int max_tokens) {
   int64_t completed = 0, errors = 0, looped = 0, hit_max = 0, ended_early = 0;
-  std::vector<double> onsets, entropies, lengths;
+  std::vector<double> onsets, entropies, lengths, eos_first, eos_end;
   std::map<std::string, int64_t> episodes, finish;
   std::string first_error;
   for (const auto& r : runs) {
@@ -45,6 +45,10 @@ ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_pe
     // Ended by itself (EOS or a stop string) before the length asked, without degrading.
     ended_early += !hit && !r.degraded && r.length < max_tokens;
     if (r.mean_entropy >= 0) entropies.push_back(r.mean_entropy);
+    if (!hit && !r.degraded && r.length < max_tokens && r.eos_prob_before_end >= 0) {
+      eos_first.push_back(r.eos_prob_first_half);
+      eos_end.push_back(r.eos_prob_before_end);
+    }
     bool loop = false;
     for (const auto& [type, onset] : r.episodes) {
       ++episodes[type];
@@ -72,6 +76,12 @@ ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_pe
   s["hit_max_tokens"] = hit_max;
   s["ended_early"] = ended_early;
   s["ended_early_share"] = completed ? static_cast<double>(ended_early) / static_cast<double>(completed) : 0.0;
+  // Where known, the runs that ended early: the EOS probability over their first half and over the
+  // last 16 tokens before their end (medians over the runs).
+  s["eos_prob_trend"] = eos_end.empty() ? ojson(nullptr)
+                                        : ojson{{"runs", static_cast<int64_t>(eos_end.size())},
+                                                {"first_half", percentile(eos_first, 0.5)},
+                                                {"before_end", percentile(eos_end, 0.5)}};
   s["episodes"] = episodes;
   s["finish_reasons"] = finish;
   return s;
@@ -363,6 +373,10 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
            "): premature EOS. The model ends before the length this task asks for, so nothing about longer text "
            "can be judged. Ask for a longer text in the prompt, set min_tokens, or use coda's perpetual mode "
            "(--perpetual-min-tokens).";
+      if (cur.contains("eos_prob_trend") && !cur["eos_prob_trend"].is_null())
+        f += " The EOS probability went from " + fmt(cur["eos_prob_trend"]["first_half"].get<double>(), 4) +
+             " (median over each run's first half) to " + fmt(cur["eos_prob_trend"]["before_end"].get<double>(), 4) +
+             " over the last 16 tokens before the end.";
       dec["settings"] = ojson::object();
     } else {
       f += " Below the " + pct(o.loop_rate) + " bound: the current parameters are fine for this length.";

@@ -80,6 +80,7 @@ client::Completion EngineTarget::send(const nlohmann::ordered_json& body, bool c
   c.prompt_tokens = out->result.prompt_tokens;
   c.completion_tokens = out->result.completion_tokens;
   c.coda = nlohmann::json::parse(dump_json(out->report.to_json()));
+  if (r.guard.trace) c.coda["trace"] = nlohmann::json::parse(dump_json(out->trace));
   // The tokens' text and logprobs, when the request asked for them, as a server would send them.
   for (const auto& t : out->result.logprobs) {
     client::TokenLogprob lp;

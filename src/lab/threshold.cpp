@@ -34,6 +34,19 @@ bool is_coherence_episode(const std::string& type) {
   return std::find(t.begin(), t.end(), type) != t.end();
 }
 
+// The EOS probability's mean over the first half of a run and over its last 16 steps before the
+// end (the end's own step left out: a run ended by EOS has its highest value there).
+void eos_trend(const std::vector<double>& eos, ThresholdRun& r) {
+  if (eos.size() < 8) return;
+  const size_t n = eos.size() - 1, half = n / 2;
+  double a = 0, b = 0;
+  for (size_t k = 0; k < half; ++k) a += eos[k];
+  const size_t from = n > 16 ? n - 16 : half;
+  for (size_t k = from; k < n; ++k) b += eos[k];
+  r.eos_prob_first_half = half ? a / static_cast<double>(half) : -1;
+  r.eos_prob_before_end = n > from ? b / static_cast<double>(n - from) : -1;
+}
+
 ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOptions& o, uint64_t seed, bool engine,
                      const std::atomic<bool>* stop) {
   ThresholdRun r;
@@ -48,6 +61,8 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
   // the top-k for the guard here from any other server.
   const int top = engine ? 0 : o.top_logprobs;
   const bool asked = engine || top > 0;
+  // coda's engine also sends its per-token trace: the EOS probability before the end (diagnose).
+  if (engine) body["coda"] = {{"trace", true}};
   nlohmann::ordered_json with_lp = body;
   if (asked) client::ask_logprobs(with_lp, p.chat(), top);
   client::Completion c = target.send(with_lp, p.chat(), stop);
@@ -68,6 +83,12 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
       if (e.is_object() && e.value("type", "") != "" && is_coherence_episode(e.value("type", "")))
         r.episodes.emplace_back(e.value("type", ""), e.value("onset", int64_t{0}));
     r.length = c.completion_tokens >= 0 ? c.completion_tokens : static_cast<int64_t>(c.logprobs.size());
+    if (c.coda.contains("trace") && c.coda["trace"].is_array()) {
+      std::vector<double> eos;
+      for (const auto& t : c.coda["trace"])
+        if (t.is_object() && t.contains("eos_prob") && t["eos_prob"].is_number()) eos.push_back(t["eos_prob"].get<double>());
+      eos_trend(eos, r);
+    }
     if (c.coda.contains("reasoning") && c.coda["reasoning"].is_object())
       r.reasoning_length = c.coda["reasoning"].value("tokens", int64_t{-1});
     const auto& sig = c.coda.contains("signals") ? c.coda["signals"] : nlohmann::ordered_json();
@@ -76,6 +97,7 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
   } else {
     GuardConfig gc;
     gc.policy = GuardPolicy::Observe;
+    gc.trace = true;
     proxy::StreamGuard sg(gc, proxy::prompt_text_of(body, p.chat()));
     sg.feed(c.reasoning + c.text, c.logprobs);  // a reasoning model's thinking (vLLM's parsers) comes first
     sg.finish();
@@ -99,6 +121,17 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
       if (is_coherence_episode(e.type)) r.episodes.emplace_back(e.type, e.onset);
     r.length = static_cast<int64_t>(sg.units());
     r.guarded_on = sg.text_only() ? "text" : "tokens";
+    if (!sg.text_only()) {
+      // From the top-k: an end-of-generation token among the alternatives; none seen: unknown.
+      std::vector<double> eos;
+      bool seen = false;
+      for (const auto& t : sg.trace())
+        if (t.contains("eos_prob") && t["eos_prob"].is_number()) {
+          eos.push_back(t["eos_prob"].get<double>());
+          seen = seen || eos.back() > 0;
+        }
+      if (seen) eos_trend(eos, r);
+    }
     const GuardReport rep = sg.report();
     if (rep.has_signals && rep.tokens > 0) r.mean_entropy = rep.mean_entropy;
   }

@@ -60,6 +60,10 @@ struct ThresholdRun {
   std::string text;
   std::vector<std::string> tokens;  // each token's text, when the server sent logprobs
   double mean_entropy = -1;         // nats per token, from coda's report or the top logprobs; -1: unknown
+  // The probability of the end of generation: its mean over the run's first half, and over the last
+  // 16 tokens before the end (a model that ends early raises it there); -1: unknown (no
+  // distribution, or no EOS among the alternatives a server sent).
+  double eos_prob_first_half = -1, eos_prob_before_end = -1;
   double ttft_ms = -1, e2e_ms = 0;  // as the client saw them
 };
 

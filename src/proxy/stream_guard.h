@@ -75,6 +75,7 @@ class StreamGuard {
   // tokens per piece. The low side, so that an estimate never cuts a legitimate answer early.
   static constexpr double kTokensPerPiece = 0.85;
   GuardReport report() const { return guard_.report(); }
+  const std::vector<nlohmann::ordered_json>& trace() const { return guard_.trace(); }  // with config.trace
   void stop_instead_of_repair() { guard_.stop_instead_of_repair(); }
   // Where the upstream's reasoning is (its own field): the next units are thinking or answer.
   void set_thinking(bool inside) { guard_.set_thinking(inside); }

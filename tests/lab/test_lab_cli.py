@@ -544,6 +544,41 @@ def diagnose_http_tests(coda, work):
             up.wait(timeout=30)
 
 
+def eos_trend_tests(coda, work):
+    """Premature EOS in process: prompts the bundled model ends within 11-40 tokens under greedy
+    decoding; diagnose names it and gives the EOS probability over each run's first half and before
+    its end, from the engine's trace (the same numbers as the runs' own traces)."""
+    prompts = os.path.join(work, "eos-trend-prompts.jsonl")
+    with open(prompts, "w") as f:
+        for p in ("The End.", "Fine.", "FINE"):
+            f.write(json.dumps({"prompt": p, "group": "g"}) + "\n")
+    out = os.path.join(work, "diagnose-eos-trend")
+    p = run([coda, "diagnose", "-m", MODEL, "--prompts", prompts, "--runs", "3", "--decode-tokens", "64", "-n", "128",
+             "--temp", "0", "-o", out])
+    d = json.load(open(os.path.join(out, "diagnosis.json")))
+    dec = [x for x in d["planes"] if x["plane"] == "decoding"][0]
+    trend = dec["current"].get("eos_prob_trend") or {}
+    check(dec.get("problem") == "premature_eos" and trend.get("runs") == 3 and
+          0 <= trend.get("first_half", -1) <= 1 and 0 <= trend.get("before_end", -1) <= 1 and
+          "The EOS probability went from" in p.stdout, f"diagnose gives the EOS trend: {trend} {dec.get('problem')}")
+    # The same figures, computed here from each prompt's own trace (coda run --trace, the same greedy
+    # generation): the mean over the first half of the steps before the end step, and over the last
+    # 16 of them; then the median over the three runs.
+    firsts, befores = [], []
+    for k, prompt in enumerate(("The End.", "Fine.", "FINE")):
+        tr = os.path.join(work, f"eos-trend-{k}.jsonl")
+        run([coda, "run", "-m", MODEL, "-p", prompt, "-n", "128", "--temp", "0", "--trace", tr, "-t", "1"])
+        eos = [json.loads(line)["eos_prob"] for line in open(tr) if '"eos_prob"' in line]
+        n = len(eos) - 1
+        firsts.append(sum(eos[:n // 2]) / (n // 2))
+        lo = n - 16 if n > 16 else n // 2
+        befores.append(sum(eos[lo:n]) / (n - lo))
+    med = lambda v: sorted(v)[len(v) // 2]
+    close = lambda a, b: abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-6)
+    check(close(med(firsts), trend.get("first_half", -1)) and close(med(befores), trend.get("before_end", -1)),
+          f"the trend from the runs' own traces: {med(firsts)} {med(befores)} against {trend}")
+
+
 def early_end_tests(coda, work):
     """A model that ends by EOS after 30-150 tokens of the 512 asked: neither tool may give an
     all-clear. threshold marks every group ended_early, diagnose names premature EOS on the decoding
@@ -643,6 +678,7 @@ def main():
     diagnose_reports = diagnose_tests(coda, work)
     diagnose_http_tests(coda, work)
     early_end_tests(coda, work)
+    eos_trend_tests(coda, work)
     render(tune_report, work)
     for r in diagnose_reports:
         render(r, work)
