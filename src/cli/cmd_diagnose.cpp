@@ -21,7 +21,8 @@ struct DiagnoseFlags {
 };
 
 int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
-  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat") : lab::load_prompts(f.prompts_file);
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
+                                        : lab::load_prompts(f.prompts_file);
   if (!prompts) return fail(prompts.message());
   f.opts.sampling = sampling_fields(sub, f.sampling);
   f.opts.sampling.erase("seed");
@@ -31,7 +32,8 @@ int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
   if (f.opts.penalty < 0) return fail("--penalty: a repetition_penalty, e.g. 1.2 (0: the default variant)");
   // A battery shorter than the guard's loop minimum would call every run coherent.
   const int64_t floor = GuardConfig{}.loop_min_span;
-  for (const auto& [flag, value] : {std::pair{"--decode-tokens", f.opts.decode_tokens}, {"--max-tokens", f.opts.max_tokens}})
+  for (const auto& [flag, value] :
+       {std::pair{"--decode-tokens", f.opts.decode_tokens}, {"--max-tokens", f.opts.max_tokens}})
     if (value < floor)
       return fail(std::string(flag) + " " + std::to_string(value) + ": below " + std::to_string(floor) +
                   ", the fewest tokens in which the guard can see a loop; use at least " + std::to_string(floor));

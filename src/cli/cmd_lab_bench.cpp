@@ -30,13 +30,14 @@ int bench(BenchFlags& f, const CLI::App* sub) {
                load.max_tokens, prompts->size());
   ProgressLine bar("bench");
   InterruptFlag interrupt;
-  auto run = lab::run_load(target, *prompts, load,
-                           [&](const lab::Progress& p) {
-                             bar.update(p.done, p.total,
-                                        "sent " + std::to_string(p.sent) + ", failures " + std::to_string(p.failures) +
-                                            ", errors " + std::to_string(p.errors));
-                           },
-                           interrupt.flag());
+  auto run = lab::run_load(
+      target, *prompts, load,
+      [&](const lab::Progress& p) {
+        bar.update(p.done, p.total,
+                   "sent " + std::to_string(p.sent) + ", failures " + std::to_string(p.failures) + ", errors " +
+                       std::to_string(p.errors));
+      },
+      interrupt.flag());
   bar.finish();
   const auto summary = lab::summarize(run, load, target.describe());
   if (Status s = lab::write_bench_outputs(f.out_dir, summary, run, load); !s.ok()) return fail(s.message());
@@ -49,7 +50,8 @@ int bench(BenchFlags& f, const CLI::App* sub) {
                static_cast<long long>(summary["completed"].get<int64_t>()),
                static_cast<long long>(summary["errors"].get<int64_t>()), summary["failure_rate"].get<double>() * 100,
                ci[0].get<double>() * 100, ci[1].get<double>() * 100,
-               ttft.is_number() ? std::to_string(ttft.get<double>()).c_str() : "-", (f.out_dir + "/report.html").c_str());
+               ttft.is_number() ? std::to_string(ttft.get<double>()).c_str() : "-",
+               (f.out_dir + "/report.html").c_str());
   if (const int64_t n = summary["failure_kinds"]["no_answer"].get<int64_t>(); n > 0)
     std::fprintf(stderr,
                  "coda bench: %lld request(s) ended inside the model's thinking with no answer (counted as failures "
@@ -68,8 +70,8 @@ int bench(BenchFlags& f, const CLI::App* sub) {
   if (run.interrupted) return fail("interrupted; partial results are in " + f.out_dir);
   if (run.target_down || summary["completed"].get<int64_t>() == 0)
     return fail("the target " + target.describe() + " answered no request successfully" +
-                (run.first_error.empty() ? "" : " (first error: " + run.first_error + ")") + "; results so far are in " +
-                f.out_dir);
+                (run.first_error.empty() ? "" : " (first error: " + run.first_error + ")") +
+                "; results so far are in " + f.out_dir);
   return 0;
 }
 

@@ -70,8 +70,9 @@ int run_proxy(ProxyFlags& f) {
   std::fflush(stdout);
   {
     proxy::ProxyServer& px = **server;
-    ShutdownWatch watch("coda proxy", f.opts.shutdown_timeout_s, [&px](double t) { return px.drain(t); },
-                        "the upstream generations left were cancelled and their clients answered 503 (retry)");
+    ShutdownWatch watch(
+        "coda proxy", f.opts.shutdown_timeout_s, [&px](double t) { return px.drain(t); },
+        "the upstream generations left were cancelled and their clients answered 503 (retry)");
     px.serve();
   }
   (*server)->stop();

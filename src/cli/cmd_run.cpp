@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cache_flags.h"
-#include "cli/perpetual_flags.h"
 #include "cli/commands.h"
 #include "cli/llama_compat.h"
+#include "cli/perpetual_flags.h"
 #include "cli/sampling_flags.h"
 #include "core/json_parse.h"
 #include "engine/generator.h"

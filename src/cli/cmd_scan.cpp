@@ -211,7 +211,8 @@ int scan(ScanFlags& f) {
   size_t flagged = 0;
   for (auto& t : texts) {
     if (f.pieces && t.tokens) return fail(t.source + ": token ids need a vocabulary to decode; drop --pieces");
-    Expected<Scanned> scanned = f.pieces ? Expected<Scanned>(scan_pieces(f.config, t)) : scan_tokens(*vocab, f.config, t);
+    Expected<Scanned> scanned =
+        f.pieces ? Expected<Scanned>(scan_pieces(f.config, t)) : scan_tokens(*vocab, f.config, t);
     if (!scanned) return fail(scanned.message());
     const GuardReport& r = scanned->report;
     flagged += !r.events.empty();

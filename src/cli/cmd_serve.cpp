@@ -9,10 +9,10 @@
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "cli/cache_flags.h"
-#include "cli/reasoning_flags.h"
 #include "cli/commands.h"
 #include "cli/http_flags.h"
 #include "cli/llama_compat.h"
+#include "cli/reasoning_flags.h"
 #include "engine/generator.h"
 #include "kernels/kernels.h"
 #include "server/embeddings_api.h"
@@ -37,8 +37,8 @@ struct ServeFlags {
   std::string tool_parser = "auto";          // the chat template's tool-call format
   std::string reasoning_parser = "auto";     // the chat template's <think> block
   ReasoningFlags reasoning;
-  bool enable_auto_tool_choice = false;      // vLLM's flag; coda parses whenever the format is known
-  std::string pooling;                       // "": the GGUF's {arch}.pooling_type, else mean
+  bool enable_auto_tool_choice = false;  // vLLM's flag; coda parses whenever the format is known
+  std::string pooling;                   // "": the GGUF's {arch}.pooling_type, else mean
   ApiKeyFlags api_keys;
   ServerOptions server;
 };
@@ -94,8 +94,8 @@ int serve(ServeFlags& f) {
   const ChatTemplate* tmpl = loaded->generator->chat_template();
   f.server.defaults.tool_parser =
       named_parser ? *named_parser : (tmpl ? tool_call_format_of_template(tmpl->source()) : ToolCallFormat::None);
-  f.server.defaults.reasoning =
-      f.reasoning_parser == "auto" ? (tmpl != nullptr && template_thinks(tmpl->source())) : f.reasoning_parser != "none";
+  f.server.defaults.reasoning = f.reasoning_parser == "auto" ? (tmpl != nullptr && template_thinks(tmpl->source()))
+                                                             : f.reasoning_parser != "none";
   if (tmpl != nullptr) {
     // A template that cannot render one short turn within its limits loops or is hostile (it came
     // with the GGUF file): every chat request would fail, so say so now. A probe that the
@@ -160,8 +160,7 @@ int serve(ServeFlags& f) {
   std::fprintf(stderr,
                "coda serve: %d compute threads (%s); `coda bench-model --threads-sweep` shows the curve on this "
                "machine\n",
-               loaded->generator->pool().size(),
-               f.threads > 0 ? "-t" : "all cores; -t to change");
+               loaded->generator->pool().size(), f.threads > 0 ? "-t" : "all cores; -t to change");
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
@@ -175,8 +174,9 @@ int serve(ServeFlags& f) {
               *port);
   std::fflush(stdout);
   {
-    ShutdownWatch watch("coda serve", f.server.shutdown_timeout_s, [&server](double t) { return server.drain(t); },
-                        "the requests left were answered 503 (retry)");
+    ShutdownWatch watch(
+        "coda serve", f.server.shutdown_timeout_s, [&server](double t) { return server.drain(t); },
+        "the requests left were answered 503 (retry)");
     server.serve();
   }
   return 0;

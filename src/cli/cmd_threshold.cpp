@@ -22,7 +22,8 @@ struct ThresholdFlags {
 };
 
 int threshold(ThresholdFlags& f, const CLI::App* sub) {
-  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat") : lab::load_prompts(f.prompts_file);
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
+                                        : lab::load_prompts(f.prompts_file);
   if (!prompts) return fail(prompts.message());
   f.opts.sampling = sampling_fields(sub, f.sampling);
   f.opts.sampling.erase("seed");

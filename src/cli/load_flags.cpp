@@ -16,7 +16,8 @@ void add_load_flags(CLI::App* sub, LoadFlags& f) {
       ->check(CLI::IsMember({"sharegpt", "custom"}));
   sub->add_option("--set", f.sets, "Built-in prompt sets: exam, narrative, technical or all (comma-separated)")
       ->capture_default_str();
-  sub->add_option("--lang", f.languages, "Built-in prompt languages: en, it, fr (comma-separated)")->capture_default_str();
+  sub->add_option("--lang", f.languages, "Built-in prompt languages: en, it, fr (comma-separated)")
+      ->capture_default_str();
   sub->add_option("--api", f.api,
                   "The built-in prompts' route: completions (plain text, for a base model) or chat (a user message, "
                   "for an instruct model behind /v1/chat/completions)")
@@ -68,7 +69,8 @@ void add_load_flags(CLI::App* sub, LoadFlags& f) {
 }
 
 Expected<std::vector<lab::BenchPrompt>> finish_load_flags(const CLI::App* sub, LoadFlags& f, const std::string& model) {
-  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat") : lab::load_prompts(f.prompts_file);
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
+                                        : lab::load_prompts(f.prompts_file);
   if (!prompts) return prompts.error();
   f.load.sampling = sampling_fields(sub, f.sampling);
   f.load.sampling.erase("seed");

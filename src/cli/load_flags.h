@@ -16,7 +16,7 @@ struct LoadFlags {
   GenerationRequest sampling;  // filled by the sampling flags; only those given are sent
   std::string prompts_file, sets = "exam", languages = "en,it,fr";
   std::string api = "completions";  // the built-in prompts' route: completions or chat
-  std::string dataset_name;  // vLLM's --dataset-name, checked and otherwise unused
+  std::string dataset_name;         // vLLM's --dataset-name, checked and otherwise unused
   lab::LoadOptions load;
   std::string failure_reasons = "length";
   bool no_stream = false;

@@ -29,8 +29,7 @@ void add_reasoning_flags(CLI::App* sub, ReasoningFlags* f, bool field) {
 }
 
 Status apply_reasoning_flags(const ReasoningFlags& f, ThinkingConfig& thinking, int64_t effort_budgets[3]) {
-  if (f.loop != "answer" && f.loop != "stop")
-    return Error("--reasoning-loop: '" + f.loop + "' is not answer or stop");
+  if (f.loop != "answer" && f.loop != "stop") return Error("--reasoning-loop: '" + f.loop + "' is not answer or stop");
   if (f.field != "reasoning" && f.field != "reasoning_content")
     return Error("--reasoning-field: '" + f.field + "' is not reasoning or reasoning_content");
   thinking.answer_on_loop = f.loop == "answer";

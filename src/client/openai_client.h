@@ -62,21 +62,21 @@ std::string redact_url(const std::string& url);
 struct Completion {
   bool ok = false;
   ErrorKind error_kind = ErrorKind::None;
-  std::string error;           // a message a user can act on
-  int status = 0;              // HTTP status; 0 when no response came
-  bool connected = true;       // false: no connection was made (refused, unreachable, or the connect
-                               // timed out), so the request never reached the server
+  std::string error;                  // a message a user can act on
+  int status = 0;                     // HTTP status; 0 when no response came
+  bool connected = true;              // false: no connection was made (refused, unreachable, or the connect
+                                      // timed out), so the request never reached the server
   nlohmann::ordered_json error_body;  // the server's error JSON, when it sent one
   std::string text;                   // the generated text (concatenated deltas when streaming, without on_delta)
-  std::string reasoning;       // chat: the reasoning beside it (reasoning_content), concatenated
-  std::string finish_reason;   // empty when none was reported
-  std::string stop_reason;     // vLLM's (coda's too): the stop string that ended the text; else empty
-  int64_t prompt_tokens = -1;  // from usage; -1 when the server did not say
+  std::string reasoning;              // chat: the reasoning beside it (reasoning_content), concatenated
+  std::string finish_reason;          // empty when none was reported
+  std::string stop_reason;            // vLLM's (coda's too): the stop string that ended the text; else empty
+  int64_t prompt_tokens = -1;         // from usage; -1 when the server did not say
   int64_t completion_tokens = -1;
   int64_t reasoning_tokens = -1;  // usage.completion_tokens_details.reasoning_tokens; -1 when not said
   std::vector<TokenLogprob> logprobs;
   nlohmann::ordered_json coda;  // coda's report ("coda" field), null when absent
-  double ttft_ms = -1;  // first content chunk (streaming) or the whole answer
+  double ttft_ms = -1;          // first content chunk (streaming) or the whole answer
   double e2e_ms = 0;
   std::vector<double> chunk_ms;  // arrival of every chunk that carried text
 };

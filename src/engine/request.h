@@ -83,11 +83,11 @@ struct GenerationResult {
   int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not prefilled)
   int completion_tokens = 0;
   GenerationTimings timings;
-  std::vector<TokenLogprob> logprobs;  // when requested, one per completion token
+  std::vector<TokenLogprob> logprobs;         // when requested, one per completion token
   std::vector<TokenLogprob> prompt_logprobs;  // with prompt_logprobs, one per prompt token
   std::vector<float> embedding;               // an embedding request's vector (dim floats)
-  int repairs = 0;                     // rollbacks an observer asked for
-  int64_t tokens_sampled = 0;          // every sampling step, rolled-back ones included
+  int repairs = 0;                            // rollbacks an observer asked for
+  int64_t tokens_sampled = 0;                 // every sampling step, rolled-back ones included
 };
 
 // One streamed piece: the text that became final with this token (may be empty while a partial

@@ -315,8 +315,8 @@ void Sequence::step() {
   }
   // With a stream delay, only the text of tokens old enough is released.
   const size_t n = text_after_.size();
-  const size_t delay = static_cast<size_t>(
-      std::max<int64_t>({0, req_.stream_delay_tokens, observer_ ? observer_->hold_back() : 0}));
+  const size_t delay =
+      static_cast<size_t>(std::max<int64_t>({0, req_.stream_delay_tokens, observer_ ? observer_->hold_back() : 0}));
   const size_t limit = delay == 0 ? std::string::npos : n > delay ? text_after_[n - 1 - delay] : 0;
   std::string ready = stops_.take_ready(limit);
   const auto released = static_cast<int64_t>(n > delay ? n - delay : 0);

@@ -9,7 +9,6 @@
 
 namespace coda {
 
-
 Expected<GuardPolicy> parse_guard_policy(const std::string& s) {
   if (s == "observe") return GuardPolicy::Observe;
   if (s == "stop") return GuardPolicy::Stop;
@@ -116,18 +115,20 @@ std::optional<GuardEvent> Guard::detect(GuardState& state) {
   return std::nullopt;
 }
 
-int64_t Guard::length_tokens() const { return length_override_; }
+int64_t Guard::length_tokens() const {
+  return length_override_;
+}
 
 // Where an ending in words begins, when the text has just completed one: a line that is only "The
 // End" / "Fine" / "THE END." and the like (ended by a line break, or by its closing punctuation), or
 // a line or sentence that opens with a closing formula ("In conclusion,", "In conclusione,",
 // "Sincerely,"). -1 when the text does not end in one.
 int64_t Guard::ending_in_words(const std::string& text) {
-  static const char* const kWholeLine[] = {"the end", "fine", "the end of the story", "end of story", "finis",
-                                           "la fine", "thanks for reading", "grazie per aver letto"};
-  static const char* const kOpening[] = {"in conclusion,", "to conclude,", "in summary,", "in conclusione,",
-                                         "per concludere,", "sincerely,", "best regards,", "cordiali saluti,",
-                                         "distinti saluti,"};
+  static const char* const kWholeLine[] = {"the end", "fine",    "the end of the story", "end of story",
+                                           "finis",   "la fine", "thanks for reading",   "grazie per aver letto"};
+  static const char* const kOpening[] = {"in conclusion,",  "to conclude,",     "in summary,",
+                                         "in conclusione,", "per concludere,",  "sincerely,",
+                                         "best regards,",   "cordiali saluti,", "distinti saluti,"};
   if (text.size() <= ending_checked_) return -1;  // nothing new since the last look
   ending_checked_ = text.size();
   const bool line_done = text.back() == '\n';
@@ -237,7 +238,8 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
       const int64_t used = thinking_.reasoning_tokens(i + 1);
       const std::string_view t(text);
       const size_t end = t.find_last_not_of(" \t");
-      const bool sentence_end = end != std::string_view::npos && std::string_view(".!?\n").find(t[end]) != std::string_view::npos;
+      const bool sentence_end =
+          end != std::string_view::npos && std::string_view(".!?\n").find(t[end]) != std::string_view::npos;
       if (used >= tc.budget && (sentence_end || used >= tc.budget + tc.grace))
         return close_thinking(i + 1, i, text, "budget");
     }
@@ -385,9 +387,10 @@ nlohmann::ordered_json GuardReport::to_json() const {
   else
     j["signals"] = {{"tokens", tokens}, {"distinct2", distinct2}};
   if (thinking)
-    j["reasoning"] = {{"tokens", reasoning_tokens},
-                      {"ended_by", reasoning_end.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(reasoning_end)},
-                      {"forced_closes", reasoning_closes}};
+    j["reasoning"] = {
+        {"tokens", reasoning_tokens},
+        {"ended_by", reasoning_end.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(reasoning_end)},
+        {"forced_closes", reasoning_closes}};
   return j;
 }
 

@@ -238,9 +238,7 @@ class Guard : public StepObserver {
   size_t ending_checked_ = 0;
   // A forced close of the thinking: drops the tokens from `keep` on and writes the close.
   StepVerdict close_thinking(int64_t keep, int64_t i, const std::string& text, const char* why);
-  bool can_close() const {
-    return cfg_.thinking.watch && (cfg_.thinking.external || !cfg_.thinking.close.empty());
-  }
+  bool can_close() const { return cfg_.thinking.watch && (cfg_.thinking.external || !cfg_.thinking.close.empty()); }
 };
 
 // Generation under the guard: sets the stream delay the policy needs, runs, and returns the

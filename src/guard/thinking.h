@@ -57,10 +57,10 @@ class ThinkingTracker {
   enum class State { Undecided, Thinking, Closed, NoThinking };
   ThinkingConfig cfg_;
   State state_ = cfg_.opened ? State::Thinking : State::Undecided;
-  int64_t start_ = 0;       // first token inside the block
-  int64_t closed_at_ = -1;  // first token after "</think>"
+  int64_t start_ = 0;        // first token inside the block
+  int64_t closed_at_ = -1;   // first token after "</think>"
   int64_t close_from_ = -1;  // the token where "</think>" begins
-  size_t scanned_ = 0;      // bytes of text searched for "</think>"
+  size_t scanned_ = 0;       // bytes of text searched for "</think>"
 };
 
 }  // namespace coda

@@ -44,9 +44,9 @@ std::string bench_report_html(const nlohmann::ordered_json& s, const LoadRun& ru
     << " requests in " << opts.sets << " set(s), " << opts.rate_per_min << " per minute (burstiness " << opts.burstiness
     << "), max_tokens " << opts.max_tokens << ", " << num(s["duration_s"]) << " s.</p>";
   o << "<p><b>Failure rate " << pct(s["failure_rate"].get<double>()) << "</b> (" << s["failures"].get<int64_t>()
-    << " of " << s["completed"].get<int64_t>() << " ran to max_tokens without ending, or never answered), 95% Wilson interval "
-    << pct(ci[0].get<double>()) << " to " << pct(ci[1].get<double>()) << ". Errors: " << s["errors"].get<int64_t>()
-    << ".</p>";
+    << " of " << s["completed"].get<int64_t>()
+    << " ran to max_tokens without ending, or never answered), 95% Wilson interval " << pct(ci[0].get<double>())
+    << " to " << pct(ci[1].get<double>()) << ". Errors: " << s["errors"].get<int64_t>() << ".</p>";
   if (const int64_t n = s["failure_kinds"].value("no_answer", int64_t{0}); n > 0)
     o << "<p class=\"note\">Of the failures, " << n
       << " ended inside a reasoning model's thinking, with no answer (whatever their finish_reason).</p>";

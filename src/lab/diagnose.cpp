@@ -20,7 +20,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-bool is_loop_family(const std::string& t) { return in_detector_family(t, "loop"); }
+bool is_loop_family(const std::string& t) {
+  return in_detector_family(t, "loop");
+}
 
 // One battery's decoding figures: how many runs looped, how early, how sure the model was.
 ojson decoding_stats(const std::vector<ThresholdRun>& runs, double repetition_penalty, int max_tokens) {
@@ -350,8 +352,10 @@ ojson run_diagnosis(Target& target, const std::vector<BenchPrompt>& prompts, con
     const bool premature = !problem && early >= 0.5;
     const bool variant_helps = vr < lr;
     dec["status"] = problem || premature ? "problem" : "ok";
-    if (premature) dec["problem"] = "premature_eos";
-    else if (problem) dec["problem"] = "loops";
+    if (premature)
+      dec["problem"] = "premature_eos";
+    else if (problem)
+      dec["problem"] = "loops";
     std::string f =
         cur["looped"].dump() + " of " + cur["completed"].dump() + " runs looped within " +
         std::to_string(o.decode_tokens) + " tokens at repetition_penalty " + fmt(rp) + " (" + pct(lr) +

@@ -141,8 +141,8 @@ LoadRun run_load(Target& target, const std::vector<BenchPrompt>& prompts, const 
       rec.group = p.group;
       rec.sent_at = now_s();
       rec.max_tokens = opts.max_tokens;
-      const uint64_t request_seed = opts.seed * 1000003ULL + static_cast<uint64_t>(set) * 100000007ULL +
-                                    static_cast<uint64_t>(i);
+      const uint64_t request_seed =
+          opts.seed * 1000003ULL + static_cast<uint64_t>(set) * 100000007ULL + static_cast<uint64_t>(i);
       nlohmann::ordered_json body = request_body(p, opts, request_seed);
       const bool chat = p.chat();
       workers.emplace_back([&, rec = std::move(rec), body = std::move(body), chat]() mutable {
@@ -181,14 +181,17 @@ LoadRun run_load(Target& target, const std::vector<BenchPrompt>& prompts, const 
   run.interrupted = stop && stop->load();
   run.duration_s = now_s();
   tick();
-  std::sort(run.records.begin(), run.records.end(),
-            [](const RequestRecord& a, const RequestRecord& b) { return a.set != b.set ? a.set < b.set : a.index < b.index; });
+  std::sort(run.records.begin(), run.records.end(), [](const RequestRecord& a, const RequestRecord& b) {
+    return a.set != b.set ? a.set < b.set : a.index < b.index;
+  });
   return run;
 }
 
 nlohmann::ordered_json record_json(const RequestRecord& r, const LoadOptions& opts) {
   const auto& c = r.out;
-  auto num = [](double v) { return std::isnan(v) || v < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
+  auto num = [](double v) {
+    return std::isnan(v) || v < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v);
+  };
   nlohmann::ordered_json j{
       {"set", r.set},
       {"index", r.index},
@@ -312,10 +315,15 @@ nlohmann::ordered_json summarize(const LoadRun& run, const LoadOptions& opts, co
   s["request_throughput"] = run.duration_s > 0 ? static_cast<double>(completed) / run.duration_s : 0.0;
   s["goodput"] = run.duration_s > 0 ? static_cast<double>(good) / run.duration_s : 0.0;
   s["interrupted"] = run.interrupted;
-  s["options"] = {{"rate_per_min", opts.rate_per_min}, {"burstiness", opts.burstiness},
-                  {"max_concurrency", opts.max_concurrency}, {"requests_per_set", opts.requests},
-                  {"sets", opts.sets}, {"seed", opts.seed}, {"max_tokens", opts.max_tokens},
-                  {"sampling", opts.sampling}, {"stream", opts.stream}};
+  s["options"] = {{"rate_per_min", opts.rate_per_min},
+                  {"burstiness", opts.burstiness},
+                  {"max_concurrency", opts.max_concurrency},
+                  {"requests_per_set", opts.requests},
+                  {"sets", opts.sets},
+                  {"seed", opts.seed},
+                  {"max_tokens", opts.max_tokens},
+                  {"sampling", opts.sampling},
+                  {"stream", opts.stream}};
   return s;
 }
 

@@ -25,20 +25,20 @@
 namespace coda::lab {
 
 struct LoadOptions {
-  double rate_per_min = 60;    // 0: all at once
-  double burstiness = 1;       // gamma shape; 1 = Poisson
-  int max_concurrency = 0;     // 0: unlimited
-  int64_t requests = 100;      // per set
+  double rate_per_min = 60;  // 0: all at once
+  double burstiness = 1;     // gamma shape; 1 = Poisson
+  int max_concurrency = 0;   // 0: unlimited
+  int64_t requests = 100;    // per set
   int sets = 1;
   uint64_t seed = 0;
   int max_tokens = 1024;
-  std::string model;           // the request's `model`; empty: omitted
+  std::string model;                                   // the request's `model`; empty: omitted
   nlohmann::json sampling = nlohmann::json::object();  // OpenAI/vLLM request fields
-  bool stream = true;          // streaming gives TTFT and ITL
+  bool stream = true;                                  // streaming gives TTFT and ITL
   std::vector<std::string> failure_reasons = {"length"};
   bool trust_finish_reason = false;  // true: "stop" at max_tokens is a success, as the server says
-  int abort_after_errors = 8;  // this many errors before any success: the target is down, stop
-  double goodput_ttft_ms = 0;  // SLOs for goodput; 0: not part of it
+  int abort_after_errors = 8;        // this many errors before any success: the target is down, stop
+  double goodput_ttft_ms = 0;        // SLOs for goodput; 0: not part of it
   double goodput_tpot_ms = 0;
 };
 

@@ -112,12 +112,12 @@ std::string scatter(const Axes& a, const std::vector<Point>& points,
       << "\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/><text x=\"" << a.width - kRight << "\" y=\"" << f.py(v) - 3
       << "\" text-anchor=\"end\" fill=\"#d62728\">" << escape(label) << "</text>";
   }
-  // Highlighted points (any colour but the default grey) are drawn last, on top.
+  // Highlighted points (red: a Pareto front) are drawn last, on top.
   std::vector<const Point*> order;
   for (const auto& p : points)
-    if (p.color == "#7f7f7f") order.push_back(&p);
+    if (p.color != "#d62728") order.push_back(&p);
   for (const auto& p : points)
-    if (p.color != "#7f7f7f") order.push_back(&p);
+    if (p.color == "#d62728") order.push_back(&p);
   for (const Point* pp : order) {
     const Point& p = *pp;
     o << "<circle cx=\"" << f.px(p.x) << "\" cy=\"" << f.py(p.y) << "\" r=\"4\" fill=\"" << p.color

@@ -86,7 +86,8 @@ ThresholdRun run_one(Target& target, const BenchPrompt& p, const ThresholdOption
     if (c.coda.contains("trace") && c.coda["trace"].is_array()) {
       std::vector<double> eos;
       for (const auto& t : c.coda["trace"])
-        if (t.is_object() && t.contains("eos_prob") && t["eos_prob"].is_number()) eos.push_back(t["eos_prob"].get<double>());
+        if (t.is_object() && t.contains("eos_prob") && t["eos_prob"].is_number())
+          eos.push_back(t["eos_prob"].get<double>());
       eos_trend(eos, r);
     }
     if (c.coda.contains("reasoning") && c.coda["reasoning"].is_object())
@@ -283,18 +284,18 @@ nlohmann::ordered_json summarize_threshold(const std::vector<ThresholdRun>& runs
     // A recommendation never cuts an answer seen to end coherently by itself.
     const double longest_coherent =
         early_lengths.empty() ? 0.0 : *std::max_element(early_lengths.begin(), early_lengths.end());
-    gj["recommended_max_tokens"] =
-        std::isfinite(thr)
-            ? nlohmann::ordered_json(static_cast<int64_t>(std::max(std::floor(thr * (1.0 - o.margin)), longest_coherent)))
-            : nlohmann::ordered_json(nullptr);
+    gj["recommended_max_tokens"] = std::isfinite(thr) ? nlohmann::ordered_json(static_cast<int64_t>(std::max(
+                                                            std::floor(thr * (1.0 - o.margin)), longest_coherent)))
+                                                      : nlohmann::ordered_json(nullptr);
     const int64_t completed = n - errors;
     const auto early = static_cast<int64_t>(early_lengths.size());
     if (!reasoning_lengths.empty())
-      gj["reasoning"] = {{"runs", static_cast<int64_t>(reasoning_lengths.size())},
-                         {"median_reasoning_tokens", percentile(reasoning_lengths, 0.5)},
-                         {"median_answer_tokens", percentile(answer_lengths, 0.5)},
-                         {"max_reasoning_tokens", *std::max_element(reasoning_lengths.begin(), reasoning_lengths.end())},
-                         {"no_answer", no_answer}};
+      gj["reasoning"] = {
+          {"runs", static_cast<int64_t>(reasoning_lengths.size())},
+          {"median_reasoning_tokens", percentile(reasoning_lengths, 0.5)},
+          {"median_answer_tokens", percentile(answer_lengths, 0.5)},
+          {"max_reasoning_tokens", *std::max_element(reasoning_lengths.begin(), reasoning_lengths.end())},
+          {"no_answer", no_answer}};
     gj["reached_max_tokens"] = reached;
     gj["ended_early"] = early;
     gj["ended_early_median_length"] = early ? nlohmann::ordered_json(percentile(early_lengths, 0.5)) : nullptr;
@@ -361,9 +362,9 @@ std::string threshold_report_html(const nlohmann::ordered_json& s) {
     for (const auto& t : gj["episode_types"]) types += (types.empty() ? "" : " &rarr; ") + t["type"].get<std::string>();
     const auto& ci = gj["threshold_ci95"];
     b << "<tr><td>" << svg::escape(g) << "</td><td>" << gj["completed"] << "</td><td>" << gj["degraded"] << "</td><td>"
-      << svg::escape(gj.value("status", "")) << "</td><td>" << num(gj["threshold_tokens"]) << "</td><td>[" << num(ci[0]) << ", "
-      << (ci[1].is_null() ? "beyond" : ci[1].dump()) << "]</td><td>" << num(gj["recommended_max_tokens"]) << "</td><td>"
-      << (types.empty() ? "none" : types) << "</td></tr>";
+      << svg::escape(gj.value("status", "")) << "</td><td>" << num(gj["threshold_tokens"]) << "</td><td>[" << num(ci[0])
+      << ", " << (ci[1].is_null() ? "beyond" : ci[1].dump()) << "]</td><td>" << num(gj["recommended_max_tokens"])
+      << "</td><td>" << (types.empty() ? "none" : types) << "</td></tr>";
   }
   b << "</table>";
   for (const auto& [g, gj] : s["groups"].items())

@@ -25,17 +25,25 @@ Expected<double> neutral_value(const std::string& p) {
   const SamplingParams d;
   // Floats widened to double: 0.1f is 0.100000001...; six decimals give back the written value.
   auto w = [](float v) { return std::round(static_cast<double>(v) * 1e6) / 1e6; };
-  const std::map<std::string, double> neutral = {
-      {"temperature", w(d.temperature)},       {"top_p", w(d.top_p)},
-      {"top_k", 0.0},                       {"min_p", w(d.min_p)},
-      {"typical_p", w(d.typical_p)},           {"repetition_penalty", w(d.repetition_penalty)},
-      {"frequency_penalty", w(d.frequency_penalty)}, {"presence_penalty", w(d.presence_penalty)},
-      {"top_n_sigma", w(d.top_n_sigma)},       {"dynatemp_range", w(d.dynatemp_range)},
-      {"dynatemp_exponent", w(d.dynatemp_exponent)}, {"dry_multiplier", w(d.dry_multiplier)},
-      {"dry_base", w(d.dry_base)},             {"dry_allowed_length", static_cast<double>(d.dry_allowed_length)},
-      {"xtc_probability", w(d.xtc_probability)}, {"xtc_threshold", w(d.xtc_threshold)},
-      {"no_repeat_ngram_size", static_cast<double>(d.no_repeat_ngram_size)},
-      {"repeat_last_n", static_cast<double>(d.repetition_window)}, {"min_tokens", static_cast<double>(d.min_tokens)}};
+  const std::map<std::string, double> neutral = {{"temperature", w(d.temperature)},
+                                                 {"top_p", w(d.top_p)},
+                                                 {"top_k", 0.0},
+                                                 {"min_p", w(d.min_p)},
+                                                 {"typical_p", w(d.typical_p)},
+                                                 {"repetition_penalty", w(d.repetition_penalty)},
+                                                 {"frequency_penalty", w(d.frequency_penalty)},
+                                                 {"presence_penalty", w(d.presence_penalty)},
+                                                 {"top_n_sigma", w(d.top_n_sigma)},
+                                                 {"dynatemp_range", w(d.dynatemp_range)},
+                                                 {"dynatemp_exponent", w(d.dynatemp_exponent)},
+                                                 {"dry_multiplier", w(d.dry_multiplier)},
+                                                 {"dry_base", w(d.dry_base)},
+                                                 {"dry_allowed_length", static_cast<double>(d.dry_allowed_length)},
+                                                 {"xtc_probability", w(d.xtc_probability)},
+                                                 {"xtc_threshold", w(d.xtc_threshold)},
+                                                 {"no_repeat_ngram_size", static_cast<double>(d.no_repeat_ngram_size)},
+                                                 {"repeat_last_n", static_cast<double>(d.repetition_window)},
+                                                 {"min_tokens", static_cast<double>(d.min_tokens)}};
   auto it = neutral.find(p);
   if (it == neutral.end()) return Error("no known default for '" + p + "'");
   return it->second;
@@ -105,13 +113,15 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
   auto record = [&](TuneTrial& t) -> Status {
     nlohmann::json intervals = nlohmann::json::array();
     for (const auto& [lo, hi] : t.eval.intervals) intervals.push_back({lo, hi});
-    nlohmann::json ua = {{"phase", t.phase}, {"baseline", t.baseline}, {"intervals", intervals}, {"details", t.eval.details}};
+    nlohmann::json ua = {
+        {"phase", t.phase}, {"baseline", t.baseline}, {"intervals", intervals}, {"details", t.eval.details}};
     if (t.source >= 0) ua["source_trial"] = t.source;
     return study->add_trial(opts.space, t.params, t.eval.values, ua, t.started);
   };
   const int total = opts.n_trials + (opts.phase2_top > 0 ? opts.phase2_top + 1 : 0);
   auto phase1_count = [&] {
-    return static_cast<int>(std::count_if(res.trials.begin(), res.trials.end(), [](const TuneTrial& t) { return t.phase == 1; }));
+    return static_cast<int>(
+        std::count_if(res.trials.begin(), res.trials.end(), [](const TuneTrial& t) { return t.phase == 1; }));
   };
   const bool phase2_started =
       std::any_of(res.trials.begin(), res.trials.end(), [](const TuneTrial& t) { return t.phase == 2; });
@@ -265,8 +275,9 @@ Expected<TuneResult> run_tune(const TuneOptions& opts, const Evaluator& eval,
       return i.empty() ? fmt(t->eval.values[0]) : "[" + fmt(i[0].first) + ", " + fmt(i[0].second) + "]";
     };
     auto iv = [](const TuneTrial* t) {
-      return t->eval.intervals.empty() ? nlohmann::ordered_json{t->eval.values[0], t->eval.values[0]}
-                                       : nlohmann::ordered_json{t->eval.intervals[0].first, t->eval.intervals[0].second};
+      return t->eval.intervals.empty()
+                 ? nlohmann::ordered_json{t->eval.values[0], t->eval.values[0]}
+                 : nlohmann::ordered_json{t->eval.intervals[0].first, t->eval.intervals[0].second};
     };
     if (best) {
       res.recommendation = {{"params", params_json(best->params)},
@@ -302,14 +313,18 @@ nlohmann::ordered_json pareto_json(const TuneResult& r, const TuneOptions& opts)
       if (k < t.eval.intervals.size()) v["ci95"] = {t.eval.intervals[k].first, t.eval.intervals[k].second};
       vals[opts.objectives[k]] = v;
     }
-    nlohmann::ordered_json j{{"number", t.number}, {"phase", t.phase},     {"baseline", t.baseline},
-                             {"params", params_json(t.params)}, {"values", vals}, {"on_front", t.on_front}};
+    nlohmann::ordered_json j{{"number", t.number},     {"phase", t.phase},
+                             {"baseline", t.baseline}, {"params", params_json(t.params)},
+                             {"values", vals},         {"on_front", t.on_front}};
     if (t.source >= 0) j["source_trial"] = t.source;
     if (!t.eval.details.empty()) j["details"] = t.eval.details;
     trials.push_back(j);
   }
-  return {{"objectives", opts.objectives}, {"trials", trials}, {"recommendation", r.recommendation},
-          {"recommendation_text", r.recommendation_text}, {"interrupted", r.interrupted}};
+  return {{"objectives", opts.objectives},
+          {"trials", trials},
+          {"recommendation", r.recommendation},
+          {"recommendation_text", r.recommendation_text},
+          {"interrupted", r.interrupted}};
 }
 
 // ---- test problems ----

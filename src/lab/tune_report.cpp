@@ -38,37 +38,40 @@ std::string tune_report_html(const TuneResult& r, const TuneOptions& opts) {
   if (r.interrupted) body += "<p class=\"note\">Interrupted: the study resumes from its file.</p>";
   // The Pareto plot of each phase (first two objectives); phase 2's front is among its re-runs.
   auto plot = [&](int phase) {
-  std::vector<svg::Point> pts;
-  for (const auto& t : r.trials) {
-    if (t.phase != phase || t.eval.values.empty()) continue;
-    svg::Point p;
-    p.x = t.eval.values[0];
-    p.y = t.eval.values.size() > 1 ? t.eval.values[1] : 0;
-    p.color = t.on_front ? "#d62728" : "#7f7f7f";  // grey is drawn first, the front on top
-    p.boxed = t.baseline;
-    p.label = "trial " + std::to_string(t.number) + (t.baseline ? " (baseline)" : "") +
-              (phase == 2 ? " re-running " + std::to_string(t.source) : "") + ": " +
-              [&] {
-                std::string s;
-                for (const auto& [k, v] : t.params) s += k + "=" + f4(v) + " ";
-                return s;
-              }();
-    pts.push_back(p);
-  }
-  svg::Axes a;
-  a.title = "Phase " + std::to_string(phase) + ": Pareto front (red), baseline boxed";
-  a.x_label = opts.objectives[0];
-  a.y_label = opts.objectives.size() > 1 ? opts.objectives[1] : "";
-  return svg::scatter(a, pts);
+    std::vector<svg::Point> pts;
+    for (const auto& t : r.trials) {
+      if (t.phase != phase || t.eval.values.empty()) continue;
+      svg::Point p;
+      p.x = t.eval.values[0];
+      p.y = t.eval.values.size() > 1 ? t.eval.values[1] : 0;
+      p.color = t.on_front ? "#d62728" : "#1f77b4";  // the study's colours: front red, others blue (drawn first)
+      p.boxed = t.baseline;
+      p.label = "trial " + std::to_string(t.number) + (t.baseline ? " (baseline)" : "") +
+                (phase == 2 ? " re-running " + std::to_string(t.source) : "") + ": " + [&] {
+                  std::string s;
+                  for (const auto& [k, v] : t.params) s += k + "=" + f4(v) + " ";
+                  return s;
+                }();
+      pts.push_back(p);
+    }
+    svg::Axes a;
+    a.title = "Phase " + std::to_string(phase) + ": Pareto front (red), baseline boxed";
+    a.x_label = opts.objectives[0];
+    a.y_label = opts.objectives.size() > 1 ? opts.objectives[1] : "";
+    return svg::scatter(a, pts);
   };
-  body += "<h2>Pareto plot</h2><p class=\"note\">Lower is better on both axes. A red point is on the front: no "
-          "other trial is at least as good on every objective and better on one. The boxed point is the baseline "
-          "(trial 0). Phase-1 values are noisy; phase 2 re-measures the best with more requests, and its own plot "
-          "follows.</p>";
+  body +=
+      "<h2>Pareto plot</h2><p class=\"note\">Lower is better on both axes. A red point is on the front: no "
+      "other trial is at least as good on every objective and better on one. The boxed point is the baseline "
+      "(trial 0); the others are blue. Phase-1 values are noisy; phase 2 re-measures the best with more requests, and "
+      "its own plot "
+      "follows.</p>";
   body += plot(1);
   if (std::any_of(r.trials.begin(), r.trials.end(), [](const TuneTrial& t) { return t.phase == 2; }))
-    body += "<h2>Pareto plot, phase 2</h2><p class=\"note\">The baseline and the best of phase 1, re-run; the front "
-            "among them in red.</p>" + plot(2);
+    body +=
+        "<h2>Pareto plot, phase 2</h2><p class=\"note\">The baseline and the best of phase 1, re-run; the front "
+        "among them in red.</p>" +
+        plot(2);
   // Trials.
   auto table = [&](int phase) {
     std::string s = "<table><tr><th>trial</th>";
@@ -79,8 +82,8 @@ std::string tune_report_html(const TuneResult& r, const TuneOptions& opts) {
     s += "</tr>";
     for (const auto& t : r.trials) {
       if (t.phase != phase) continue;
-      s += std::string("<tr") + (t.on_front && phase == 1 ? " class=\"front\"" : "") + "><td>" + std::to_string(t.number) +
-           (t.baseline ? " (baseline)" : "") + "</td>";
+      s += std::string("<tr") + (t.on_front && phase == 1 ? " class=\"front\"" : "") + "><td>" +
+           std::to_string(t.number) + (t.baseline ? " (baseline)" : "") + "</td>";
       if (phase == 2) s += "<td>" + std::to_string(t.source) + "</td>";
       s += "<td>" + params_cell(t.params) + "</td>";
       for (size_t k = 0; k < opts.objectives.size(); ++k) s += "<td>" + value_cell(t, k) + "</td>";

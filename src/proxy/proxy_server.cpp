@@ -238,9 +238,9 @@ size_t batch_size(const json& body, bool chat) {
 
 json report_of(const SessionResult& r) {
   json j = json::parse(dump_json(r.report.to_json()));
-  j["proxy"] = {{"upstream_requests", r.upstream_requests}, {"upstream_cancellations", r.upstream_cancellations},
-                {"upstream_overrun", r.upstream_overrun},   {"guarded_on", r.text_only ? "text" : "tokens"},
-                {"logprobs_refused", r.logprobs_refused},   {"usage_estimated", r.usage_estimated},
+  j["proxy"] = {{"upstream_requests", r.upstream_requests},    {"upstream_cancellations", r.upstream_cancellations},
+                {"upstream_overrun", r.upstream_overrun},      {"guarded_on", r.text_only ? "text" : "tokens"},
+                {"logprobs_refused", r.logprobs_refused},      {"usage_estimated", r.usage_estimated},
                 {"perpetual_backsteps", r.perpetual_backsteps}};
   return j;
 }
@@ -966,7 +966,8 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
   bool budget_given = false;
   for (const char* key : {"thinking_token_budget", "thinking_budget_tokens"}) {
     if (!body.contains(key) || body[key].is_null()) continue;
-    if (!body[key].is_number_integer() || body[key].get<int64_t>() < -1 || body[key].get<int64_t>() > (int64_t{1} << 30))
+    if (!body[key].is_number_integer() || body[key].get<int64_t>() < -1 ||
+        body[key].get<int64_t>() > (int64_t{1} << 30))
       return reject(400, std::string(key) + ": expected a number of tokens (-1: unlimited)", key);
     so.guard.thinking.budget = body[key].get<int64_t>();
     budget_given = true;

@@ -40,13 +40,13 @@ struct ProxyOptions {
   double upstream_fail_timeout_s = 10;  // an upstream that refused a connection is skipped this long
   bool prefix_affinity = true;          // requests that begin alike go to the same replica (its prefix cache)
   std::string host = "127.0.0.1";
-  int port = 8081;  // 0: any free port
-  TlsFiles tls;     // serve https (--ssl-certfile, --ssl-keyfile)
-  std::vector<std::string> api_keys;  // empty: no key needed
-  GuardConfig guard;                  // the operator's policy and thresholds (and the thinking's)
+  int port = 8081;                               // 0: any free port
+  TlsFiles tls;                                  // serve https (--ssl-certfile, --ssl-keyfile)
+  std::vector<std::string> api_keys;             // empty: no key needed
+  GuardConfig guard;                             // the operator's policy and thresholds (and the thinking's)
   int64_t effort_budgets[3] = {1024, 4096, -1};  // thinking budgets for reasoning_effort low, medium, high
   bool forward_budget = false;                   // --upstream-reasoning-budget forward
-  bool finish_reason_compat = false;  // repetition/degenerate reported as "stop"
+  bool finish_reason_compat = false;             // repetition/degenerate reported as "stop"
   int64_t default_max_tokens = 8192;
   int max_connections = 256;  // requests in flight; more get 429
   int top_logprobs = 20;      // asked of the upstream; 0 guards on text alone
@@ -91,7 +91,7 @@ class ProxyServer {
   ~ProxyServer();
   Expected<int> bind();
   void serve();
-  void stop();      // stops listening and waits for the streams in flight to end
+  void stop();  // stops listening and waits for the streams in flight to end
   // The graceful shutdown (server/shutdown.h), as coda serve's: new requests get 503 and /health
   // "draining"; the requests in flight get `timeout_s` to finish; then every upstream generation
   // still held is cancelled (its connection closed) and its client gets a terminal answer (an error
@@ -135,15 +135,15 @@ class ProxyServer {
   std::atomic<uint64_t> rotation_{0};
   Metrics metrics_{false};
   std::unique_ptr<ResponseStore> responses_;  // null when --responses-store is 0
-  std::unique_ptr<httplib::Server> http_;  // https when the options give a certificate
-  std::string tls_error_;                  // a certificate that did not load (bind() reports it)
+  std::unique_ptr<httplib::Server> http_;     // https when the options give a certificate
+  std::string tls_error_;                     // a certificate that did not load (bind() reports it)
   std::atomic<int> in_flight_{0};
   std::mutex mu_;
   std::condition_variable idle_;
   int streams_ = 0;  // session threads still running
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> draining_{false};
-  int bound_port_ = 0;  // the port bind() got
+  int bound_port_ = 0;                                                              // the port bind() got
   std::shared_ptr<OpenRequests> open_requests_ = std::make_shared<OpenRequests>();  // SIGTERM came: no new requests
   std::atomic<bool> aborting_{false};  // the drain's time ran out: every session ends now
   std::mutex models_mu_;

@@ -119,7 +119,8 @@ nlohmann::ordered_json answer_continuation(const client::OpenAIClient& upstream,
       if (!b.contains("min_tokens") || !b["min_tokens"].is_number_integer() || b["min_tokens"].get<int64_t>() < 4)
         b["min_tokens"] = std::min<int64_t>(4, max_tokens);
     nlohmann::ordered_json messages = original["messages"];
-    messages.push_back({{"role", "assistant"}, {"content", ""}, {"reasoning", reasoning}, {"reasoning_content", reasoning}});
+    messages.push_back(
+        {{"role", "assistant"}, {"content", ""}, {"reasoning", reasoning}, {"reasoning_content", reasoning}});
     b["messages"] = std::move(messages);
     b["continue_final_message"] = true;
     b["add_generation_prompt"] = false;
@@ -144,7 +145,10 @@ nlohmann::ordered_json answer_continuation(const client::OpenAIClient& upstream,
     b.erase(k);
   if (b.contains("logprobs")) {  // the completions shape: a number of alternatives
     const bool on = b["logprobs"].is_boolean() ? b["logprobs"].get<bool>() : !b["logprobs"].is_null();
-    if (on) b["logprobs"] = base.value("top_logprobs", 0); else b.erase("logprobs");
+    if (on)
+      b["logprobs"] = base.value("top_logprobs", 0);
+    else
+      b.erase("logprobs");
   }
   b["prompt"] = std::move(prompt);
   as_chat = false;
@@ -348,8 +352,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
   };
 
   nlohmann::ordered_json request = opt.top_logprobs > 0 ? with_lp : base;
-  bool request_chat = chat;         // a llama.cpp answer continuation is a completion
-  bool answered_thinking = false;   // the proxy closed the thinking: the rest is the answer
+  bool request_chat = chat;        // a llama.cpp answer continuation is a completion
+  bool answered_thinking = false;  // the proxy closed the thinking: the rest is the answer
   // The thinking inside the content ("<think> ... </think>"), as a server without a reasoning parser
   // streams it (llama.cpp's server before it parsed reasoning in streams). A template whose
   // generation prompt opens the block (DeepSeek-R1's) starts the reply inside it: llama.cpp's server
@@ -512,8 +516,9 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         // then with the request's own sampling, as a repair's continuation does.
         ++r.perpetual_backsteps;
         const size_t units = sg.units();
-        const size_t kept = sg.rollback(units > static_cast<size_t>(gc.eos_backstep) ? units - static_cast<size_t>(gc.eos_backstep) : 0,
-                                        released_units);
+        const size_t kept =
+            sg.rollback(units > static_cast<size_t>(gc.eos_backstep) ? units - static_cast<size_t>(gc.eos_backstep) : 0,
+                        released_units);
         drop_spans_past(sg.text_size());
         const RepairAction& a = gc.perpetual;
         // One request has one temperature: the hot stretch's mean, over the tokens the factor takes
@@ -523,7 +528,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
         nlohmann::ordered_json next = continuation(r.logprobs_refused ? base : with_lp, body, chat, sg.text(),
                                                    std::min<int64_t>(remaining, std::max<int64_t>(1, stretch)));
         const double t0 = number_or(body, "temperature", 1.0);
-        next["temperature"] = std::min(2.0, std::max(t0, static_cast<double>(a.min_temperature)) * (1.0 + (a.factor - 1.0) / 2.0));
+        next["temperature"] =
+            std::min(2.0, std::max(t0, static_cast<double>(a.min_temperature)) * (1.0 + (a.factor - 1.0) / 2.0));
         hot = true;
         units_at_segment_start = kept;
         sg.begin_segment();
@@ -576,7 +582,8 @@ SessionResult run_session(const client::OpenAIClient& upstream, const nlohmann::
       sg.set_thinking(false);
       if (in_tags) {
         // The client reads the thinking in the content: it gets the close there too, and the answer after.
-        const std::string close = std::string(sg.text().empty() || sg.text().back() != '\n' ? "\n" : "") + "</think>\n\n";
+        const std::string close =
+            std::string(sg.text().empty() || sg.text().back() != '\n' ? "\n" : "") + "</think>\n\n";
         std::vector<client::TokenLogprob> as_token;  // one unit, so that a guard on tokens stays on tokens
         if (!sg.text_only()) {
           client::TokenLogprob lp;

@@ -88,13 +88,13 @@ struct SessionResult {
   GuardReport report;
   int upstream_requests = 0;
   int upstream_cancellations = 0;
-  bool upstream_overrun = false;  // the upstream wrote past max_tokens and was cut there
-  bool text_only = false;         // guarded on text pieces, without token signals
-  bool logprobs_refused = false;  // the upstream refused logprobs; retried without
-  int64_t tokens_saved = 0;       // max_tokens minus what was generated, when the guard stopped
+  bool upstream_overrun = false;           // the upstream wrote past max_tokens and was cut there
+  bool text_only = false;                  // guarded on text pieces, without token signals
+  bool logprobs_refused = false;           // the upstream refused logprobs; retried without
+  int64_t tokens_saved = 0;                // max_tokens minus what was generated, when the guard stopped
   int64_t upstream_reasoning_tokens = -1;  // the upstream's completion_tokens_details.reasoning_tokens
   int perpetual_backsteps = 0;             // early ends stepped back from (perpetual generation)
-  nlohmann::ordered_json last_chunk;  // the upstream's last chunk (id, model, created, ...)
+  nlohmann::ordered_json last_chunk;       // the upstream's last chunk (id, model, created, ...)
 };
 
 // Runs `body` (the client's request, max_tokens already set) against `upstream`.

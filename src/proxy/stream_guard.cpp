@@ -148,7 +148,9 @@ size_t StreamGuard::rollback(size_t keep, size_t floor) {
   return k;
 }
 
-int64_t StreamGuard::tokens() const { return lengths_.empty() ? 0 : std::llround(lengths_.back()); }
+int64_t StreamGuard::tokens() const {
+  return lengths_.empty() ? 0 : std::llround(lengths_.back());
+}
 
 void StreamGuard::upstream_count(int64_t completion_tokens) {
   if (completion_tokens < 0 || lengths_.empty() || segment_units_ > lengths_.size()) return;

@@ -89,8 +89,8 @@ class StreamGuard {
   Guard guard_;
   std::unordered_map<std::string, int32_t> ids_;
   std::string text_;
-  std::vector<size_t> ends_;                    // byte offset after each unit
-  std::vector<double> lengths_;                 // tokens up to and including each unit
+  std::vector<size_t> ends_;     // byte offset after each unit
+  std::vector<double> lengths_;  // tokens up to and including each unit
   size_t segment_units_ = 0;
   int client_top_ = -1;
   std::vector<client::TokenLogprob> logprobs_;  // per unit, only when client_top_ >= 0

@@ -27,8 +27,8 @@ Metrics::Metrics(bool server) {
                 {"coda:request_rejected_total", "Requests refused before generation, by HTTP status."},
                 {"coda:guard_events_total", "Degeneration guard events by type."},
                 {"coda:guard_repairs_total", "Repairs made by the guard."}});
-  for (const char* g : {"coda:num_requests_running", "coda:num_requests_waiting", "coda:kv_cache_usage_perc",
-                        "coda:scheduler_paused"})
+  for (const char* g :
+       {"coda:num_requests_running", "coda:num_requests_waiting", "coda:kv_cache_usage_perc", "coda:scheduler_paused"})
     gauges_[g][""] = 0;
   for (const char* c : {"coda:prompt_tokens_total", "coda:generation_tokens_total", "coda:guard_repairs_total"})
     counters_[c][""] = 0;

@@ -100,7 +100,8 @@ std::optional<ApiError> read_structured_output(Reader& rd, SamplingParams& s) {
   for (const char* k : {"guided_regex", "guided_grammar", "grammar"})
     if (rd.get(k)) return bad(k, std::string(k) + ": not supported; " + kWhat);
   std::string from;
-  auto set = [&](const std::string& field, Expected<std::shared_ptr<const OutputGrammar>> g) -> std::optional<ApiError> {
+  auto set = [&](const std::string& field,
+                 Expected<std::shared_ptr<const OutputGrammar>> g) -> std::optional<ApiError> {
     if (!g) return bad(field, field + ": " + g.message());
     if (s.grammar)
       return bad(field, field + ": only one structured output per request; " + from + " already asks for one");
@@ -131,7 +132,8 @@ std::optional<ApiError> read_structured_output(Reader& rd, SamplingParams& s) {
   if (const auto* rf = rd.get("response_format")) {
     const auto type = rf->is_object() ? rf->find("type") : rf->end();
     if (!rf->is_object() || type == rf->end() || !type->is_string())
-      return bad("response_format", "response_format: expected {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+      return bad("response_format",
+                 "response_format: expected {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
     const std::string t = type->get<std::string>();
     if (t == "json_object") {
       if (auto e = set("response_format", OutputGrammar::json_object())) return e;
@@ -240,9 +242,10 @@ std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
   for (size_t i = 0; i < tools->size(); ++i) {
     const auto& t = (*tools)[i];  // its shape was checked with the request (check_tools)
     const std::string fn = t["function"]["name"].get<std::string>();
-    nlohmann::ordered_json params = t["function"].contains("parameters") && !t["function"]["parameters"].is_null()
-                                        ? t["function"]["parameters"]
-                                        : nlohmann::ordered_json{{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
+    nlohmann::ordered_json params =
+        t["function"].contains("parameters") && !t["function"]["parameters"].is_null()
+            ? t["function"]["parameters"]
+            : nlohmann::ordered_json{{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
     if (!required && fn == name) {
       named_params = params;
       found = true;
@@ -257,8 +260,9 @@ std::optional<ApiError> read_tool_choice(Reader& rd, ApiRequest& r) {
   }
   if (!required && !found) return bad("tool_choice", "tool_choice: no tool is named '" + name + "'");
   const nlohmann::ordered_json schema =
-      required ? nlohmann::ordered_json{{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", calls}}}, {"$defs", defs}}
-               : named_params;
+      required
+          ? nlohmann::ordered_json{{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", calls}}}, {"$defs", defs}}
+          : named_params;
   auto g = OutputGrammar::json_schema(schema);
   if (!g) return bad("tools", "tools: the parameters of the forced tool call: " + g.message());
   if (r.gen.sampling.grammar)
@@ -627,8 +631,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
   if (const auto* e = rd.get("reasoning_effort"); e && !e->is_null()) {
     const std::string v = e->is_string() ? e->get<std::string>() : "";
     int level = v == "none" ? -1 : v == "minimal" || v == "low" ? 0 : v == "medium" ? 1 : v == "high" ? 2 : -2;
-    if (level == -2)
-      return bad("reasoning_effort", "reasoning_effort: expected none, minimal, low, medium or high");
+    if (level == -2) return bad("reasoning_effort", "reasoning_effort: expected none, minimal, low, medium or high");
     if (!budget_given) r.guard.thinking.budget = level < 0 ? 0 : d.effort_budgets[level];
   }
   // A batch of one is a plain request; otherwise one generation per choice, prompt by prompt (prompt
@@ -652,8 +655,8 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
         c.prompt = batch[i / static_cast<size_t>(n)].prompt;
         c.prompt_tokens = batch[i / static_cast<size_t>(n)].prompt_tokens;
       }
-      c.sampling.seed = seeded ? g.sampling.seed + i
-                               : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+      c.sampling.seed =
+          seeded ? g.sampling.seed + i : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
       r.choices.push_back(std::move(c));
     }
     r.n = n;
@@ -758,8 +761,7 @@ nlohmann::ordered_json usage_json(const GenerationResult& g, int64_t reasoning_t
                            {"total_tokens", g.prompt_tokens + g.completion_tokens},
                            {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
   if (reasoning_tokens >= 0)
-    u["completion_tokens_details"] = {
-        {"reasoning_tokens", std::min<int64_t>(reasoning_tokens, g.completion_tokens)}};
+    u["completion_tokens_details"] = {{"reasoning_tokens", std::min<int64_t>(reasoning_tokens, g.completion_tokens)}};
   return u;
 }
 
@@ -825,8 +827,9 @@ nlohmann::ordered_json completion_body(const ApiRequest& r, const GuardedResult&
   size_t offset = 0;
   nlohmann::ordered_json logprobs = nullptr;
   // echo: the prompt as sent (token ids decoded), then the completion.
-  const std::string echoed =
-      !r.echo || r.chat ? std::string() : r.gen.prompt_tokens.empty() ? r.gen.prompt : vocab.decode(r.gen.prompt_tokens);
+  const std::string echoed = !r.echo || r.chat             ? std::string()
+                             : r.gen.prompt_tokens.empty() ? r.gen.prompt
+                                                           : vocab.decode(r.gen.prompt_tokens);
   // The prompt's logprobs carry the larger of echo's and prompt_logprobs' top counts: each shape
   // shows its own.
   auto prompt_lps = [&](int top) {

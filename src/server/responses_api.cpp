@@ -331,13 +331,13 @@ Json response_object(const Json& chat_body, const ResponsesEcho& echo, const std
     }
   const Json u = chat_body.value("usage", Json::object());
   const Json cached = u.value("prompt_tokens_details", Json::object()).value("cached_tokens", Json(0));
-  out["usage"] = {{"input_tokens", u.value("prompt_tokens", Json(0))},
-                  {"input_tokens_details", {{"cached_tokens", cached}}},
-                  {"output_tokens", u.value("completion_tokens", Json(0))},
-                  {"output_tokens_details",
-                   {{"reasoning_tokens",
-                     u.value("completion_tokens_details", Json::object()).value("reasoning_tokens", Json(0))}}},
-                  {"total_tokens", u.value("total_tokens", Json(0))}};
+  out["usage"] = {
+      {"input_tokens", u.value("prompt_tokens", Json(0))},
+      {"input_tokens_details", {{"cached_tokens", cached}}},
+      {"output_tokens", u.value("completion_tokens", Json(0))},
+      {"output_tokens_details",
+       {{"reasoning_tokens", u.value("completion_tokens_details", Json::object()).value("reasoning_tokens", Json(0))}}},
+      {"total_tokens", u.value("total_tokens", Json(0))}};
   if (chat_body.contains("coda")) out["coda"] = chat_body["coda"];
   return out;
 }

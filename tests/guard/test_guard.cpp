@@ -447,8 +447,7 @@ void words_to(std::vector<int32_t>& ids, std::vector<std::string>& texts, const 
 // positional rule cannot see it; the word rule aligns the copies with edits and finds it by the
 // fourth copy. A list whose items each bring a new name is not a loop.
 TEST(GuardDetectors, NearLoopsAsWordsWithCountersAndSwaps) {
-  const std::vector<std::string> swaps = {"carefully", "very slowly", "again", "one more time", "closely",
-                                          "once more"};
+  const std::vector<std::string> swaps = {"carefully", "very slowly", "again", "one more time", "closely", "once more"};
   std::vector<int32_t> ids = random_tokens(40, 31);
   std::vector<std::string> texts(ids.size(), " word");
   for (int n = 7; n < 7 + 8; ++n)
@@ -468,14 +467,15 @@ TEST(GuardDetectors, NearLoopsAsWordsWithCountersAndSwaps) {
   // Declarations in a header: the skeleton repeats, every line names a new function and a new
   // parameter. (A list whose items bring one new word in ten is still read as a loop: one of the
   // false positives docs/guard-eval/realtext.md counts.)
-  const std::vector<std::string> names = {"add_localkeyid", "add_friendlyname_asc", "add_friendlyname_utf8",
-                                          "add_cspname_asc", "add_friendlyname_uni", "get_attr_gen",
-                                          "get_friendlyname", "set_attr_gen", "parse_bag_list", "free_bag_list"};
+  const std::vector<std::string> names = {
+      "add_localkeyid", "add_friendlyname_asc", "add_friendlyname_utf8", "add_cspname_asc", "add_friendlyname_uni",
+      "get_attr_gen",   "get_friendlyname",     "set_attr_gen",          "parse_bag_list",  "free_bag_list"};
   std::vector<int32_t> decl_ids = random_tokens(40, 32);
   std::vector<std::string> decl_texts(decl_ids.size(), " word");
   for (const auto& name : names)
-    words_to(decl_ids, decl_texts,
-             " int PKCS12_" + name + "( PKCS12_SAFEBAG *bag , const unsigned char *" + name + "_value , int namelen );\n");
+    words_to(
+        decl_ids, decl_texts,
+        " int PKCS12_" + name + "( PKCS12_SAFEBAG *bag , const unsigned char *" + name + "_value , int namelen );\n");
   const auto decl = f.run(decl_ids, &decl_texts);
   EXPECT_TRUE(decl.empty()) << decl[0].type << " " << decl[0].evidence;
 }
@@ -483,15 +483,24 @@ TEST(GuardDetectors, NearLoopsAsWordsWithCountersAndSwaps) {
 // A locale file's list of categories: each line changes one word the text has not used before,
 // so the positional near-loop rule's 12 lines at 90% are a list, not a loop.
 TEST(GuardDetectors, ListLinesThatBringNewWordsAreNotALoop) {
-  const std::vector<std::string> cats = {"IDENTIFICATION", "CTYPE",   "COLLATE", "TIME",      "NUMERIC",
-                                         "MONETARY",       "MESSAGES", "PAPER",  "NAME",      "ADDRESS",
-                                         "TELEPHONE",      "MEASUREMENT"};
+  const std::vector<std::string> cats = {"IDENTIFICATION", "CTYPE", "COLLATE", "TIME",    "NUMERIC",   "MONETARY",
+                                         "MESSAGES",       "PAPER", "NAME",    "ADDRESS", "TELEPHONE", "MEASUREMENT"};
   std::vector<int32_t> ids = random_tokens(20, 41);
   std::vector<std::string> texts(ids.size(), " word");
   for (const auto& c : cats)
     append(ids, texts,
-           {{90, "category"}, {91, " \""}, {92, "i"}, {93, "18"}, {94, "n"}, {95, ":"}, {96, "201"}, {97, "2"},
-            {98, "\";"}, {99, "LC"}, {100, "_"}, {static_cast<int32_t>(std::hash<std::string>{}(c) % 3000 + 1000), c},
+           {{90, "category"},
+            {91, " \""},
+            {92, "i"},
+            {93, "18"},
+            {94, "n"},
+            {95, ":"},
+            {96, "201"},
+            {97, "2"},
+            {98, "\";"},
+            {99, "LC"},
+            {100, "_"},
+            {static_cast<int32_t>(std::hash<std::string>{}(c) % 3000 + 1000), c},
             {101, "\n"}},
            1);
   Feeder f;
@@ -503,9 +512,12 @@ TEST(GuardDetectors, ListLinesThatBringNewWordsAreNotALoop) {
 // period, varied 3-grams, but every sentence keeps coming back. A block of ten sentences quoted
 // twice (a licence in two places) has each sentence only once before, and passes.
 TEST(GuardDetectors, RecurringSentencesAreAPhraseLoop) {
-  const std::vector<std::string> para = {" Wait, let me check again.", " Hmm, let me verify that once more.",
-                                         " Actually, let me re-check this.", " Let me double-check the calculation.",
-                                         " Hold on, I should confirm this again.", " Let me look at it one more time."};
+  const std::vector<std::string> para = {" Wait, let me check again.",
+                                         " Hmm, let me verify that once more.",
+                                         " Actually, let me re-check this.",
+                                         " Let me double-check the calculation.",
+                                         " Hold on, I should confirm this again.",
+                                         " Let me look at it one more time."};
   std::mt19937 rng(5);
   std::vector<int32_t> ids = random_tokens(30, 51);
   std::vector<std::string> texts(ids.size(), " word");
@@ -515,7 +527,8 @@ TEST(GuardDetectors, RecurringSentencesAreAPhraseLoop) {
   f.cfg.near_words_max = 0;  // this rule alone
   const auto events = f.run(ids, &texts);
   ASSERT_TRUE(has(events, "phrase_loop"));
-  const auto& e = *std::find_if(events.begin(), events.end(), [](const GuardEvent& x) { return x.type == "phrase_loop"; });
+  const auto& e =
+      *std::find_if(events.begin(), events.end(), [](const GuardEvent& x) { return x.type == "phrase_loop"; });
   EXPECT_EQ(e.evidence.value("rule", ""), "sentences") << e.evidence;
   EXPECT_EQ(e.onset, 30);  // where the first of them was written
   // Off: phrase_sentence_run 0.
@@ -529,8 +542,9 @@ TEST(GuardDetectors, RecurringSentencesAreAPhraseLoop) {
   qt.back() = " word.";
   for (int c = 0; c < 2; ++c)
     for (int k = 0; k < 10; ++k)
-      words_to(quoted, qt, " Clause " + std::string(1, static_cast<char>('a' + k)) + " of this licence grants the right number " +
-                               std::to_string(k) + ".");
+      words_to(quoted, qt,
+               " Clause " + std::string(1, static_cast<char>('a' + k)) + " of this licence grants the right number " +
+                   std::to_string(k) + ".");
   Feeder g;
   g.cfg.block_third_copy = 0;
   for (const auto& x : g.run(quoted, &qt)) EXPECT_NE(x.evidence.value("rule", ""), "sentences") << x.evidence;
@@ -555,7 +569,8 @@ TEST(GuardThinking, ALoopInTheThinkingIsClosedAtItsOnset) {
       text += texts[i];
       std::fill(logits.begin(), logits.end(), 0.0f);
       logits[static_cast<size_t>(t[i])] = 6.0f;
-      const StepVerdict v = g.on_step(StepView{static_cast<int64_t>(i), t[i], logits.data(), kVocab, prompt, generated, text});
+      const StepVerdict v =
+          g.on_step(StepView{static_cast<int64_t>(i), t[i], logits.data(), kVocab, prompt, generated, text});
       if (v.inject) {
         *at = static_cast<int64_t>(i);
         return v.inject;
@@ -577,7 +592,7 @@ TEST(GuardThinking, ALoopInTheThinkingIsClosedAtItsOnset) {
   int64_t at = -1;
   auto f = first_inject(stop, ids, texts, &at);
   ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->keep, 20);  // the loop's onset: its first copy is dropped too
+  EXPECT_EQ(f->keep, 20);                              // the loop's onset: its first copy is dropped too
   EXPECT_EQ(f->tokens, (std::vector<int32_t>{7, 8}));  // mid-line: the close after a line break
   EXPECT_EQ(f->min_after, 4);
   EXPECT_LE(at, 20 + 32);  // by loop_min_span tokens of it
@@ -625,7 +640,8 @@ TEST(GuardPerpetual, AnEndingInWordsIsSteppedBackFrom) {
       const auto id = static_cast<int32_t>(100 + std::hash<std::string>{}(texts[i]) % 3000);
       generated.push_back(id);
       text += texts[i];
-      const StepVerdict v = g.on_step(StepView{static_cast<int64_t>(i), id, logits.data(), kVocab, prompt, generated, text});
+      const StepVerdict v =
+          g.on_step(StepView{static_cast<int64_t>(i), id, logits.data(), kVocab, prompt, generated, text});
       if (v.repair) {
         *at = static_cast<int64_t>(i);
         return v.repair->keep;
@@ -638,8 +654,8 @@ TEST(GuardPerpetual, AnEndingInWordsIsSteppedBackFrom) {
   for (const char* t : {"The", " End", ".", " Then"}) ended.push_back(t);
   int64_t at = -1;
   EXPECT_EQ(first_repair(100, ended, &at), 10);  // back to "The"
-  EXPECT_EQ(at, 12);                              // when "." closed it
-  std::vector<std::string> bare = story;  // "THE END" alone on its line, closed by the break
+  EXPECT_EQ(at, 12);                             // when "." closed it
+  std::vector<std::string> bare = story;         // "THE END" alone on its line, closed by the break
   for (const char* t : {"THE", " END", "\n", "More"}) bare.push_back(t);
   EXPECT_EQ(first_repair(100, bare, &at), 10);
   std::vector<std::string> concl = story;
@@ -656,8 +672,9 @@ TEST(GuardPerpetual, AnEndingInWordsIsSteppedBackFrom) {
   for (const char* t : {"Best", " regards", ",", "\n", "John"}) signed_off.push_back(t);
   EXPECT_EQ(first_repair(100, signed_off, &at), 10);
   std::vector<std::string> mid = story;  // a phrase that goes on is no ending
-  for (const char* t : {"In", " conclusion", " of", " the", " first", " part", ",", " the", " king", ".", " The",
-                        " end", " of", " the", " road", ".", "\n", "Fine", " weather", " came", "."})
+  for (const char* t :
+       {"In",   " conclusion", " of",  " the",  " first", " part", ",",    " the",     " king", ".", " The",
+        " end", " of",         " the", " road", ".",      "\n",    "Fine", " weather", " came", "."})
     mid.push_back(t);
   EXPECT_EQ(first_repair(100, mid, &at), -1);
   std::vector<std::string> prose = story;  // the words inside a sentence are not an ending
