@@ -948,38 +948,15 @@ void ProxyServer::completions(const httplib::Request& req, httplib::Response& re
       so.guard.thinking.answer_on_loop = c["reasoning_loop"] == "answer";
     }
     if (c.contains("perpetual")) {
-      nlohmann::ordered_json pv = nlohmann::ordered_json::parse(dump(c["perpetual"]));
-      if (auto e = parse_perpetual(pv, so.guard)) return reject(400, e->message, e->param);
+      if (auto e = parse_perpetual(c["perpetual"], so.guard)) return reject(400, e->message, e->param);
     }
     if (c.contains("max_repairs") && c["max_repairs"].is_number_integer())
       so.guard.max_repairs =
           static_cast<int>(std::clamp<int64_t>(c["max_repairs"].get<int64_t>(), 0, opts_.guard.max_repairs));
   }
-  if (body.contains("perpetual_min_tokens") && !body["perpetual_min_tokens"].is_null()) {
-    const json& pm = body["perpetual_min_tokens"];
-    if (!pm.is_number_integer() || pm.get<int64_t>() < 0 || pm.get<int64_t>() > (int64_t{1} << 30))
-      return reject(400, "perpetual_min_tokens: expected a number of tokens", "perpetual_min_tokens");
-    so.guard.perpetual_min_tokens = pm.get<int64_t>();
-  }
-  // Thinking budgets under every name clients send (vLLM's, llama.cpp's, OpenAI's effort).
+  // Thinking budgets (the effort also goes upstream as it is: gpt-oss thinks more or less for it).
   so.forward_budget = opts_.forward_budget;
-  bool budget_given = false;
-  for (const char* key : {"thinking_token_budget", "thinking_budget_tokens"}) {
-    if (!body.contains(key) || body[key].is_null()) continue;
-    if (!body[key].is_number_integer() || body[key].get<int64_t>() < -1 ||
-        body[key].get<int64_t>() > (int64_t{1} << 30))
-      return reject(400, std::string(key) + ": expected a number of tokens (-1: unlimited)", key);
-    so.guard.thinking.budget = body[key].get<int64_t>();
-    budget_given = true;
-  }
-  if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
-    const std::string v = body["reasoning_effort"].is_string() ? body["reasoning_effort"].get<std::string>() : "";
-    const int level = v == "none" ? -1 : v == "minimal" || v == "low" ? 0 : v == "medium" ? 1 : v == "high" ? 2 : -2;
-    if (level == -2)
-      return reject(400, "reasoning_effort: expected none, minimal, low, medium or high", "reasoning_effort");
-    // The effort also goes upstream as it is (a model such as gpt-oss thinks more or less for it).
-    if (!budget_given) so.guard.thinking.budget = level < 0 ? 0 : opts_.effort_budgets[level];
-  }
+  if (auto e = parse_length_fields(body, opts_.effort_budgets, so.guard)) return reject(400, e->message, e->param);
   if (body.contains("repetition_detection") && !body["repetition_detection"].is_null()) {
     nlohmann::ordered_json rd = nlohmann::ordered_json::parse(dump(body["repetition_detection"]));
     if (rd.is_object() && rd.contains("max_pattern_size") && rd["max_pattern_size"].is_number_integer() &&

@@ -611,29 +611,7 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       r.guard.thinking.answer_on_loop = v == "answer";
     }
   }
-  // The top-level shorthand for coda.perpetual.min_tokens.
-  if (const auto* pm = rd.get("perpetual_min_tokens"); pm && !pm->is_null()) {
-    if (!pm->is_number_integer() || pm->get<int64_t>() < 0 || pm->get<int64_t>() > (int64_t{1} << 30))
-      return bad("perpetual_min_tokens", "perpetual_min_tokens: expected a number of tokens");
-    r.guard.perpetual_min_tokens = pm->get<int64_t>();
-  }
-  // Thinking budgets, under every name clients send: vLLM's thinking_token_budget, llama.cpp's
-  // thinking_budget_tokens, and OpenAI's reasoning_effort mapped to the operator's budgets.
-  bool budget_given = false;
-  for (const char* key : {"thinking_token_budget", "thinking_budget_tokens"}) {
-    const auto* b = rd.get(key);
-    if (!b || b->is_null()) continue;
-    if (!b->is_number_integer() || b->get<int64_t>() < -1 || b->get<int64_t>() > (int64_t{1} << 30))
-      return bad(key, std::string(key) + ": expected a number of tokens (-1: unlimited)");
-    r.guard.thinking.budget = b->get<int64_t>();
-    budget_given = true;
-  }
-  if (const auto* e = rd.get("reasoning_effort"); e && !e->is_null()) {
-    const std::string v = e->is_string() ? e->get<std::string>() : "";
-    int level = v == "none" ? -1 : v == "minimal" || v == "low" ? 0 : v == "medium" ? 1 : v == "high" ? 2 : -2;
-    if (level == -2) return bad("reasoning_effort", "reasoning_effort: expected none, minimal, low, medium or high");
-    if (!budget_given) r.guard.thinking.budget = level < 0 ? 0 : d.effort_budgets[level];
-  }
+  if (auto e = parse_length_fields(j, d.effort_budgets, r.guard)) return *e;
   // A batch of one is a plain request; otherwise one generation per choice, prompt by prompt (prompt
   // i's n samples are choices i n .. i n + n - 1, as vLLM orders them), each with its own seed.
   if (batch.size() == 1 && n == 1) {
@@ -683,6 +661,36 @@ std::variant<ApiRequest, ApiError> parse_api_request(const std::string& body, bo
       r.tool_parse = d.tool_parser;
   }
   return r;
+}
+
+std::optional<ApiError> parse_length_fields(const nlohmann::ordered_json& body, const int64_t effort_budgets[3],
+                                            GuardConfig& g) {
+  auto field = [&](const char* key) -> const nlohmann::ordered_json* {
+    const auto it = body.find(key);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  // The top-level shorthand for coda.perpetual.min_tokens.
+  if (const auto* pm = field("perpetual_min_tokens")) {
+    if (!pm->is_number_integer() || pm->get<int64_t>() < 0 || pm->get<int64_t>() > (int64_t{1} << 30))
+      return bad("perpetual_min_tokens", "perpetual_min_tokens: expected a number of tokens");
+    g.perpetual_min_tokens = pm->get<int64_t>();
+  }
+  bool budget_given = false;
+  for (const char* key : {"thinking_token_budget", "thinking_budget_tokens"}) {
+    const auto* b = field(key);
+    if (!b) continue;
+    if (!b->is_number_integer() || b->get<int64_t>() < -1 || b->get<int64_t>() > (int64_t{1} << 30))
+      return bad(key, std::string(key) + ": expected a number of tokens (-1: unlimited)");
+    g.thinking.budget = b->get<int64_t>();
+    budget_given = true;
+  }
+  if (const auto* e = field("reasoning_effort")) {
+    const std::string v = e->is_string() ? e->get<std::string>() : "";
+    const int level = v == "none" ? -1 : v == "minimal" || v == "low" ? 0 : v == "medium" ? 1 : v == "high" ? 2 : -2;
+    if (level == -2) return bad("reasoning_effort", "reasoning_effort: expected none, minimal, low, medium or high");
+    if (!budget_given) g.thinking.budget = level < 0 ? 0 : effort_budgets[level];
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> parse_perpetual(const nlohmann::ordered_json& pv, GuardConfig& g) {

@@ -96,6 +96,12 @@ std::optional<ApiError> parse_repetition_detection(const nlohmann::ordered_json&
 // coda's `perpetual` request object ({min_tokens, backstep, start_factor, decay}) into the guard's
 // perpetual generation; an error names the field.
 std::optional<ApiError> parse_perpetual(const nlohmann::ordered_json& v, GuardConfig& guard);
+// The request's length fields that coda serve and coda proxy read alike: thinking budgets under
+// every name clients send (vLLM's thinking_token_budget, llama.cpp's thinking_budget_tokens,
+// OpenAI's reasoning_effort mapped to `effort_budgets`: low, medium, high) and the shorthand
+// perpetual_min_tokens; an error names the field.
+std::optional<ApiError> parse_length_fields(const nlohmann::ordered_json& body, const int64_t effort_budgets[3],
+                                            GuardConfig& guard);
 
 // A token's bytes as the JSON array of numbers that logprobs carry (`bytes`).
 nlohmann::ordered_json bytes_of(const std::string& s);
