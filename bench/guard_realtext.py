@@ -262,6 +262,14 @@ def vllm_pass(corpus, toks):
     return out
 
 
+def labels_of(corpus):
+    """The corpus's legitimate kinds and degenerate shapes, in the order they first appear (the
+    real-text corpus's, or another one's such as bench/guard_multilingual_corpus.py's)."""
+    global LEGIT, SHAPES
+    LEGIT = list(dict.fromkeys(r["label"] for r in corpus if not r["loop"]))
+    SHAPES = list(dict.fromkeys(r["label"] for r in corpus if r["loop"]))
+
+
 def score(corpus, res):
     rows = {}
     for label in LEGIT:
@@ -326,6 +334,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     corpus = [json.loads(l) for l in open(a.corpus, encoding="utf-8")]
     passes = a.passes.split(",")
+    labels_of(corpus)
     gguf, toks = token_texts(a.coda, corpus, a.out)
     texts = {r["id"]: pieces for r, (_, pieces) in zip(corpus, toks)}
     results, raw = {}, {}

@@ -60,8 +60,9 @@ class GuardState {
  public:
   GuardState(const GuardConfig& config, const PeriodTracker& periods, const std::vector<size_t>& text_ends,
              const std::vector<StepSignals>& signals, bool signals_known, const std::string& text, int32_t token,
-             const std::string& prompt_language, const std::string& prompt_script,
-             const std::vector<std::pair<std::string, int64_t>>& fired, int64_t length_tokens);
+             const std::string& language, const std::string& prompt_script, unsigned scripts,
+             const std::vector<std::pair<std::string, int64_t>>& fired, int64_t length_tokens,
+             int64_t last_degenerate);
 
   const GuardConfig& config;
   const PeriodTracker& periods;
@@ -69,8 +70,10 @@ class GuardState {
   const bool signals_known;  // every step so far came with signals
   const std::string& text;
   const int32_t token;
-  const std::string& prompt_language;  // "en", "it" or "" (not decided)
-  const std::string& prompt_script;    // "latin", "cyrillic", ... or ""
+  const std::string& language;       // the reference language: "en", "fr", ... or "" (not decided)
+  const std::string& prompt_script;  // "latin", "cyrillic", ... or ""
+  const unsigned scripts;            // bit per script the prompt or the output's start used
+  const int64_t last_degenerate;     // token index of the last degenerate event (-1: none)
   const int64_t n;                     // tokens so far
   const int64_t i;                     // index of the newest token
   // The generation's length in tokens: `n`, or the upstream's count, or an estimate from word

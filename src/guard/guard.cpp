@@ -78,8 +78,39 @@ Guard::Guard(GuardConfig config, std::vector<int32_t> eos_ids)
 
 void Guard::on_start(const std::vector<int32_t>&, const std::string& prompt_text) {
   const LanguageProfile p = language_profile(prompt_text);
-  prompt_language_ = p.language(4, 0.5);
+  language_ = cfg_.language;
+  language_from_ = language_.empty() ? "" : "config";
+  if (language_.empty()) {
+    language_ = p.language(6, 0.7);
+    if (!language_.empty()) language_from_ = "prompt";
+  }
   prompt_script_ = p.script_share() >= 0.7 && p.letters >= 20 ? p.script() : "";
+  for (int k = 0; k < kScripts; ++k)
+    if (p.script_letters[static_cast<size_t>(k)] > 0) scripts_ |= 1u << k;
+}
+
+// The reference from the output itself, for what the prompt did not decide: the scripts of its first
+// mix_reference_letters letters, and its language once its first 1,500 bytes hold 15 known words
+// of running prose.
+void Guard::follow_reference(const std::string& text) {
+  if (output_letters_ < cfg_.mix_reference_letters && script_scan_ < text.size()) {
+    size_t k = script_scan_;
+    while (k < text.size() && output_letters_ < cfg_.mix_reference_letters) {
+      const int script = script_of(utf8_next(text, k));
+      if (script < 0) continue;
+      scripts_ |= 1u << script;
+      ++output_letters_;
+    }
+    script_scan_ = k;
+  }
+  if (language_.empty() && language_from_.empty() && text.size() >= 300) {
+    // Running prose in Latin letters: a table, a log or code decides no language, nor do the
+    // commands quoted in Chinese or Japanese documentation.
+    const LanguageProfile p = language_profile(std::string_view(text).substr(0, 1500));
+    if (p.known_words >= 15 && p.prose_share() >= 0.25 && p.script() == "latin" && p.script_share() >= 0.7)
+      language_ = p.language(15, 1.0);
+    if (!language_.empty() || text.size() >= 1500) language_from_ = "output";
+  }
 }
 
 // One event per episode: a new event of the same episode group (loops, floods and near loops are
@@ -102,6 +133,7 @@ std::optional<GuardEvent> Guard::detect(GuardState& state) {
     std::optional<Finding> f = detector->check(state);
     if (!f) continue;
     fired_.emplace_back(info.name, state.i + f->quiet_for);
+    if (std::string_view(info.family) == "degenerate") last_degenerate_ = state.i;
     const int64_t onset = std::max<int64_t>(0, f->onset);
     if (same_episode(info.name, onset)) return std::nullopt;  // already reported
     GuardEvent e;
@@ -171,8 +203,9 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   signals_.push_back(sig);
   periods_.push(token);
   text_ends_.push_back(text.size());
-  GuardState state(cfg_, periods_, text_ends_, signals_, signals_known_, text, token, prompt_language_, prompt_script_,
-                   fired_, length_tokens());
+  follow_reference(text);
+  GuardState state(cfg_, periods_, text_ends_, signals_, signals_known_, text, token, language_, prompt_script_,
+                   scripts_, fired_, length_tokens(), last_degenerate_);
   for (auto& detector : detectors_) detector->see(state);
   const int64_t i = static_cast<int64_t>(periods_.tokens().size()) - 1;
   if (cfg_.trace)

@@ -105,9 +105,57 @@ struct GuardConfig {
   int gibberish_window = 32;
   double gibberish_surprisal = 6.0;
   double gibberish_entropy = 5.0;
-  // Language drift: the recent text's language or script differs from the prompt's.
-  size_t drift_window_chars = 400;
-  int64_t drift_min_words = 8;
+  // The language the text should be in ("en", "it", "fr", "de", "es", "pt"; `coda scan --lang`).
+  // Empty: the prompt's when it holds enough words of one language, else the first part of the
+  // output's (guard/language.h).
+  std::string language;
+  // Language drift: the recent text's language or script differs from the reference, on
+  // drift_checks checks in a row (16 tokens apart): a sustained switch, not an English command or
+  // paragraph quoted in French prose.
+  // The window is running prose (drift_min_prose known words per word) with drift_min_words known
+  // words, of which the new language leads by drift_min_margin nats a word. Man pages left partly
+  // in English pass at 0.5 nats; real switches lead by 1.5-3.
+  size_t drift_window_chars = 800;
+  int64_t drift_min_words = 12;
+  double drift_min_margin = 1.0;
+  double drift_min_prose = 0.25;
+  int drift_checks = 3;
+  // Script mixing: letters of a script neither the prompt nor the first mix_reference_letters
+  // letters of the output used, at least mix_min_share of the last mix_window_chars bytes' letters,
+  // in mix_min_runs separate runs, of which mix_min_embedded touch a letter of another script (a
+  // name in parentheses stands apart; a collapsing model writes them into words). Only runs of at
+  // most mix_max_run letters count: a comment or a quotation in another script is a long run, a
+  // name a separate one. 0 share: off.
+  size_t mix_window_chars = 600;
+  int mix_max_run = 3;
+  double mix_min_share = 0.02;
+  int mix_min_runs = 3;
+  int mix_min_embedded = 2;
+  int64_t mix_reference_letters = 200;
+  // Low-diversity garbage ("00 + 0: 0: 0:00:0: // 0:00:"): over the last garbage_window_chars
+  // bytes, letters at most garbage_max_letters of the visible characters, at most
+  // garbage_max_alphabet distinct visible characters, at most garbage_max_lines line breaks (tables,
+  // dumps and logs are lines), and no regular form: the pieces between blanks, with digits and
+  // letters reduced to one class each ("0:00:" -> "9:9:"), take at least garbage_min_shapes
+  // distinct forms per piece (a line of numbers, of addresses or of times takes a few). 0 window: off.
+  size_t garbage_window_chars = 200;
+  double garbage_max_letters = 0.2;
+  int garbage_max_alphabet = 20;
+  int garbage_max_lines = 1;
+  double garbage_min_shapes = 0.25;
+  // Invented words: over the last invented_window_words words of the reference language (letters
+  // only, not capitalised, not touching code punctuation), more than invented_max_unknown of them
+  // distinct words unknown to its dictionary and to English's (hunspell's, from dictionary_dir),
+  // in running prose (invented_min_prose known function words per word). 0 window: off.
+  int invented_window_words = 40;
+  double invented_max_unknown = 0.3;
+  double invented_min_prose = 0.15;
+  std::string dictionary_dir = "/usr/share/hunspell";
+  // Evidence adds up: once a degenerate event (garbage, script mixing, invented words, gibberish,
+  // drift) was found in the last evidence_window tokens, a word or token repeated
+  // evidence_flood_run times in a row is a flood.
+  int64_t evidence_window = 256;
+  int64_t evidence_flood_run = 5;
   // Runaway length and EOS starvation (0 turns them off).
   int64_t runaway_tokens = 2048;
   int64_t eos_starvation_after = 512;
@@ -217,7 +265,14 @@ class Guard : public StepObserver {
 
   GuardConfig cfg_;
   std::vector<int32_t> eos_ids_;
-  std::string prompt_language_, prompt_script_;
+  // The reference the text is held to: its language (config, prompt or the output's start, as
+  // language_from_ says) and the scripts the prompt and the output's first letters used.
+  std::string language_, language_from_, prompt_script_;
+  unsigned scripts_ = 0;          // bit per script (guard/language.h)
+  int64_t output_letters_ = 0;    // letters of the output read for scripts_
+  size_t script_scan_ = 0;        // bytes of the output read for scripts_
+  int64_t last_degenerate_ = -1;  // token index of the last degenerate event
+  void follow_reference(const std::string& text);
   PeriodTracker periods_;
   std::vector<size_t> text_ends_;  // bytes of text after each token
   std::vector<StepSignals> signals_;

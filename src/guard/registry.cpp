@@ -8,11 +8,14 @@
 #include "guard/detectors/eos_starvation.h"
 #include "guard/detectors/exact_loop.h"
 #include "guard/detectors/flooding.h"
+#include "guard/detectors/garbage.h"
 #include "guard/detectors/gibberish.h"
+#include "guard/detectors/invented_words.h"
 #include "guard/detectors/language_drift.h"
 #include "guard/detectors/near_loop.h"
 #include "guard/detectors/phrase_loop.h"
 #include "guard/detectors/runaway.h"
+#include "guard/detectors/script_mixing.h"
 #include "guard/guard.h"
 
 namespace coda {
@@ -35,7 +38,13 @@ const std::vector<DetectorInfo> kDetectors = {
      "near-certain steps over repetitive text"},
     {"gibberish", "degenerate", "gibberish", "degenerate", true, kSignals, "sustained high surprisal and entropy"},
     {"language_drift", "degenerate", "language_drift", "degenerate", true, kText,
-     "the text left the prompt's language or script"},
+     "the text left its language (the prompt's or its own start's) or script"},
+    {"script_mixing", "degenerate", "script_mixing", "degenerate", true, kText,
+     "letters of a script the text did not use, scattered into it"},
+    {"garbage", "degenerate", "garbage", "degenerate", true, kText,
+     "non-periodic text from a handful of symbols"},
+    {"invented_words", "degenerate", "invented_words", "degenerate", true, kText,
+     "words its language's dictionary does not know"},
     {"runaway", "length", "runaway", "degenerate", false, kTokens, "the generation passed a length"},
     {"eos_starvation", "length", "eos_starvation", "degenerate", false, kSignals,
      "the end of generation became unreachable"},
@@ -95,6 +104,9 @@ std::vector<std::unique_ptr<Detector>> make_detectors(const GuardConfig& config)
   out.push_back(make<detectors::EntropyCollapse>("entropy_collapse"));
   out.push_back(make<detectors::Gibberish>("gibberish"));
   out.push_back(make<detectors::LanguageDrift>("language_drift"));
+  out.push_back(make<detectors::ScriptMixing>("script_mixing"));
+  out.push_back(make<detectors::Garbage>("garbage"));
+  out.push_back(make<detectors::InventedWords>("invented_words"));
   out.push_back(make<detectors::Runaway>("runaway"));
   out.push_back(make<detectors::EosStarvation>("eos_starvation"));
   return out;
@@ -104,16 +116,19 @@ std::vector<std::unique_ptr<Detector>> make_detectors(const GuardConfig& config)
 
 GuardState::GuardState(const GuardConfig& config_, const PeriodTracker& periods_, const std::vector<size_t>& text_ends,
                        const std::vector<StepSignals>& signals_, bool signals_known_, const std::string& text_,
-                       int32_t token_, const std::string& prompt_language_, const std::string& prompt_script_,
-                       const std::vector<std::pair<std::string, int64_t>>& fired, int64_t length_tokens_)
+                       int32_t token_, const std::string& language_, const std::string& prompt_script_,
+                       unsigned scripts_, const std::vector<std::pair<std::string, int64_t>>& fired,
+                       int64_t length_tokens_, int64_t last_degenerate_)
     : config(config_),
       periods(periods_),
       signals(signals_),
       signals_known(signals_known_),
       text(text_),
       token(token_),
-      prompt_language(prompt_language_),
+      language(language_),
       prompt_script(prompt_script_),
+      scripts(scripts_),
+      last_degenerate(last_degenerate_),
       n(static_cast<int64_t>(periods_.tokens().size())),
       i(n - 1),
       length_tokens(length_tokens_ >= 0 ? length_tokens_ : n),

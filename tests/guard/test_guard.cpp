@@ -63,7 +63,8 @@ bool has(const std::vector<GuardEvent>& e, const std::string& type) {
 TEST(GuardRegistry, NamesFamiliesFinishReasonsAndNeeds) {
   EXPECT_EQ(detector_family("loop"), (std::vector<std::string>{"flooding", "loop", "near_loop", "phrase_loop"}));
   EXPECT_EQ(detector_family("degenerate"),
-            (std::vector<std::string>{"entropy_collapse", "gibberish", "language_drift"}));
+            (std::vector<std::string>{"entropy_collapse", "gibberish", "language_drift", "script_mixing", "garbage",
+                                      "invented_words"}));
   EXPECT_EQ(detector_family("length"), (std::vector<std::string>{"runaway", "eos_starvation"}));
   EXPECT_EQ(guard_event_types().size(), detector_infos().size());
   for (const auto& d : detector_infos()) {
@@ -244,7 +245,8 @@ TEST(GuardDetectors, LanguageDriftFromItalianToEnglish) {
       "which ye shall take of them; gold, and silver, and brass, and the people of the land were with them all. ";
   // Word by word, so the text grows with the tokens.
   std::vector<std::string> pieces;
-  std::string all = italian + italian + english + english;
+  // The switch must hold (drift_checks checks over an 800-byte window): four copies of the English.
+  std::string all = italian + italian + english + english + english + english;
   size_t start = 0;
   while (start < all.size()) {
     size_t end = all.find(' ', start + 1);

@@ -1,5 +1,7 @@
-// Language drift: every 16 tokens, the last drift_window_chars of text against the prompt's
-// language (function words, drift_min_words of them) or script (70% of its letters).
+// Language drift: every 16 tokens, the last drift_window_chars of text against the reference
+// language (the config's, the prompt's or the output's start: drift_min_words known words, leading
+// by drift_min_margin nats a word) or the prompt's script (70% of the letters). A language drift
+// must show on drift_checks checks in a row, so that a quoted command or paragraph does not make one.
 #pragma once
 
 #include <algorithm>
@@ -17,31 +19,36 @@ class LanguageDrift : public Detector {
   const DetectorInfo& info() const override { return info_; }
   std::optional<Finding> check(GuardState& s) override {
     const GuardConfig& c = s.config;
-    if (c.drift_window_chars == 0 || s.n % 16 != 0 || (s.prompt_language.empty() && s.prompt_script.empty()))
+    if (c.drift_window_chars == 0 || s.n % 16 != 0 || (s.language.empty() && s.prompt_script.empty()))
       return std::nullopt;
     const LanguageProfile recent = language_profile(last_bytes(s.text, c.drift_window_chars));
-    const std::string lang = recent.language(c.drift_min_words, 0.6);
+    const std::string lang =
+        recent.prose_share() >= c.drift_min_prose ? recent.language(c.drift_min_words, c.drift_min_margin) : "";
     const std::string script = recent.letters >= 40 && recent.script_share() >= 0.7 ? recent.script() : "";
-    const bool lang_drift = !s.prompt_language.empty() && !lang.empty() && lang != s.prompt_language;
+    const bool lang_drift = !s.language.empty() && !lang.empty() && lang != s.language;
     const bool script_drift = !s.prompt_script.empty() && !script.empty() && script != s.prompt_script;
-    if (!lang_drift && !script_drift) return std::nullopt;
-    const int64_t words = recent.en_words + recent.it_words;
-    const double confidence =
-        lang_drift ? static_cast<double>(std::max(recent.en_words, recent.it_words)) / std::max<int64_t>(1, words)
-                   : recent.script_share();
+    run_ = lang_drift && lang == previous_ ? run_ + 1 : lang_drift ? 1 : 0;
+    previous_ = lang_drift ? lang : "";
+    if (!script_drift && !(lang_drift && run_ >= c.drift_checks)) return std::nullopt;
     return Finding{s.n - 64,
-                   confidence,
-                   {{"prompt_language", s.prompt_language},
-                    {"language", lang},
+                   lang_drift ? std::min(1.0, recent.margin()) : recent.script_share(),
+                   {{"language", s.language},
+                    {"drifted_to", lang},
                     {"prompt_script", s.prompt_script},
                     {"script", script},
-                    {"en_words", recent.en_words},
-                    {"it_words", recent.it_words}},
+                    {"known_words", recent.known_words},
+                    {"margin", recent.margin()}},
                    128};
+  }
+  void on_rollback(int64_t, size_t) override {
+    previous_.clear();
+    run_ = 0;
   }
 
  private:
   const DetectorInfo& info_;
+  std::string previous_;  // the other language the last check found ("" if none)
+  int run_ = 0;           // checks in a row that found it
 };
 
 }  // namespace coda::detectors
