@@ -13,10 +13,17 @@ run_packages=(
 # Tests: GoogleTest/Benchmark; clang for libFuzzer; Debian's Python with NumPy and Jinja2 for the
 # independent references, jsonschema to validate structured output; Optuna for the tuner's anchor;
 # promtool (prometheus) for /metrics; Chromium (headless) to render the lab's HTML reports.
+# The guard's languages: Hunspell dictionaries (the invented-words detector; at run time they are
+# optional, read from /usr/share/hunspell), and real text in six languages plus Chinese and Japanese
+# for its multilingual corpus and word lists (manual pages, the Debian Reference).
 test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format
   python3-numpy python3-jinja2 python3-jsonschema python3-optuna libopenblas0-pthread prometheus chromium
+  hunspell-en-us hunspell-it hunspell-fr hunspell-de-de hunspell-es hunspell-pt-pt
+  man-db manpages-fr manpages-it manpages-de manpages-es manpages-pt-br
+  debian-reference-en debian-reference-it debian-reference-fr debian-reference-de debian-reference-es
+  debian-reference-pt debian-reference-zh-cn debian-reference-ja
 )
 case "$set_name" in
   run) packages=("${run_packages[@]}") ;;

@@ -263,6 +263,28 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   // The loop detectors' thresholds (GuardConfig; docs/guard.md), to see what a setting would flag.
   GuardConfig& c = f->config;
+  // The detectors of degeneration that does not repeat (docs/guard.md#not-a-loop).
+  sub->add_option("--lang", c.language,
+                  "The language the texts should be in: en, it, fr, de, es or pt (default: each text's prompt's, "
+                  "else its own start's)")
+      ->check(CLI::IsMember(guard_languages()));
+  sub->add_option("--dictionaries", c.dictionary_dir,
+                  "Hunspell dictionaries for the invented-words detector (Debian's hunspell-* packages)")
+      ->capture_default_str();
+  sub->add_option("--drift-window", c.drift_window_chars, "Language drift: bytes of recent text (0: off)")
+      ->capture_default_str();
+  sub->add_option("--drift-checks", c.drift_checks, "Language drift: checks in a row (16 tokens apart)")
+      ->capture_default_str();
+  sub->add_option("--mix-min-share", c.mix_min_share,
+                  "Script mixing: share of recent letters in a script the text did not use (0: off)")
+      ->capture_default_str();
+  sub->add_option("--garbage-window", c.garbage_window_chars, "Garbage: bytes of recent text (0: off)")
+      ->capture_default_str();
+  sub->add_option("--invented-window", c.invented_window_words, "Invented words: words of recent prose (0: off)")
+      ->capture_default_str();
+  sub->add_option("--invented-max-unknown", c.invented_max_unknown,
+                  "Invented words: share of distinct words no dictionary knows")
+      ->capture_default_str();
   sub->add_option("--flood-min-run", c.flood_min_run, "Flooding: one token repeated this many times")
       ->capture_default_str();
   sub->add_option("--loop-min-repeats", c.loop_min_repeats, "Exact loop: copies of the period")->capture_default_str();

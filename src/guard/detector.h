@@ -32,6 +32,10 @@ struct DetectorInfo {
   const char* episode;        // detectors of one episode group report a stretch of text once
   const char* finish_reason;  // what a stop for it says: "repetition" or "degenerate"
   bool repairable;            // a rollback and resample can fix it (not length)
+  // A policy without a scope ("stop", "repair") acts on it: the loop and degenerate detectors whose
+  // false positives were measured below 1% on every legitimate kind (docs/guard-eval). The others
+  // (language drift, invented words, and length) act only when a scope names them.
+  bool unscoped;
   unsigned needs;             // DetectorNeeds bits
   const char* what;           // one line for --help and `coda scan --detectors`
 };

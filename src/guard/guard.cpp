@@ -282,11 +282,13 @@ StepVerdict Guard::observe(int32_t token, const StepSignals* given, const std::s
   const bool loop_type = std::string_view(info.family) == "loop";
   const char* stop_reason = info.finish_reason;
   const bool repairable = info.repairable;
-  // A policy without a scope acts on loops and degeneration. Length is not degeneration: a long
-  // legitimate answer (1,500 words of C is 4,000 tokens) passes runaway's 2,048, so the length
-  // detectors act only when a scope names them (docs/guard-eval/realtext.md).
+  // A policy without a scope acts on the detectors the registry marks `unscoped`: loops and the
+  // degeneration measured below 1% false positives. Length is not degeneration: a long legitimate
+  // answer (1,500 words of C is 4,000 tokens) passes runaway's 2,048 (docs/guard-eval/realtext.md);
+  // language drift and invented words flag partly translated manual pages and identifiers
+  // (docs/guard-eval/multilingual.md). Those act only when a scope names them.
   const bool in_scope = cfg_.act_on.empty()
-                            ? std::string_view(info.family) != "length"
+                            ? info.unscoped
                             : std::find(cfg_.act_on.begin(), cfg_.act_on.end(), e->type) != cfg_.act_on.end();
   // Inside the thinking, under a policy that acts, any loop (and whatever the scope acts on) closes
   // the block at the loop's onset, and the model answers: that costs far less than stopping, so it

@@ -117,7 +117,7 @@ struct GuardConfig {
   // in English pass at 0.5 nats; real switches lead by 1.5-3.
   size_t drift_window_chars = 800;
   int64_t drift_min_words = 12;
-  double drift_min_margin = 1.0;
+  double drift_min_margin = 1.2;
   double drift_min_prose = 0.25;
   int drift_checks = 3;
   // Script mixing: letters of a script neither the prompt nor the first mix_reference_letters

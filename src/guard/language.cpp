@@ -87,7 +87,11 @@ const char* script_name(int script) {
 int script_of(uint32_t cp) {
   if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ? 0 : -1;
   if (cp < 0xC0 || cp == 0xD7 || cp == 0xF7) return -1;
-  if (cp < 0x250 || (cp >= 0x1E00 && cp < 0x1F00)) return 0;
+  // Latin: Latin-1, Extended-A/B, IPA (ɛ, ɔ of West African orthographies), Extended Additional,
+  // -C, -D and -E.
+  if (cp < 0x2B0 || (cp >= 0x1E00 && cp < 0x1F00) || (cp >= 0x2C60 && cp < 0x2C80) || (cp >= 0xA720 && cp < 0xA800) ||
+      (cp >= 0xAB30 && cp < 0xAB70))
+    return 0;
   if (cp >= 0x2B0 && cp < 0x370) return -1;  // modifiers and combining marks
   if (cp >= 0x370 && cp < 0x400) return 1;
   if ((cp >= 0x1F00 && cp < 0x2000)) return 1;
@@ -97,6 +101,8 @@ int script_of(uint32_t cp) {
   if (cp >= 0x900 && cp < 0xE00) return 5;
   if (cp >= 0xE00 && cp < 0xE80) return 6;
   if (cp >= 0x2000 && cp < 0x2C00) return -1;  // punctuation, symbols, arrows, box drawing
+  if (cp >= 0x2E00 && cp < 0x2E80) return -1;  // supplemental punctuation
+  if (cp >= 0x2E80 && cp < 0x3000) return 7;   // CJK radicals
   if (cp >= 0x3000 && cp < 0x3040) return -1;  // CJK punctuation
   if ((cp >= 0x3040 && cp < 0xA000) || (cp >= 0xAC00 && cp < 0xD7B0) || (cp >= 0xF900 && cp < 0xFB00) ||
       (cp >= 0x20000 && cp < 0x30000))
@@ -122,17 +128,22 @@ LanguageProfile language_profile(std::string_view text) {
   LanguageProfile p;
   const auto& table = word_table().words;
   std::string word;
-  auto vote = [&](const std::string& w) {
-    ++p.words;
+  int64_t word_letters = 0;
+  auto vote = [&](const std::string& w, int64_t letters) {
+    // One-letter words vote ("a", "e", "y", "o" are function words) but do not make prose: a
+    // table's codes and escapes are full of single letters.
+    p.words += letters > 1;
     const auto it = table.find(w);
     if (it == table.end()) return;
     ++p.known_words;
+    p.known_long += letters > 1;
     for (size_t l = 0; l < p.score.size(); ++l) p.score[l] += it->second[l];
   };
   auto end_word = [&] {
     if (word.empty()) return;
-    vote(word);
+    vote(word, word_letters);
     word.clear();
+    word_letters = 0;
   };
   for (size_t i = 0; i < text.size();) {
     const uint32_t cp = utf8_next(text, i);
@@ -149,6 +160,7 @@ LanguageProfile language_profile(std::string_view text) {
     }
     ++p.letters;
     ++p.script_letters[static_cast<size_t>(script)];
+    ++word_letters;
     lower_utf8(cp, word);
   }
   end_word();

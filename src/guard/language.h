@@ -34,8 +34,9 @@ struct LanguageProfile {
   static constexpr int kLanguages = 6;
   int64_t letters = 0;
   std::array<int64_t, kScripts> script_letters{};
-  int64_t words = 0;                      // words of letters
+  int64_t words = 0;                      // words of two letters or more
   int64_t known_words = 0;                // words at least one language's list holds
+  int64_t known_long = 0;                 // ... of two letters or more
   std::array<double, kLanguages> score{};  // summed log frequencies
 
   // The language the known words point to: "" when fewer than `min_words` are known or the leader
@@ -44,7 +45,7 @@ struct LanguageProfile {
   // The leader's margin over the next language, per known word (0 without known words).
   double margin() const;
   // Known words per word: running prose is 0.3-0.6, a table, a log or a list of names far less.
-  double prose_share() const { return words ? static_cast<double>(known_words) / static_cast<double>(words) : 0; }
+  double prose_share() const { return words ? static_cast<double>(known_long) / static_cast<double>(words) : 0; }
   // The script of most letters ("latin", "cyrillic", ...), "" without letters.
   std::string script() const;
   double script_share() const;  // the dominant script's share of letters

@@ -28,25 +28,25 @@ constexpr unsigned kText = kNeedsText, kTokens = kNeedsTokens, kSignals = kNeeds
 // loop is an episode of its own, so that the periodic detectors still report (and are measured on)
 // the loops it sees first; a stop for any of the four says "repetition".
 const std::vector<DetectorInfo> kDetectors = {
-    {"flooding", "loop", "periodic", "repetition", true, kTokens | kText, "one token repeated"},
-    {"loop", "loop", "periodic", "repetition", true, kTokens | kText, "a span of tokens repeated exactly"},
-    {"near_loop", "loop", "periodic", "repetition", true, kTokens | kText,
+    {"flooding", "loop", "periodic", "repetition", true, true, kTokens | kText, "one token repeated"},
+    {"loop", "loop", "periodic", "repetition", true, true, kTokens | kText, "a span of tokens repeated exactly"},
+    {"near_loop", "loop", "periodic", "repetition", true, true, kTokens | kText,
      "a span repeated with a number or a word changed"},
-    {"phrase_loop", "loop", "phrase_loop", "repetition", true, kTokens | kText,
+    {"phrase_loop", "loop", "phrase_loop", "repetition", true, true, kTokens | kText,
      "recombined phrases: few distinct 3-grams"},
-    {"entropy_collapse", "degenerate", "entropy_collapse", "degenerate", true, kTokens | kSignals,
+    {"entropy_collapse", "degenerate", "entropy_collapse", "degenerate", true, true, kTokens | kSignals,
      "near-certain steps over repetitive text"},
-    {"gibberish", "degenerate", "gibberish", "degenerate", true, kSignals, "sustained high surprisal and entropy"},
-    {"language_drift", "degenerate", "language_drift", "degenerate", true, kText,
+    {"gibberish", "degenerate", "gibberish", "degenerate", true, true, kSignals, "sustained high surprisal and entropy"},
+    {"language_drift", "degenerate", "language_drift", "degenerate", true, false, kText,
      "the text left its language (the prompt's or its own start's) or script"},
-    {"script_mixing", "degenerate", "script_mixing", "degenerate", true, kText,
+    {"script_mixing", "degenerate", "script_mixing", "degenerate", true, true, kText,
      "letters of a script the text did not use, scattered into it"},
-    {"garbage", "degenerate", "garbage", "degenerate", true, kText,
+    {"garbage", "degenerate", "garbage", "degenerate", true, true, kText,
      "non-periodic text from a handful of symbols"},
-    {"invented_words", "degenerate", "invented_words", "degenerate", true, kText,
+    {"invented_words", "degenerate", "invented_words", "degenerate", true, false, kText,
      "words its language's dictionary does not know"},
-    {"runaway", "length", "runaway", "degenerate", false, kTokens, "the generation passed a length"},
-    {"eos_starvation", "length", "eos_starvation", "degenerate", false, kSignals,
+    {"runaway", "length", "runaway", "degenerate", false, false, kTokens, "the generation passed a length"},
+    {"eos_starvation", "length", "eos_starvation", "degenerate", false, false, kSignals,
      "the end of generation became unreachable"},
 };
 
@@ -89,6 +89,7 @@ nlohmann::ordered_json detector_registry_json() {
                    {"episode", d.episode},
                    {"finish_reason", d.finish_reason},
                    {"repairable", d.repairable},
+                   {"unscoped", d.unscoped},
                    {"needs", needs},
                    {"what", d.what}});
   }
