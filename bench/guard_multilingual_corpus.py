@@ -18,7 +18,9 @@ Legitimate kinds (excerpts of 150-600 words, cut at line breaks):
   table        /etc/services, /usr/share/i18n/SUPPORTED, /etc/mime.types
 
 Degenerate shapes (after a prefix of 80-200 words of a prose excerpt of any of the six languages,
-at word `onset`; each runs 300 words past it):
+at word `onset`; each runs 300 words past it). The prefix and the drift's continuation are whole
+paragraphs of running prose with no English left untranslated (manual pages often keep some): the
+language the text leaves must be clear for a drift to be one. The legitimate excerpts keep them.
   garbage      a non-periodic chain of a handful of symbols drawn from the excerpt's own digits and
                punctuation, with now and then one of its short words ("0: 00:0 // 1:0 (data:")
   mixing       the excerpt goes on, with letters of Chinese or Japanese text (the Debian Reference)
@@ -72,13 +74,27 @@ def english_share(words):
     return sum(w.lower() in ENGLISH_MARKERS for w in words) / max(1, len(words))
 
 
-def man_prose(lang, rng, want_words):
+def prose_paragraph(p, lang):
+    """A paragraph of running prose in `lang`: mostly words of letters, and (for the other
+    languages) no English left untranslated."""
+    words = p.split()
+    alpha = sum(w.strip(".,;:()\"'«»").isalpha() for w in words)
+    if alpha < 0.8 * len(words):
+        return False
+    return lang == "en" or english_share(words) <= 0.01
+
+
+def man_prose(lang, rng, want_words, strict=False):
     """An excerpt of a man page in `lang`: whole paragraphs of 12+ words, in that language (a page
-    left in English in a translation is skipped for the other languages)."""
+    left in English in a translation is skipped for the other languages). `strict`: only paragraphs
+    of running prose with no English left in them (the prefix of a degenerate continuation, whose
+    language must be clear for the continuation to be a drift)."""
     files = sorted(glob.glob(LANGS[lang]))
     rng.shuffle(files)
     for path in files:
         paras = [p for p in paragraphs_of(render_man(path)) if len(p.split()) >= 12]
+        if strict:
+            paras = [p for p in paras if prose_paragraph(p, lang)]
         words = " ".join(paras).split()
         if len(words) < want_words + 40:
             continue
@@ -212,8 +228,8 @@ def main():
     for shape in shapes:
         for k in range(a.per_shape):
             lang = langs[k % len(langs)]
-            full, src = man_prose(lang, rng, 600)
-            words = full.split(" ")
+            full, src = man_prose(lang, rng, 600, strict=True)
+            words = full.split()
             onset = rng.randint(80, 200)
             prefix = " ".join(words[:onset])
             rest = words[onset:onset + 300]
@@ -236,8 +252,8 @@ def main():
                 cont = "".join(out)
             elif shape == "drift":
                 other = "fr" if lang == "en" else "en"
-                cont = man_prose(other, rng, 320)[0]
-                cont = " ".join(cont.split(" ")[:300])
+                cont = man_prose(other, rng, 320, strict=True)[0]
+                cont = " ".join(cont.split()[:300])
             elif shape == "invented":
                 sylls = [s for w in words if w.isalpha() and len(w) > 3 for s in syllables(w)]
                 out = []

@@ -221,7 +221,10 @@ def scan_pass(coda, corpus, work, extra, pieces=None):
     out = []
     for r, l in zip(corpus, p.stdout.splitlines()):
         o = json.loads(l)
-        ev = o["events"][0] if o["events"] else None
+        # The first event the policy acted on (a scoped policy observes the others), as the proxy
+        # passes count a stop.
+        acted = [e for e in o["events"] if e.get("action", "stop") != "observe"]
+        ev = acted[0] if acted else None
         at = None
         if ev:
             at = ev.get("at_byte")

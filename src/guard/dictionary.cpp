@@ -101,8 +101,10 @@ Expected<std::shared_ptr<const Dictionary>> Dictionary::load(const std::string& 
     if (f.empty() || f[0][0] == '#') continue;
     const std::string& key = f[0];
     if (key == "FLAG" && f.size() > 1) {
-      d->mode_ = f[1] == "long" ? FlagMode::Long : f[1] == "num" ? FlagMode::Num : f[1] == "UTF-8" ? FlagMode::Utf8
-                                                                                                   : FlagMode::Char;
+      d->mode_ = f[1] == "long"    ? FlagMode::Long
+                 : f[1] == "num"   ? FlagMode::Num
+                 : f[1] == "UTF-8" ? FlagMode::Utf8
+                                   : FlagMode::Char;
     } else if (key == "AF" && f.size() > 1) {
       if (!std::all_of(f[1].begin(), f[1].end(), [](char c) { return c >= '0' && c <= '9'; }))
         d->aliases_.push_back(d->parse_flags(f[1]));
@@ -168,8 +170,9 @@ Expected<std::shared_ptr<const Dictionary>> Dictionary::load(const std::string& 
         break;
       }
     std::string word = entry.substr(0, slash);
-    std::vector<uint32_t> flags =
-        slash == std::string::npos ? std::vector<uint32_t>{} : d->parse_flags(std::string_view(entry).substr(slash + 1));
+    std::vector<uint32_t> flags = slash == std::string::npos
+                                      ? std::vector<uint32_t>{}
+                                      : d->parse_flags(std::string_view(entry).substr(slash + 1));
     auto& slot = d->words_[word];
     slot.insert(slot.end(), flags.begin(), flags.end());
     if (flags.empty()) slot.push_back(0);  // known without affixes
@@ -193,7 +196,7 @@ std::shared_ptr<const Dictionary> Dictionary::for_language(const std::string& di
     return it->second.first;
   }
   static const std::map<std::string, std::vector<std::string>> names = {
-      {"en", {"en_US", "en_GB"}}, {"it", {"it_IT"}},         {"fr", {"fr_FR", "fr"}},
+      {"en", {"en_US", "en_GB"}}, {"it", {"it_IT"}},          {"fr", {"fr_FR", "fr"}},
       {"de", {"de_DE", "de_AT"}}, {"es", {"es_ES", "es_MX"}}, {"pt", {"pt_PT", "pt_BR"}}};
   std::shared_ptr<const Dictionary> found;
   std::string error = "no dictionary for '" + lang + "' in " + dir;

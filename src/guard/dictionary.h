@@ -59,7 +59,7 @@ class Dictionary {
   std::unordered_map<std::string, std::vector<uint32_t>> words_;
   std::vector<std::vector<uint32_t>> aliases_;  // AF
   std::vector<Affix> prefixes_, suffixes_;
-  std::array<std::vector<uint32_t>, 257> sfx_by_last_;  // suffixes by their last byte (256: none added)
+  std::array<std::vector<uint32_t>, 257> sfx_by_last_;               // suffixes by their last byte (256: none added)
   std::unordered_map<uint32_t, std::vector<uint32_t>> sfx_by_cont_;  // suffixes carrying a flag
   uint32_t need_affix_ = 0, only_in_compound_ = 0, forbidden_ = 0;
   bool compounds_ = false;

@@ -108,7 +108,7 @@ int script_of(uint32_t cp) {
       (cp >= 0x20000 && cp < 0x30000))
     return 7;
   if (cp >= 0xFE00 && cp < 0x10000) return cp >= 0xFF21 && cp < 0xFF5B ? 0 : -1;  // fullwidth Latin letters
-  if (cp >= 0x1F000) return -1;  // emoji and symbols
+  if (cp >= 0x1F000) return -1;                                                   // emoji and symbols
   return 8;
 }
 
@@ -182,8 +182,8 @@ std::string LanguageProfile::language(int64_t min_words, double min_margin) cons
 
 std::string LanguageProfile::script() const {
   if (letters == 0) return "";
-  return script_name(static_cast<int>(std::max_element(script_letters.begin(), script_letters.end()) -
-                                      script_letters.begin()));
+  return script_name(
+      static_cast<int>(std::max_element(script_letters.begin(), script_letters.end()) - script_letters.begin()));
 }
 
 double LanguageProfile::script_share() const {

@@ -34,9 +34,9 @@ struct LanguageProfile {
   static constexpr int kLanguages = 6;
   int64_t letters = 0;
   std::array<int64_t, kScripts> script_letters{};
-  int64_t words = 0;                      // words of two letters or more
-  int64_t known_words = 0;                // words at least one language's list holds
-  int64_t known_long = 0;                 // ... of two letters or more
+  int64_t words = 0;                       // words of two letters or more
+  int64_t known_words = 0;                 // words at least one language's list holds
+  int64_t known_long = 0;                  // ... of two letters or more
   std::array<double, kLanguages> score{};  // summed log frequencies
 
   // The language the known words point to: "" when fewer than `min_words` are known or the leader

@@ -138,7 +138,12 @@ void Scheduler::work() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || abort_ || (!paused_ && (!queue_.empty() || !active.empty())); });
+      // While nothing can run (paused, or idle), a queued request whose client left is dropped
+      // within 100 ms and counted as an abort: a pause holds no one's place for a client that is gone.
+      while (!(stop_ || abort_ || (!paused_ && (!queue_.empty() || !active.empty())))) {
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
+        drop_cancelled_waiting();
+      }
       if (stop_) break;
       if (abort_) {
         // The drain's time is up: everything ends now, the queue too, each with an answer that
@@ -238,6 +243,21 @@ std::vector<SlotState> Scheduler::slots() const {
                        [&] { return slots_version_ != seen || paused_ || stop_; });
   }
   return slots_;
+}
+
+// Drops the queued requests whose client left (the caller holds mu_).
+void Scheduler::drop_cancelled_waiting() {
+  const size_t before = queue_.size();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!(*it)->cancelled) {
+      ++it;
+      continue;
+    }
+    metrics_.add("coda:request_success_total", 1, "finished_reason", "abort");
+    (*it)->finish(Error("cancelled"));
+    it = queue_.erase(it);
+  }
+  if (queue_.size() != before) metrics_.set_gauge("coda:num_requests_waiting", static_cast<double>(queue_.size()));
 }
 
 // Takes the front of the queue, whatever becomes of it (admitted, cancelled, failed): the waiting

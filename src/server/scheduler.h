@@ -139,6 +139,7 @@ class Scheduler {
   void publish_slots(const std::vector<Active>& active, bool wanted);
   void work();
   void pop_waiting();
+  void drop_cancelled_waiting();
   bool admit(std::vector<Active>& active, int64_t& kv_used);
   void step(std::vector<Active>& active);
   void complete(Active& a);

@@ -137,11 +137,24 @@ TEST(GuardDetectors, Flooding) {
 }
 
 // Real text through the bundled model's tokenizer.
-std::vector<int32_t> tokenize(const std::string& text) {
+const Vocab& bundled_vocab() {
   static auto file = GgufFile::open(CODA_MODEL_PATH);
   static auto vocab = Vocab::from_gguf(*file);
-  auto ids = vocab->encode(text, false);
-  return *ids;
+  return *vocab;
+}
+std::vector<int32_t> tokenize(const std::string& text) { return *bundled_vocab().encode(text, false); }
+// Each token's text, as the generator's stream has it (the growing decoded text, cut per token).
+std::vector<std::string> token_texts(const std::vector<int32_t>& ids) {
+  std::vector<std::string> out;
+  std::string before;
+  std::vector<int32_t> so_far;
+  for (int32_t id : ids) {
+    so_far.push_back(id);
+    const std::string now = bundled_vocab().decode(so_far);
+    out.push_back(now.size() >= before.size() ? now.substr(before.size()) : std::string());
+    before = now;
+  }
+  return out;
 }
 
 TEST(GuardDetectors, LegitimateRepetitionIsNotFlagged) {
@@ -172,6 +185,27 @@ TEST(GuardDetectors, LegitimateRepetitionIsNotFlagged) {
     const auto events = f.run(tokenize(text));
     for (const auto& e : events) ADD_FAILURE() << e.type << " flagged in: " << text.substr(0, 60) << " " << e.evidence;
   }
+}
+
+// A changelog's list of CVE identifiers (chromium's changelog.Debian has hundreds in a row) changes
+// only a number per line, as a loop with a counter does; the identifiers move by irregular steps,
+// a counter by the same step every time.
+TEST(GuardDetectors, AListOfIdentifiersIsNotALoopACounterIs) {
+  std::string cves = "chromium (130.0.6723.58-1~deb12u1) bookworm-security; urgency=high\n\n  * New upstream stable release.\n";
+  std::string counter = cves;
+  int64_t id = 141693;
+  const int steps[] = {1, 3, 1, 2, 2, 1, 4, 1, 1, 3, 2, 1, 5, 1, 2};
+  for (int k = 0; k < 60; ++k) {
+    cves += "    - CVE-2026-" + std::to_string(id) + "\n";
+    counter += "    - CVE-2026-" + std::to_string(141693 + k) + "\n";
+    id += steps[k % 15];
+  }
+  const auto ids = tokenize(cves), counted = tokenize(counter);
+  const auto texts = token_texts(ids), counted_texts = token_texts(counted);
+  Feeder f;
+  for (const auto& e : f.run(ids, &texts)) ADD_FAILURE() << e.type << " " << e.evidence;
+  Feeder g;
+  EXPECT_TRUE(has(g.run(counted, &counted_texts), "near_loop"));
 }
 
 // The bundled model's text through coda proxy's repair (llama.cpp upstream, greedy): clauses

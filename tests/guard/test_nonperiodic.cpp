@@ -54,28 +54,34 @@ std::string repeat_text(const std::string& s, int n) {
 TEST(GuardLanguage, SixLanguagesByTheirFrequentWords) {
   const std::pair<const char*, const char*> cases[] = {
       {"en", "The file is read when the service starts, and the options in it are used for all of the users."},
-      {"it", "Il file viene letto quando il servizio parte, e le opzioni che contiene sono usate per tutti gli utenti."},
-      {"fr", "Le fichier est lu quand le service démarre, et les options qu'il contient sont utilisées pour tous les "
-             "utilisateurs."},
-      {"de", "Die Datei wird gelesen, wenn der Dienst startet, und die Optionen darin werden für alle Benutzer "
-             "verwendet."},
-      {"es", "El archivo se lee cuando el servicio arranca, y las opciones que contiene se usan para todos los "
-             "usuarios."},
-      {"pt", "O ficheiro é lido quando o serviço arranca, e as opções que contém são usadas para todos os "
-             "utilizadores."},
+      {"it",
+       "Il file viene letto quando il servizio parte, e le opzioni che contiene sono usate per tutti gli utenti."},
+      {"fr",
+       "Le fichier est lu quand le service démarre, et les options qu'il contient sont utilisées pour tous les "
+       "utilisateurs."},
+      {"de",
+       "Die Datei wird gelesen, wenn der Dienst startet, und die Optionen darin werden für alle Benutzer "
+       "verwendet."},
+      {"es",
+       "El archivo se lee cuando el servicio arranca, y las opciones que contiene se usan para todos los "
+       "usuarios."},
+      {"pt",
+       "O ficheiro é lido quando o serviço arranca, e as opções que contém são usadas para todos os "
+       "utilizadores."},
   };
   for (const auto& [lang, text] : cases) EXPECT_EQ(language_profile(text).language(6, 0.5), lang) << text;
   // Too few known words: no language.
   EXPECT_EQ(language_profile("apt-get install -y nginx").language(6, 0.5), "");
   // A table has a low prose share.
-  EXPECT_LT(language_profile("ssh 22/tcp\ntelnet 23/tcp\nsmtp 25/tcp mail\ndomain 53/tcp\nhttp 80/tcp www").prose_share(),
-            0.25);
+  EXPECT_LT(
+      language_profile("ssh 22/tcp\ntelnet 23/tcp\nsmtp 25/tcp mail\ndomain 53/tcp\nhttp 80/tcp www").prose_share(),
+      0.25);
 }
 
 TEST(GuardLanguage, Scripts) {
   EXPECT_EQ(script_name(script_of(U'a')), std::string("latin"));
-  EXPECT_EQ(script_name(script_of(0x4E2D)), std::string("cjk"));    // 中
-  EXPECT_EQ(script_name(script_of(0x3042)), std::string("cjk"));    // あ
+  EXPECT_EQ(script_name(script_of(0x4E2D)), std::string("cjk"));  // 中
+  EXPECT_EQ(script_name(script_of(0x3042)), std::string("cjk"));  // あ
   EXPECT_EQ(script_name(script_of(0x0416)), std::string("cyrillic"));
   EXPECT_EQ(script_of(U'7'), -1);
   EXPECT_EQ(script_of(0x3002), -1);  // 。

@@ -348,7 +348,7 @@ def drain_proxy(coda, work):
 
     # 3. In front of coda serve, whose scheduler holds the 16 requests queued (paused): first the
     #    drain lets them finish once it is resumed; then, with the timeout run out, each upstream
-    #    request is cancelled, which coda serve counts as an abort when it looks at its queue again.
+    #    request is cancelled, which coda serve counts as an abort as soon as it notices, paused.
     chat = {"messages": [{"role": "user", "content": "In the beginning"}], "max_tokens": 48}
     s = serve(coda, "--enable-admin-api", "--max-num-seqs", "8", "--guard", "observe")
     try:
@@ -375,13 +375,17 @@ def drain_proxy(coda, work):
                     report("coda proxy in front of coda serve, SIGTERM, requests finish", outs, took)
                     check_all(outs, complete, "a request through the proxy did not finish")
                 else:
-                    # coda serve notices each closed connection at its next keep-alive write; its
-                    # sockets back to what they were say it has, and then resuming aborts them all.
+                    # coda serve notices each closed connection at its next keep-alive write, and
+                    # drops the queued request at once, paused as it is, counting an abort: all 16
+                    # before anything is resumed (a request resumed before its client's departure was
+                    # noticed would run to its end).
+                    wait_until("coda serve counts the 16 cancelled requests as aborts, while paused",
+                               lambda: s.metric('coda:request_success_total{finished_reason="abort"}') == aborts0 + 16)
+                    check(s.metric("coda:num_requests_waiting") == waiting0,
+                          "coda serve still holds a dropped request in its queue")
                     wait_until("coda serve has closed the proxy's 16 connections",
                                lambda: tp.socket_count(s.proc.pid) <= sockets0)
                     s.json("POST", "/admin/resume")
-                    wait_until("coda serve counts the 16 cancelled requests as aborts",
-                               lambda: s.metric('coda:request_success_total{finished_reason="abort"}') == aborts0 + 16)
                     report("coda proxy in front of coda serve, SIGTERM, --shutdown-timeout 1 runs out", outs, took)
                     aborted = s.metric('coda:request_success_total{finished_reason="abort"}') - aborts0
                     print(f"  coda serve: {aborted:.0f} of 16 requests aborted (their client, the proxy, had gone)")

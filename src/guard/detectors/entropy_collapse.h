@@ -19,8 +19,10 @@ class EntropyCollapse : public Detector {
     if (h >= c.collapse_entropy) return std::nullopt;
     const double d3 = distinct_ngrams(s.periods.tokens(), 3, static_cast<size_t>(c.collapse_window));
     if (d3 >= c.collapse_distinct) return std::nullopt;
-    return Finding{s.n - c.collapse_window, 1.0 - h / c.collapse_entropy,
-                   {{"mean_entropy", h}, {"distinct3", d3}, {"window", c.collapse_window}}, c.collapse_window};
+    return Finding{s.n - c.collapse_window,
+                   1.0 - h / c.collapse_entropy,
+                   {{"mean_entropy", h}, {"distinct3", d3}, {"window", c.collapse_window}},
+                   c.collapse_window};
   }
 
  private:

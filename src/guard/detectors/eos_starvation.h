@@ -21,8 +21,10 @@ class EosStarvation : public Detector {
     float max_p = 0;
     for (size_t k = s.signals.size() - w; k < s.signals.size(); ++k) max_p = std::max(max_p, s.signals[k].eos_prob);
     if (max_p >= c.eos_starvation_prob) return std::nullopt;
-    return Finding{s.n - static_cast<int64_t>(w), 1.0 - max_p / c.eos_starvation_prob,
-                   {{"max_eos_prob", max_p}, {"window", w}}, INT64_MAX / 2};
+    return Finding{s.n - static_cast<int64_t>(w),
+                   1.0 - max_p / c.eos_starvation_prob,
+                   {{"max_eos_prob", max_p}, {"window", w}},
+                   INT64_MAX / 2};
   }
 
  private:

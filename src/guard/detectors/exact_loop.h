@@ -28,14 +28,17 @@ class ExactLoop : public Detector {
   std::optional<Finding> check(GuardState& s) override {
     const Loop& loop = s.exact_loop();
     if (loop.period > 0 && s.flood_run() < loop.span)
-      return Finding{loop.onset, loop.repeats / (s.config.loop_min_repeats + 2),
-                     {{"period", loop.period}, {"repeats", loop.repeats}, {"span", loop.span}}, loop.span};
+      return Finding{loop.onset,
+                     loop.repeats / (s.config.loop_min_repeats + 2),
+                     {{"period", loop.period}, {"repeats", loop.repeats}, {"span", loop.span}},
+                     loop.span};
     const int64_t third = s.config.block_third_copy;
     if (loop.period > 0 || third <= 0) return std::nullopt;
     const Loop block = blocks_.longest();
     if (block.period == 0 || block.span < 2 * block.period + std::min<int64_t>(third, block.period))
       return std::nullopt;
-    return Finding{block.onset, std::min(1.0, block.repeats / 3.0),
+    return Finding{block.onset,
+                   std::min(1.0, block.repeats / 3.0),
                    {{"period", block.period}, {"repeats", block.repeats}, {"span", block.span}, {"rule", "block"}},
                    block.span};
   }

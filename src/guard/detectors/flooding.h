@@ -1,9 +1,11 @@
-// Flooding: one token over and over. Config: flood_min_run; structural_min_span for a flood of a
-// token without a letter or digit (a rule of dashes is typography). Within evidence_window tokens
+// Flooding: one token over and over. Config: flood_min_run (twice that for a number without
+// letters: a hex dump's zero bytes); structural_min_span for a flood of a token without a letter
+// or digit (a rule of dashes is typography). Within evidence_window tokens
 // of a degenerate event, evidence_flood_run tokens or words in a row are enough ("Hectometers
 // Hectometers Hectometers Hectometers Hectometers" after a garbage block).
 #pragma once
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <string_view>
@@ -21,9 +23,20 @@ class Flooding : public Detector {
   std::optional<Finding> check(GuardState& s) override {
     const GuardConfig& c = s.config;
     const int64_t flood = s.flood_run();
-    if (flood >= c.flood_min_run && !(flood < c.structural_min_span && s.structural_tail(1)))
-      return Finding{s.n - flood, static_cast<double>(flood) / (2.0 * c.flood_min_run),
-                     {{"token", s.token}, {"run", flood}}, flood};
+    // A number without letters repeated is data more often than a flood: a hex dump's row of 16
+    // zero bytes, a table's column of zeros. It needs twice the run.
+    const std::string_view unit = s.unit_text(s.i);
+    const bool number =
+        std::any_of(unit.begin(), unit.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }) &&
+        std::none_of(unit.begin(), unit.end(), [](char ch) {
+          return std::isalpha(static_cast<unsigned char>(ch)) || static_cast<unsigned char>(ch) >= 0x80;
+        });
+    const int64_t min_run = number ? 2 * c.flood_min_run : c.flood_min_run;
+    if (flood >= min_run && !(flood < c.structural_min_span && s.structural_tail(1)))
+      return Finding{s.n - flood,
+                     static_cast<double>(flood) / (2.0 * c.flood_min_run),
+                     {{"token", s.token}, {"run", flood}},
+                     flood};
     // Evidence adds up: right after degenerate text, a short flood is one too.
     const bool degenerate = s.last_degenerate >= 0 && s.i - s.last_degenerate <= c.evidence_window;
     if (!degenerate || c.evidence_flood_run <= 0) return std::nullopt;

@@ -20,8 +20,10 @@ class Gibberish : public Detector {
     const double sur = mean_of(s.signals, w, &StepSignals::surprisal);
     const double h = mean_of(s.signals, w, &StepSignals::entropy);
     if (sur <= c.gibberish_surprisal || h <= c.gibberish_entropy) return std::nullopt;
-    return Finding{s.n - c.gibberish_window, sur / (2 * c.gibberish_surprisal),
-                   {{"mean_surprisal", sur}, {"mean_entropy", h}, {"window", c.gibberish_window}}, c.gibberish_window};
+    return Finding{s.n - c.gibberish_window,
+                   sur / (2 * c.gibberish_surprisal),
+                   {{"mean_surprisal", sur}, {"mean_entropy", h}, {"window", c.gibberish_window}},
+                   c.gibberish_window};
   }
 
  private:

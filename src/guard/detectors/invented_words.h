@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <unordered_map>
 
@@ -21,12 +22,26 @@
 
 namespace coda::detectors {
 
+// The line holding byte `at` is a table's or code's: a tab, or a run of two blanks after its first
+// visible character (columns), or a shell prompt ("# ", "$ ") at its start.
+inline bool tabular_line(std::string_view text, size_t at) {
+  const size_t nl = at == 0 ? std::string_view::npos : text.rfind('\n', at - 1);
+  const size_t begin = nl == std::string_view::npos ? 0 : nl + 1;
+  size_t end = text.find('\n', at);
+  if (end == std::string_view::npos) end = text.size();
+  const std::string_view line = text.substr(begin, end - begin);
+  const size_t first = line.find_first_not_of(' ');
+  if (first == std::string_view::npos) return false;
+  if (line.find('\t') != std::string_view::npos || line.find("  ", first) != std::string_view::npos) return true;
+  return line.size() > first + 1 && (line[first] == '#' || line[first] == '$') && line[first + 1] == ' ';
+}
+
 // The words of `text` that count as running prose (see above), with their byte offsets.
 inline std::vector<std::pair<std::string, size_t>> prose_words(std::string_view text) {
   std::vector<std::pair<std::string, size_t>> out;
   auto code_char = [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c)) || std::string_view("_/\\=<>@#$%&*`{}[]|~^+'").find(c) !=
-                                                              std::string_view::npos;
+    return std::isdigit(static_cast<unsigned char>(c)) ||
+           std::string_view("_/\\=<>@#$%&*`{}[]|~^+'").find(c) != std::string_view::npos;
   };
   size_t i = 0;
   while (i < text.size()) {
@@ -49,12 +64,19 @@ inline std::vector<std::pair<std::string, size_t>> prose_words(std::string_view 
       end = next;
     }
     i = end;
+    if (tabular_line(text, start)) continue;
     const char before = start > 0 ? text[start - 1] : ' ';
     const char after = end < text.size() ? text[end] : ' ';
+    // Code across a blank: "name = value", "name (args)" are identifiers, not words.
+    size_t a = end;
+    while (a < text.size() && text[a] == ' ') ++a;
+    size_t b = start;
+    while (b > 0 && text[b - 1] == ' ') --b;
+    if ((a < text.size() && (text[a] == '=' || text[a] == '(')) || (b > 0 && text[b - 1] == '=')) continue;
     const bool dotted = (after == '.' || after == '-') && end + 1 < text.size() &&
                         std::isalnum(static_cast<unsigned char>(text[end + 1]));
-    const bool joined = (before == '.' || before == '-') && start >= 2 &&
-                        std::isalnum(static_cast<unsigned char>(text[start - 2]));
+    const bool joined =
+        (before == '.' || before == '-') && start >= 2 && std::isalnum(static_cast<unsigned char>(text[start - 2]));
     if (upper || !latin || end - start < 4 || code_char(before) || code_char(after) || dotted || joined) continue;
     std::string w(text.substr(start, end - start));
     bool has_upper = false;
@@ -76,21 +98,29 @@ class InventedWords : public Detector {
     const LanguageProfile profile = language_profile(window);
     if (profile.prose_share() < c.invented_min_prose) return std::nullopt;  // a list, a table
     // Words are judged in the reference language, in English (which technical prose everywhere
-    // borrows from), and in the language the window's function words point to most (a page that
-    // moves from English to French is drift's to judge, not invented words').
-    std::string window_lang;
-    if (profile.known_words >= 4)
-      window_lang = guard_languages()[static_cast<size_t>(
-          std::max_element(profile.score.begin(), profile.score.end()) - profile.score.begin())];
-    if (s.language != lang_ || window_lang != window_lang_) {
+    // borrows from), and in the two languages the window's function words point to most (a page
+    // that moves from English to French is drift's to judge, not invented words').
+    std::string window_langs;
+    if (profile.known_words >= 4) {
+      std::array<size_t, LanguageProfile::kLanguages> order{};
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return profile.score[a] > profile.score[b]; });
+      window_langs = guard_languages()[order[0]] + "," + guard_languages()[order[1]];
+    }
+    if (s.language != lang_ || window_langs != window_langs_) {
       lang_ = s.language;
-      window_lang_ = window_lang;
+      window_langs_ = window_langs;
       known_.clear();
       dicts_.clear();
-      for (const std::string& l : {lang_, std::string("en"), window_lang_})
-        if (!l.empty())
-          if (auto d = Dictionary::for_language(c.dictionary_dir, l))
-            if (std::find(dicts_.begin(), dicts_.end(), d) == dicts_.end()) dicts_.push_back(std::move(d));
+      std::vector<std::string> langs = {lang_, "en"};
+      if (!window_langs.empty()) {
+        langs.push_back(window_langs.substr(0, 2));
+        langs.push_back(window_langs.substr(3, 2));
+      }
+      english_ = Dictionary::for_language(c.dictionary_dir, "en");
+      for (const std::string& l : langs)
+        if (auto d = Dictionary::for_language(c.dictionary_dir, l))
+          if (std::find(dicts_.begin(), dicts_.end(), d) == dicts_.end()) dicts_.push_back(std::move(d));
     }
     if (!Dictionary::for_language(c.dictionary_dir, lang_)) return std::nullopt;
     auto words = prose_words(window);
@@ -106,9 +136,7 @@ class InventedWords : public Detector {
       auto it = known_.find(w);
       if (it == known_.end()) {
         if (known_.size() > 50000) known_.clear();
-        bool known = false;
-        for (const auto& d : dicts_) known = known || d->known(w);
-        it = known_.emplace(w, known).first;
+        it = known_.emplace(w, known_word(w)).first;
       }
       if (!it->second && counted.emplace(std::string_view(it->first).substr(0, 4), true).second) {
         ++unknown;
@@ -128,10 +156,28 @@ class InventedWords : public Detector {
 
  private:
   const DetectorInfo& info_;
+  // A word any of the dictionaries knows, or an identifier built on an English one: an option letter
+  // or two, or a command's prefix, before an English word of 4 letters or more (wwidth, psselect).
+  bool known_word(std::string_view w) const {
+    auto in_any = [&](std::string_view x) {
+      for (const auto& d : dicts_)
+        if (d->known(x)) return true;
+      return false;
+    };
+    if (in_any(w)) return true;
+    // Identifiers are built on English words (width, paper, select, domain): a real word of another
+    // language inside a pseudo-word ("fr|andavano", "p|angolo") is not one.
+    if (!english_) return false;
+    for (size_t cut = 1; cut <= 2 && cut + 4 <= w.size(); ++cut)
+      if (english_->known(w.substr(cut))) return true;
+    return false;
+  }
+
   std::string lang_;
-  std::string window_lang_;
+  std::string window_langs_;                              // "fr,it": the window's two leading languages
   std::vector<std::shared_ptr<const Dictionary>> dicts_;  // the dictionaries a word is looked up in
-  std::unordered_map<std::string, bool> known_;  // lookups so far
+  std::shared_ptr<const Dictionary> english_;             // what identifiers are built on
+  std::unordered_map<std::string, bool> known_;           // lookups so far
 };
 
 }  // namespace coda::detectors

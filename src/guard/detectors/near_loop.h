@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string>
+#include <vector>
 
 #include "guard/detector.h"
 #include "guard/guard.h"
@@ -30,7 +32,8 @@ inline bool approximate_step(GuardState& s) {
 class NearLoop : public Detector {
  public:
   NearLoop(const DetectorInfo& info, const GuardConfig& c)
-      : info_(info), words_(c.near_words_min, c.near_words_max, c.near_words_similarity, c.near_words_distinct,
+      : info_(info),
+        words_(c.near_words_min, c.near_words_max, c.near_words_similarity, c.near_words_distinct,
                c.near_words_max_novel, c.near_words_copies, c.near_words_long, c.near_words_long_copies,
                c.near_words_line_words, c.near_words_line_copies) {}
   const DetectorInfo& info() const override { return info_; }
@@ -61,7 +64,8 @@ class NearLoop : public Detector {
     // A near loop over typography (a banner of asterisks broken by a title, a ruled table) is
     // judged by the whole span: the few letters where the pattern breaks do not make it prose.
     if (near.span < c.structural_min_span && s.structural_tail(near.span, c.structural_max_share)) return std::nullopt;
-    return Finding{near.onset, near.match * std::min(1.0, near.repeats / (c.near_min_repeats + 2)),
+    return Finding{near.onset,
+                   near.match * std::min(1.0, near.repeats / (c.near_min_repeats + 2)),
                    {{"period", near.period}, {"repeats", near.repeats}, {"span", near.span}, {"match", near.match}},
                    near.span};
   }
@@ -69,9 +73,15 @@ class NearLoop : public Detector {
   // A list or a table: most lines change a word the text had not used before (LC_CTYPE, then
   // LC_COLLATE, LC_TIME, ... in a locale file). A loop changes a counter, or swaps among the words
   // it already wrote. Numbers and one-letter pieces do not count as new words.
+  //
+  // Or a list of identifiers: lines that change only numbers, which move by irregular steps
+  // (CVE-2026-141693, CVE-2026-141694, CVE-2026-141697, ... in a changelog). A loop with a counter
+  // moves it by the same step every copy ("Step 7", "Step 8", "Step 9"), or not at all.
   static bool a_list(const GuardState& s, const Loop& near) {
     const auto& t = s.periods.tokens();
     int copies = 0, novel = 0;
+    std::vector<int64_t> deltas;  // how each changed number moved from the copy before
+    std::vector<int64_t> last_numbers;
     for (int64_t from = near.onset + near.period; from + near.period <= s.n; from += near.period) {
       ++copies;
       const std::string_view before = std::string_view(s.text).substr(0, s.unit_begin(from));
@@ -88,16 +98,46 @@ class NearLoop : public Detector {
           break;
         }
       }
+      const std::vector<int64_t> numbers = numbers_in(
+          std::string_view(s.text).substr(s.unit_begin(from), s.unit_begin(from + near.period) - s.unit_begin(from)));
+      if (numbers.size() == last_numbers.size())
+        for (size_t i = 0; i < numbers.size(); ++i)
+          if (numbers[i] != last_numbers[i]) deltas.push_back(numbers[i] - last_numbers[i]);
+      last_numbers = numbers;
     }
-    return copies > 0 && 2 * novel >= copies;
+    if (copies > 0 && 2 * novel >= copies) return true;
+    if (deltas.size() < static_cast<size_t>(copies / 2) || deltas.empty()) return false;
+    std::sort(deltas.begin(), deltas.end());
+    size_t most = 0;
+    for (size_t i = 0, j = 0; i < deltas.size(); i = j) {
+      while (j < deltas.size() && deltas[j] == deltas[i]) ++j;
+      most = std::max(most, j - i);
+    }
+    return 4 * most < 3 * deltas.size();  // no one step for three copies in four
+  }
+
+  // The integers written in a text (runs of up to 18 digits).
+  static std::vector<int64_t> numbers_in(std::string_view text) {
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < text.size();) {
+      if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
+        ++i;
+        continue;
+      }
+      int64_t v = 0;
+      size_t n = 0;
+      for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++n)
+        if (n < 18) v = v * 10 + (text[i] - '0');
+      out.push_back(v);
+    }
+    return out;
   }
 
   std::optional<Finding> as_words(GuardState& s) {
     if (s.config.near_words_max <= 0) return std::nullopt;
     const WordLoop w = words_.check();
     if (w.unit_words == 0) return std::nullopt;
-    const int64_t a = s.unit_at_byte(w.onset_byte), b = s.unit_at_byte(w.second_byte),
-                  c = s.unit_at_byte(w.third_byte);
+    const int64_t a = s.unit_at_byte(w.onset_byte), b = s.unit_at_byte(w.second_byte), c = s.unit_at_byte(w.third_byte);
     const auto& t = s.periods.tokens();
     const int64_t p = c - b;
     if (p <= 0 || a >= b) return std::nullopt;
@@ -116,7 +156,6 @@ class NearLoop : public Detector {
 
   const DetectorInfo& info_;
   WordCopies words_;
-
 };
 
 }  // namespace coda::detectors

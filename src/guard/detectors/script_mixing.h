@@ -2,7 +2,8 @@
 // scattered through the recent text (a collapsing model writing Chinese characters into Italian).
 // Latin letters are never foreign: commands, names and code are written in them in every language.
 // A name or a quotation in another script is one run standing apart, a comment a long one; mixing
-// is several short runs, some written into the words of the text. Checked every 8 tokens over the last mix_window_chars bytes.
+// is several short runs, some written into the words of the text. Checked every 8 tokens over the last mix_window_chars
+// bytes.
 #pragma once
 
 #include <algorithm>
