@@ -23,7 +23,14 @@ std::pair<size_t, bool> first_piece(const std::string& s) {
   const auto at = [&](size_t k) { return kind_of(static_cast<unsigned char>(s[k])); };
   if (s[0] == ' ' && s.size() > 1 && at(1) != Kind::Space) i = 1;  // a word keeps its leading space
   const Kind k = at(i);
-  if (k == Kind::Other) return {i + 1, true};
+  if (k == Kind::Other) {
+    // A run of one punctuation mark goes in pieces of up to 4, as BPE vocabularies merge "----",
+    // "====" and "!!!!": a rule of 100 dashes is 25 pieces (typography, not a flood), and a flood of
+    // "!" is still one piece over and over.
+    size_t j = i + 1;
+    while (j < s.size() && j - i < 4 && s[j] == s[i]) ++j;
+    return {j, j < s.size()};
+  }
   size_t j = i + 1;
   // Digits go in groups of at most three, as Llama 3 and GPT-4's tokenizers cut numbers (Llama 2,
   // Mistral and Qwen cut single digits): a run of one digit is then a flood, as it is in tokens.
