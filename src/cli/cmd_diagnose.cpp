@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/load_flags.h"
 #include "cli/progress.h"
 #include "cli/sampling_flags.h"
 #include "cli/target_flags.h"
@@ -21,9 +22,6 @@ struct DiagnoseFlags {
 };
 
 int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
-  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
-                                        : lab::load_prompts(f.prompts_file);
-  if (!prompts) return fail(prompts.message());
   f.opts.sampling = sampling_fields(sub, f.sampling);
   f.opts.sampling.erase("seed");
   f.opts.seed = f.sampling.sampling.seed;
@@ -40,6 +38,10 @@ int diagnose(DiagnoseFlags& f, const CLI::App* sub) {
   auto built = make_target(f.target);
   if (!built) return fail(built.message());
   lab::Target& target = *built->target;
+  if (f.prompts_file.empty()) f.api = resolve_api(f.api, target, "diagnose");
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
+                                        : lab::load_prompts(f.prompts_file);
+  if (!prompts) return fail(prompts.message());
   lab::SystemProbes probes;
   if (auto* http = dynamic_cast<lab::HttpTarget*>(&target)) {
     // A hung /metrics or /slots must not hold the diagnosis up: 5 s at most per read.
@@ -88,10 +90,11 @@ void add_diagnose(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--lang", f->languages, "Built-in prompt languages: en, it, fr")->capture_default_str();
   sub->add_option("--api", f->api,
-                  "The built-in prompts' route: completions (plain text, for a base model) or chat (a user message, "
-                  "for an instruct model behind /v1/chat/completions)")
+                  "The built-in prompts' route: completions (plain text, for a base model), chat (a user message, "
+                  "for an instruct model behind /v1/chat/completions) or auto (chat when the model has a chat "
+                  "template)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"completions", "chat"}));
+      ->check(CLI::IsMember({"completions", "chat", "auto"}));
   sub->add_option("--language", f->opts.language,
                   "The task's language for the system-prompt advice (default: from the prompts)");
   sub->add_option("--runs", f->opts.runs, "Runs per group in each battery")

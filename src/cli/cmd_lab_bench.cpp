@@ -19,12 +19,12 @@ struct BenchFlags {
 };
 
 int bench(BenchFlags& f, const CLI::App* sub) {
-  auto prompts = finish_load_flags(sub, f.load, f.target.model_name);
-  if (!prompts) return fail(prompts.message());
-  const lab::LoadOptions& load = f.load.load;
   auto built = make_target(f.target);
   if (!built) return fail(built.message());
   lab::Target& target = *built->target;
+  auto prompts = finish_load_flags(sub, f.load, f.target.model_name, target);
+  if (!prompts) return fail(prompts.message());
+  const lab::LoadOptions& load = f.load.load;
   std::fprintf(stderr, "coda bench: %s, %lld x %d requests at %g/min, max_tokens %d, %zu prompts\n",
                target.describe().c_str(), static_cast<long long>(load.requests), load.sets, load.rate_per_min,
                load.max_tokens, prompts->size());

@@ -75,13 +75,13 @@ int tune(TuneFlags& f, const CLI::App* sub) {
   if (!f.test_problem.empty()) {
     res = lab::run_tune(t, lab::test_problem(f.test_problem), report, interrupt.flag());
   } else {
-    auto p = finish_load_flags(sub, f.load, f.target.model_name);
-    if (!p) return fail(p.message());
-    prompts = std::move(*p);
-    t.requests = f.load.load.requests * f.load.load.sets;
     built.emplace(make_target(f.target));
     if (!*built) return fail(built->message());
     lab::Target& target = *(*built)->target;
+    auto p = finish_load_flags(sub, f.load, f.target.model_name, target);
+    if (!p) return fail(p.message());
+    prompts = std::move(*p);
+    t.requests = f.load.load.requests * f.load.load.sets;
     std::fprintf(stderr, "coda tune: %s, %d trials of %lld requests, phase 2: top %d with %lld requests; study %s\n",
                  target.describe().c_str(), t.n_trials, static_cast<long long>(t.requests), t.phase2_top,
                  static_cast<long long>(t.phase2_requests), t.study_path.c_str());

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/load_flags.h"
 #include "cli/progress.h"
 #include "cli/sampling_flags.h"
 #include "cli/target_flags.h"
@@ -22,9 +23,6 @@ struct ThresholdFlags {
 };
 
 int threshold(ThresholdFlags& f, const CLI::App* sub) {
-  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
-                                        : lab::load_prompts(f.prompts_file);
-  if (!prompts) return fail(prompts.message());
   f.opts.sampling = sampling_fields(sub, f.sampling);
   f.opts.sampling.erase("seed");
   f.opts.seed = f.sampling.sampling.seed;
@@ -36,6 +34,10 @@ int threshold(ThresholdFlags& f, const CLI::App* sub) {
   auto built = make_target(f.target);
   if (!built) return fail(built.message());
   lab::Target& target = *built->target;
+  if (f.prompts_file.empty()) f.api = resolve_api(f.api, target, "threshold");
+  auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
+                                        : lab::load_prompts(f.prompts_file);
+  if (!prompts) return fail(prompts.message());
   std::fprintf(stderr, "coda threshold: %s, %d runs per group, max_tokens %d, %zu prompts\n", target.describe().c_str(),
                f.opts.runs, f.opts.max_tokens, prompts->size());
   ProgressLine bar("threshold");
@@ -93,10 +95,11 @@ void add_threshold(CLI::App& app, std::vector<Command>& out) {
       ->capture_default_str();
   sub->add_option("--lang", f->languages, "Built-in prompt languages: en, it, fr")->capture_default_str();
   sub->add_option("--api", f->api,
-                  "The built-in prompts' route: completions (plain text, for a base model) or chat (a user message, "
-                  "for an instruct model behind /v1/chat/completions)")
+                  "The built-in prompts' route: completions (plain text, for a base model), chat (a user message, "
+                  "for an instruct model behind /v1/chat/completions) or auto (chat when the model has a chat "
+                  "template)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"completions", "chat"}));
+      ->check(CLI::IsMember({"completions", "chat", "auto"}));
   sub->add_option("--runs", f->opts.runs, "Runs per group")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("-n,--max-tokens", f->opts.max_tokens, "max_tokens of every run (long: the threshold must lie below)")
       ->capture_default_str()

@@ -1,5 +1,7 @@
 #include "cli/load_flags.h"
 
+#include <cstdio>
+
 #include "cli/sampling_flags.h"
 #include "core/strings.h"
 
@@ -19,10 +21,11 @@ void add_load_flags(CLI::App* sub, LoadFlags& f) {
   sub->add_option("--lang", f.languages, "Built-in prompt languages: en, it, fr (comma-separated)")
       ->capture_default_str();
   sub->add_option("--api", f.api,
-                  "The built-in prompts' route: completions (plain text, for a base model) or chat (a user message, "
-                  "for an instruct model behind /v1/chat/completions)")
+                  "The built-in prompts' route: completions (plain text, for a base model), chat (a user message, "
+                  "for an instruct model behind /v1/chat/completions) or auto (chat when the model has a chat "
+                  "template: /props, else a one-token chat request; the GGUF in process)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"completions", "chat"}));
+      ->check(CLI::IsMember({"completions", "chat", "auto"}));
   auto* per_min = sub->add_option("--rate", f.load.rate_per_min, "Requests per minute (0: all at once)")
                       ->capture_default_str()
                       ->check(CLI::NonNegativeNumber);
@@ -68,7 +71,17 @@ void add_load_flags(CLI::App* sub, LoadFlags& f) {
   add_sampling_flags(sub, f.sampling);
 }
 
-Expected<std::vector<lab::BenchPrompt>> finish_load_flags(const CLI::App* sub, LoadFlags& f, const std::string& model) {
+std::string resolve_api(const std::string& api, lab::Target& target, const char* command) {
+  if (api != "auto") return api;
+  std::string why;
+  const std::string route = target.takes_chat(why) ? "chat" : "completions";
+  std::fprintf(stderr, "coda %s: --api auto: %s (%s)\n", command, route.c_str(), why.c_str());
+  return route;
+}
+
+Expected<std::vector<lab::BenchPrompt>> finish_load_flags(const CLI::App* sub, LoadFlags& f, const std::string& model,
+                                                          lab::Target& target) {
+  if (f.prompts_file.empty()) f.api = resolve_api(f.api, target, sub->get_name().c_str());
   auto prompts = f.prompts_file.empty() ? lab::builtin_prompts(f.sets, f.languages, f.api == "chat")
                                         : lab::load_prompts(f.prompts_file);
   if (!prompts) return prompts.error();

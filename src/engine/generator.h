@@ -52,6 +52,11 @@ class Generator {
   const Model& model() const { return model_; }
   ThreadPool& pool() { return *pool_; }
   const ChatTemplate* chat_template() const { return tmpl_ ? &*tmpl_ : nullptr; }
+  // The chat template is the model's own (tokenizer.chat_template) or one the user chose, not the
+  // built-in a base model falls back to.
+  bool chat_template_chosen() const {
+    return !opts_.chat_template.empty() || model_.gguf().find("tokenizer.chat_template") != nullptr;
+  }
   const Vocab& vocab() const { return vocab_; }
   // The vocabulary's token bytes as structured output walks them, built on first use and shared
   // by every request after (about 100 ms for a 128K vocabulary). Thread-safe.

@@ -9,6 +9,32 @@ bool HttpTarget::speaks_llamacpp() {
   return llamacpp_;
 }
 
+bool HttpTarget::takes_chat(std::string& why) {
+  int status = 0;
+  auto props = client_.get_json("/props", &status, 10);
+  if (props && status / 100 == 2 && props->is_object() && props->contains("chat_template") &&
+      (*props)["chat_template"].is_string()) {
+    // coda says whether the template is the model's; a built-in one stands in for a base model's.
+    if (props->contains("chat_template_source") && (*props)["chat_template_source"] == "builtin") {
+      why = "/props: the model has no chat template of its own";
+      return false;
+    }
+    const bool has = !(*props)["chat_template"].get<std::string>().empty();
+    why = has ? "/props has a chat_template" : "/props has no chat_template";
+    return has;
+  }
+  nlohmann::ordered_json probe = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 1}};
+  const client::Completion c = client_.complete(probe, true, {}, nullptr);
+  why = c.ok ? "a chat request was answered" : "a chat request was refused (HTTP " + std::to_string(c.status) + ")";
+  return c.ok;
+}
+
+bool EngineTarget::takes_chat(std::string& why) {
+  const bool has = gen_.chat_template_chosen();
+  why = has ? "the model has a chat template" : "the GGUF has no chat template";
+  return has;
+}
+
 client::Completion HttpTarget::send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) {
   if (body.contains("repetition_penalty") && speaks_llamacpp()) {
     nlohmann::ordered_json named = body;

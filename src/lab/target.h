@@ -25,6 +25,9 @@ class Target {
   // Sends one OpenAI request body; never throws. `cancel` (when given) abandons it.
   virtual client::Completion send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) = 0;
   virtual std::string describe() const = 0;
+  // Whether the model takes chat messages (an instruct model with a chat template), for `--api
+  // auto`; `why` says how that was decided.
+  virtual bool takes_chat(std::string& why) = 0;
 };
 
 // Request fields go out with OpenAI's and vLLM's names, which llama.cpp's server shares but for one:
@@ -37,6 +40,10 @@ class HttpTarget : public Target {
   explicit HttpTarget(client::OpenAIClient client) : client_(std::move(client)) {}
   client::Completion send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) override;
   std::string describe() const override { return client_.describe(); }
+  // llama.cpp and coda answer /props with the chat_template (coda with chat_template_source: a
+  // built-in for a base model says no); other servers (vLLM) are asked a one-token chat request,
+  // which a model without a chat template is refused (HTTP 400).
+  bool takes_chat(std::string& why) override;
   const client::OpenAIClient& client() const { return client_; }
   bool speaks_llamacpp();  // /v1/models says llama.cpp (asked once; false when it cannot tell)
 
@@ -58,6 +65,8 @@ class EngineTarget : public Target {
   EngineTarget(Generator& gen, EngineTargetOptions opts);
   client::Completion send(const nlohmann::ordered_json& body, bool chat, const std::atomic<bool>* cancel) override;
   std::string describe() const override { return "in-process engine"; }
+  // The GGUF carries tokenizer.chat_template (or --chat-template chose one).
+  bool takes_chat(std::string& why) override;
   Metrics& metrics() { return metrics_; }
 
  private:

@@ -117,13 +117,14 @@ json llama_default_params() {
 }
 
 json llama_props(int64_t n_ctx, size_t slots, const std::string& model_path, const std::string& model_alias,
-                 const std::string& chat_template, const Vocab& vocab) {
+                 const std::string& chat_template, bool template_from_model, const Vocab& vocab) {
   auto token_text = [&](int32_t id) { return id >= 0 ? vocab.piece(id) : std::string(); };
   return {{"default_generation_settings", {{"n_ctx", n_ctx}, {"params", llama_default_params()}}},
           {"total_slots", slots},
           {"model_alias", model_alias},
           {"model_path", model_path},
           {"chat_template", chat_template},
+          {"chat_template_source", template_from_model ? "model" : "builtin"},
           {"bos_token", token_text(vocab.bos())},
           {"eos_token", token_text(vocab.eot() >= 0 ? vocab.eot() : vocab.eos())},
           {"modalities", {{"vision", false}, {"audio", false}}},

@@ -60,10 +60,12 @@ nlohmann::ordered_json llama_slots(const std::vector<SlotState>& running, size_t
 // `params` that GET /props reports.
 nlohmann::ordered_json llama_default_params();
 
-// GET /props (llama-server's): what its web UI and clients read to set themselves up.
+// GET /props (llama-server's): what its web UI and clients read to set themselves up. coda adds
+// `chat_template_source`: "model" (the GGUF's own) or "builtin" (the model has none; a base model),
+// which `--api auto` in the lab reads.
 nlohmann::ordered_json llama_props(int64_t n_ctx, size_t slots, const std::string& model_path,
                                    const std::string& model_alias, const std::string& chat_template,
-                                   const Vocab& vocab);
+                                   bool template_from_model, const Vocab& vocab);
 
 // One streamed event: the text that became final, the ids and, with n_probs, the probabilities of
 // its tokens, and the counts so far.

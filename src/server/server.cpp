@@ -191,7 +191,7 @@ void Server::routes() {
   http_->Get("/props", [this](const httplib::Request&, httplib::Response& res) {
     const ChatTemplate* t = gen_.chat_template();
     res.set_content(dump_json(llama_props(gen_.n_ctx(), opts_.max_batch, opts_.model_path, opts_.defaults.model_id,
-                                          t ? t->source() : "", gen_.vocab())),
+                                          t ? t->source() : "", gen_.chat_template_chosen(), gen_.vocab())),
                     "application/json");
   });
   // llama-server's monitoring route: what each batch slot is doing, and how its generation looks to

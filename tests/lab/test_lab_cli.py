@@ -335,6 +335,42 @@ def reasoning_lab_tests(coda, work):
         up.wait(timeout=30)
 
 
+def api_auto_tests(coda, work):
+    """--api auto sends the built-in prompts as chat messages when the model has a chat template of
+    its own: coda serve's /props says whether its template is the model's (chatml chosen with
+    --chat-template) or a built-in standing in for a base model (the bundled one); a server without
+    /props (vLLM) is asked a one-token chat request; in process, the GGUF decides."""
+    for extra, want, why in (([], "completions", "no chat template of its own"),
+                             (["--chat-template", "chatml"], "chat", "/props has a chat_template")):
+        srv = subprocess.Popen([coda, "serve", "--port", "0", "-t", "1", *extra], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            url = srv.stdout.readline().strip().rsplit(" ", 1)[1]
+            out = os.path.join(work, "bench-api-auto-" + want)
+            p = run([coda, "bench", "--url", url, "--api", "auto", "--rate", "0", "--requests", "2", "-n", "4",
+                     "-o", out])
+            check(f"--api auto: {want} (" in p.stderr and why in p.stderr,
+                  f"coda serve {extra}: --api auto chose {want}: {p.stderr[:300]}")
+        finally:
+            srv.terminate()
+            srv.wait(timeout=30)
+    here = os.path.dirname(os.path.abspath(__file__))
+    up = subprocess.Popen(["/usr/bin/python3", os.path.join(here, "..", "proxy", "scripted_upstream.py")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = "http://127.0.0.1:" + up.stdout.readline().split()[-1]
+        p = run([coda, "threshold", "--url", url, "--api", "auto", "--runs", "1", "-n", "40", "--set", "exam",
+                 "--lang", "en", "-o", os.path.join(work, "threshold-api-auto")])
+        check("--api auto: chat (a chat request was answered)" in p.stderr,
+              f"a server without /props: a one-token chat request decides: {p.stderr[:300]}")
+    finally:
+        up.terminate()
+        up.wait(timeout=30)
+    p = run([coda, "bench", "--api", "auto", "--requests", "1", "-n", "4", "-o", os.path.join(work, "bench-api-auto-in")])
+    check("--api auto: completions (the GGUF has no chat template)" in p.stderr,
+          f"in process, the bundled GGUF has no chat template: {p.stderr[:300]}")
+
+
 def bench_llamacpp_names_tests(coda, work):
     """llama.cpp's server reads the repetition penalty only as `repeat_penalty`."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -674,6 +710,7 @@ def main():
     bench_finish_reason_tests(coda, work)
     bench_llamacpp_names_tests(coda, work)
     reasoning_lab_tests(coda, work)
+    api_auto_tests(coda, work)
     threshold_report = threshold_tests(coda, work)
     diagnose_reports = diagnose_tests(coda, work)
     diagnose_http_tests(coda, work)

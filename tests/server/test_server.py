@@ -840,6 +840,7 @@ def llama_native_tests(s):
     kv = Reader(path).kv if os.path.isfile(path) else {}
     check(st == 200 and props["default_generation_settings"]["n_ctx"] == models["data"][0]["max_model_len"]
           and props["chat_template"] == kv.get("tokenizer.chat_template", props["chat_template"]) != ""
+          and props["chat_template_source"] == ("model" if "tokenizer.chat_template" in kv else "builtin")
           and props["bos_token"] == kv["tokenizer.ggml.tokens"][kv["tokenizer.ggml.bos_token_id"]]
           and props["default_generation_settings"]["params"]["temperature"] == 0.8 and props["total_slots"] == 4,
           f"/props: {dict(props, chat_template=props.get('chat_template', '')[:40])}")

@@ -23,14 +23,16 @@ class Flooding : public Detector {
   std::optional<Finding> check(GuardState& s) override {
     const GuardConfig& c = s.config;
     const int64_t flood = s.flood_run();
-    // A number without letters repeated is data more often than a flood: a hex dump's row of 16
-    // zero bytes, a table's column of zeros. It needs twice the run.
+    // A number without letters repeated between blanks is data more often than a flood: a hex
+    // dump's row of 16 zero bytes (" 00 00 00"), a table's column of zeros. It needs twice the run;
+    // digits run together ("000000...", a broken engine's output) do not.
     const std::string_view unit = s.unit_text(s.i);
-    const bool number =
-        std::any_of(unit.begin(), unit.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }) &&
-        std::none_of(unit.begin(), unit.end(), [](char ch) {
-          return std::isalpha(static_cast<unsigned char>(ch)) || static_cast<unsigned char>(ch) >= 0x80;
-        });
+    auto has = [&](auto pred) { return std::any_of(unit.begin(), unit.end(), pred); };
+    const bool number = has([](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; }) &&
+                        has([](char ch) { return std::isspace(static_cast<unsigned char>(ch)) != 0; }) &&
+                        !has([](char ch) {
+                          return std::isalpha(static_cast<unsigned char>(ch)) || static_cast<unsigned char>(ch) >= 0x80;
+                        });
     const int64_t min_run = number ? 2 * c.flood_min_run : c.flood_min_run;
     if (flood >= min_run && !(flood < c.structural_min_span && s.structural_tail(1)))
       return Finding{s.n - flood,
