@@ -272,19 +272,25 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
                   "Hunspell dictionaries for the invented-words detector (Debian's hunspell-* packages)")
       ->capture_default_str();
   sub->add_option("--drift-window", c.drift_window_chars, "Language drift: bytes of recent text (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--drift-checks", c.drift_checks, "Language drift: checks in a row (16 tokens apart)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--mix-min-share", c.mix_min_share,
                   "Script mixing: share of recent letters in a script the text did not use (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--garbage-window", c.garbage_window_chars, "Garbage: bytes of recent text (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--invented-window", c.invented_window_words, "Invented words: words of recent prose (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
   sub->add_option("--invented-max-unknown", c.invented_max_unknown,
                   "Invented words: share of distinct words no dictionary knows")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--flood-min-run", c.flood_min_run, "Flooding: one token repeated this many times")
       ->capture_default_str();
   sub->add_option("--loop-min-repeats", c.loop_min_repeats, "Exact loop: copies of the period")->capture_default_str();

@@ -52,8 +52,13 @@ std::string capitalised(std::string_view w) {
 std::vector<uint32_t> Dictionary::parse_flags(std::string_view s) const {
   std::vector<uint32_t> out;
   if (!aliases_.empty() && !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    const size_t k = static_cast<size_t>(std::stoul(std::string(s)));
-    if (k >= 1 && k <= aliases_.size()) return aliases_[k - 1];
+    // An alias number; a hostile file's 40-digit one is simply out of range (no exception).
+    size_t k = 0;
+    for (char c : s) {
+      k = k * 10 + static_cast<size_t>(c - '0');
+      if (k > aliases_.size()) return out;
+    }
+    if (k >= 1) return aliases_[k - 1];
     return out;
   }
   switch (mode_) {

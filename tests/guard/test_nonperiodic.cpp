@@ -139,6 +139,19 @@ TEST(GuardDictionary, LongNumericAndUtf8Flags) {
   EXPECT_FALSE(u->known("navegarción"));
 }
 
+// Malformed files load without throwing: truncated rules, an unclosed condition, an alias number far
+// out of range, flags of a mode that does not fit, empty lines.
+TEST(GuardDictionary, MalformedFilesAreReadWithoutThrowing) {
+  TinyDictionary t;
+  auto d = t.load("SET UTF-8\nAF 1\nAF A\nSFX\nSFX A\nSFX A Y\nSFX A 0 s [abc\nPFX B Y 1\nPFX B 0\nFLAG long\n",
+                  "x\n\nword/99999999999999999999999999999999\nok/1\n/odd\nother/A\n\xff\xfe/\xff\n");
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->known("word"));
+  EXPECT_TRUE(d->known("ok"));
+  EXPECT_FALSE(d->known("zzz"));
+  EXPECT_FALSE(Dictionary::load("/nonexistent.aff", "/nonexistent.dic").ok());
+}
+
 TEST(GuardDictionary, DebianDictionariesKnowInflectedForms) {
   if (!kHunspell) GTEST_SKIP() << "hunspell-it and hunspell-fr are not installed (scripts/bootstrap.sh test)";
   std::string why;

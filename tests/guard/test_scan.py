@@ -117,6 +117,21 @@ def main():
     check(p.returncode == 1 and "'loops' is not a detector" in p.stderr, "a wrong detector name is named")
     p = scan(coda, [os.path.join(work, "missing.txt")], ok=False)
     check(p.returncode == 1 and "cannot open" in p.stderr, "a missing file is named")
+
+    # --lang holds every text to a language: English text scanned as Italian drifts; the same text
+    # without --lang (its own start decides) does not. --detectors lists the new detectors.
+    english = ("The service reads its configuration file when it starts and applies the options it holds to all "
+               "of the users of the system, and then it waits for the requests of the clients. ") * 8
+    src = os.path.join(work, "english.txt")
+    open(src, "w").write(english)
+    drift = lambda args: [e["type"] for l in scan(coda, ["--json", "--pieces", *args, src]).stdout.splitlines()
+                          for e in json.loads(l)["events"] if e["type"] == "language_drift"]
+    check(drift(["--lang", "it"]) and not drift([]), "--lang it: English text drifts; without --lang it does not")
+    p = scan(coda, ["--lang", "xx", src], ok=False)
+    check(p.returncode != 0 and "xx not in" in p.stderr, f"--lang xx is refused: {p.stderr.strip()[:100]}")
+    p = scan(coda, ["--detectors"])
+    check(all(d in p.stdout for d in ("garbage", "script_mixing", "invented_words")),
+          f"--detectors lists the new detectors: {p.stdout[-300:]}")
     print(f"{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)
 
