@@ -818,6 +818,11 @@ def reasoning_tests(coda):
                 # 20,000 tokens with 20 alternatives each are far more than the sockets between hold:
                 # the upstream cannot finish before the proxy cancels it, however slow the proxy runs.
                 r = ask(px, marker, stream=stream, max_tokens=20000)
+                # The upstream counts a cancellation when its next write fails, which may come after
+                # the proxy has answered: wait for it, and for nothing left open.
+                up.wait_until("the upstream saw the looping generation cancelled",
+                              lambda: (lambda st: st["cancelled"] >= before["cancelled"] + 1 and st["open"] == 0)(
+                                  up.json("GET", "/stats")[2]))
                 after = up.json("GET", "/stats")[2]
                 what = f"{marker} stream={stream}"
                 ev = r["coda"].get("events", [])
