@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/llama_compat.h"
 #include "core/timer.h"
+#include "engine/thread_choice.h"
 #include "kernels/kernels.h"
 #include "lab/bench_model.h"
 
@@ -22,7 +23,7 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
   CLI::App* sub =
       app.add_subcommand("bench-model", "Measure prefill and decode tokens/s against the bandwidth roofline");
   sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
-  sub->add_option("-t,--threads", f->threads, "Threads (default: all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-t,--threads", f->threads, "Threads (default: as many as the model's size per token is worth, up to all cores)")->check(CLI::Range(1, 256));
   sub->add_option("-p,--n-prompt", f->opt.n_prompt, "Prompt tokens for prefill")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -80,13 +81,20 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                std::printf("%7d    %11.2f  %11.2f  %9.3f\n", t, r->prefill_tps, r->decode_tps, r->decode_ms);
            }
            if (f->json)
-             std::printf("{\"model\":\"%s\",\"kernels\":\"%s\",\"sweep\":[%s],\"best_decode_threads\":%d}\n",
-                         path.c_str(), kernels().name, rows.c_str(), best);
+             std::printf(
+                 "{\"model\":\"%s\",\"kernels\":\"%s\",\"sweep\":[%s],\"best_decode_threads\":%d,"
+                 "\"default_threads\":%d}\n",
+                 path.c_str(), kernels().name, rows.c_str(), best,
+                 choose_threads((*model)->decode_weight_bytes(), most).threads);
            else
-             std::printf("fastest decode at -t %d\n", best);
+             std::printf("fastest decode at -t %d; without -t coda chooses %d (%s)\n", best,
+                         choose_threads((*model)->decode_weight_bytes(), most).threads,
+                         choose_threads((*model)->decode_weight_bytes(), most).reason.c_str());
            return 0;
          }
-         ThreadPool pool(f->threads > 0 ? f->threads : default_threads());
+         const ThreadChoice choice = f->threads > 0 ? ThreadChoice{f->threads, "-t"}
+                                                    : choose_threads((*model)->decode_weight_bytes(), usable_cores());
+         ThreadPool pool(choice.threads);
          auto r = bench_model(**model, pool, f->opt);
          if (!r) return fail(r.message());
          const double frac = r->roofline_fraction;
@@ -112,7 +120,8 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
                static_cast<double>(rs.bytes) / (1 << 20), rs.seconds, kv_type_name(f->ctk), kv_type_name(f->ctv),
                batched.c_str());
          } else {
-           std::printf("model      %s\nthreads    %d (kernels: %s)\n", path.c_str(), pool.size(), kernels().name);
+           std::printf("model      %s\nthreads    %d (%s; kernels: %s)\n", path.c_str(), pool.size(), choice.reason.c_str(),
+                       kernels().name);
            std::printf("load       %.2f s (%d matrices repacked for the GEMM kernels, %.1f MiB, in %.2f s)\n", load_s,
                        rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), rs.seconds);
            if (rs.f16_as_bf16 > 0)

@@ -74,6 +74,7 @@ int perplexity(PerplexityFlags& f) {
   }
   f.opts.bucket = f.per_position;
   if (f.ubatch > 0) f.opts.n_batch = std::min<int64_t>(f.opts.n_batch, f.ubatch);
+  // Batches of up to 512 tokens: enough work per section for every core, whatever the model size.
   ThreadPool pool(f.threads > 0 ? f.threads : default_threads());
   std::printf("perplexity: %s; %zu tokens, n_ctx %lld, batch %lld; the second half of each chunk is scored\n",
               path.c_str(), tokens.size(), static_cast<long long>(f.opts.n_ctx),

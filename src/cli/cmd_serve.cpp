@@ -162,7 +162,8 @@ int serve(ServeFlags& f) {
   std::fprintf(stderr,
                "coda serve: %d compute threads (%s); `coda bench-model --threads-sweep` shows the curve on this "
                "machine\n",
-               loaded->generator->pool().size(), f.threads > 0 ? "-t" : "all cores; -t to change");
+               loaded->generator->pool().size(),
+               f.threads > 0 ? "-t" : (loaded->generator->thread_choice().reason + "; -t to change").c_str());
   if (const RepackStats& rs = loaded->model->repack_stats(); rs.matrices > 0)
     std::fprintf(stderr, "coda serve: %d weight matrices (%.1f MiB) repacked for the %s GEMM kernels in %.2f s\n",
                  rs.matrices, static_cast<double>(rs.bytes) / (1 << 20), kernels().name, rs.seconds);
@@ -219,7 +220,7 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
                   "Connections served at once: the HTTP worker threads (default: --max-queue + --max-num-seqs + 8)")
       ->check(CLI::Range(2, 4096));
   add_request_limit_flags(sub, f->server.limits);
-  sub->add_option("-t,--threads", f->threads, "Compute threads (default: all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-t,--threads", f->threads, "Compute threads (default: as many as the model's size per token is worth, up to all cores)")->check(CLI::Range(1, 256));
   sub->add_option(
          "-c,--ctx-size,--max-model-len", f->ctx,
          "Context size (default and 0, as in llama.cpp: the model's trained context; --max-model-len is vLLM's name)")

@@ -35,6 +35,7 @@ void add_embed(CLI::App& app, std::vector<Command>& out);     // coda embed
 // The bundled model: $CODA_MODEL, else ../share/coda/ beside an installed executable, else the nearest
 // models/ above the executable (a build tree), else the source tree's models/.
 std::string default_model_path();
+// Every usable core (the affinity mask, up to 16): for batched work such as perplexity, quantize, synth.
 int default_threads();
 int fail(const std::string& message);
 

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/llama_compat.h"
 #include "core/version.h"
+#include "engine/thread_choice.h"
 
 namespace coda::cli {
 
@@ -30,10 +31,7 @@ std::string default_model_path() {
   return std::string(CODA_SOURCE_DIR) + "/models/" + name;
 }
 
-int default_threads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
-}
+int default_threads() { return usable_cores(); }
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "coda: error: %s\n", message.c_str());

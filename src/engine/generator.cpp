@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/timer.h"
+#include "engine/thread_choice.h"
 #include "engine/sequence.h"
 #include "sampling/chain.h"
 #include "sampling/structured_output.h"
@@ -17,11 +18,6 @@ namespace {
 constexpr size_t kMaxStops = 16;
 constexpr size_t kMaxStopBytes = 1024;
 constexpr int kMaxLogprobs = 20;
-
-int hardware_threads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
-}
 
 }  // namespace
 
@@ -43,7 +39,13 @@ Expected<std::unique_ptr<Generator>> Generator::create(const Model& model, const
     if (!t) return t.error();
     g->tmpl_ = std::move(*t);
   }
-  g->pool_ = std::make_unique<ThreadPool>(opts.threads > 0 ? opts.threads : hardware_threads());
+  if (opts.threads > 0) {
+    g->threads_.threads = opts.threads;
+    g->threads_.reason = "-t";
+  } else {
+    g->threads_ = choose_threads(model.decode_weight_bytes(), usable_cores());
+  }
+  g->pool_ = std::make_unique<ThreadPool>(g->threads_.threads);
   return g;
 }
 

@@ -12,6 +12,7 @@
 #include "chat/chat_template.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "engine/thread_choice.h"
 #include "engine/prompt.h"
 #include "engine/request.h"
 #include "model/kv_cache.h"
@@ -23,7 +24,7 @@ namespace coda {
 struct GrammarTokens;  // sampling/structured_output.h
 
 struct GeneratorOptions {
-  int threads = 0;                // 0: all cores
+  int threads = 0;                // 0: as many as the model's steps are worth (engine/thread_choice.h)
   int64_t n_ctx = 0;              // 0: the model's trained context
   int default_max_tokens = 4096;  // the cap for requests that omit max_tokens
   std::string chat_template;      // "" : the model's own (or a built-in); else a built-in name or Jinja source
@@ -51,6 +52,8 @@ class Generator {
   int64_t n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
   ThreadPool& pool() { return *pool_; }
+  // The thread count and why it was chosen ("-t" when the caller set it).
+  const ThreadChoice& thread_choice() const { return threads_; }
   const ChatTemplate* chat_template() const { return tmpl_ ? &*tmpl_ : nullptr; }
   // The chat template is the model's own (tokenizer.chat_template) or one the user chose, not the
   // built-in a base model falls back to.
@@ -72,6 +75,7 @@ class Generator {
   GeneratorOptions opts_;
   int64_t n_ctx_;
   std::optional<ChatTemplate> tmpl_;
+  ThreadChoice threads_;
   std::unique_ptr<ThreadPool> pool_;
   ForwardBuffers buf_;
   mutable std::mutex grammar_mu_;

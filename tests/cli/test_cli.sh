@@ -164,7 +164,10 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert [b['streams'] for b in r['batched']] == [1, 3], r
 assert all(b['aggregate_tps'] > 0 for b in r['batched']), r
-" "$work/bm.json" || { echo "FAIL: bench-model --streams: $(cat "$work/err")"; failures=$((failures + 1)); }
+# Without -t the threads follow the weights per token: one per MiB, up to the usable cores (nproc).
+cores = min(int(sys.argv[2]), 16)
+assert r['threads'] == min(cores, max(1, r['bytes_per_token'] // 2**20)), (r['threads'], r['bytes_per_token'], cores)
+" "$work/bm.json" "$(nproc)" || { echo "FAIL: bench-model --streams: $(cat "$work/err")"; failures=$((failures + 1)); }
 expect_fail "--streams" bench-model -n 2 -r 1 --streams 0
 # --threads-sweep times every thread count from 1 to -t, and names the fastest decode among them.
 "$coda" bench-model -p 8 -n 4 -r 1 -t 3 --threads-sweep --json >"$work/sweep.json" 2>"$work/err" &&
@@ -175,6 +178,7 @@ assert [s['threads'] for s in r['sweep']] == [1, 2, 3], r
 assert all(s['decode_tps'] > 0 and s['prefill_tps'] > 0 for s in r['sweep']), r
 best = max(r['sweep'], key=lambda s: s['decode_tps'])['threads']
 assert r['best_decode_threads'] == best, r
+assert r['default_threads'] == 3, r  # the bundled model's 11 MiB per token are worth 3 of these 3 threads
 " "$work/sweep.json" || { echo "FAIL: bench-model --threads-sweep: $(cat "$work/err")"; failures=$((failures + 1)); }
 # coda serve refuses a context its KV budget cannot hold, and says what would fit.
 expect_fail "the largest context that fits is" serve --kv-budget 0.001 --port 0
