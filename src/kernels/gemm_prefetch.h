@@ -51,13 +51,13 @@ inline void prefetch_next_share(const uint8_t* p) {
 // lines all at once, at the top of its loop, queues dozens of requests behind the fill buffers and
 // stalls the loads that follow; step s of the block's kSteps asks for its own few lines instead
 // (AVX-512 Q4_K_M decode on the Intel Xeon, 2 threads: 28.1-28.9 tokens/s at once, 30.4-30.8
-// spread). A volatile asm for the same reason as above.
+// spread). A volatile asm for the same reason as above. Into L2, as kDecodePrefetchBytes explains.
 template <int64_t kBytes, int kSteps>
 inline void prefetch_block_step(const uint8_t* p, int step) {
   constexpr int64_t kLines = (kBytes + 63) / 64;
   constexpr int64_t kPer = (kLines + kSteps - 1) / kSteps;
   for (int64_t l = kPer * step; l < kPer * (step + 1) && l < kLines; ++l)
-    asm volatile("prefetcht0 %0" : : "m"(p[64 * l]));
+    asm volatile("prefetcht1 %0" : : "m"(p[64 * l]));
 }
 
 }  // namespace
