@@ -340,6 +340,9 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--near-words-line-copies", c.near_words_line_copies,
                   "Near loop as words: copies that must match for a unit of short lines")
       ->capture_default_str();
+  sub->add_option("--near-words-union", c.near_words_union,
+                  "Near loop as words: share of a copy matched by either of the two copies before it (0: off)")
+      ->capture_default_str();
   sub->add_option("--block-third-copy", c.block_third_copy,
                   "Block loops beyond the longest period: tokens of a third copy (0: off)")
       ->capture_default_str();

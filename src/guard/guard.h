@@ -86,6 +86,15 @@ struct GuardConfig {
   // definitions, changelog entries) need near_words_line_copies copies (0: no such rule).
   int near_words_line_words = 8;
   int near_words_line_copies = 8;
+  // Heavily edited copies (a word in five swapped, independently in each copy) match their
+  // predecessor on about 0.64 of the unit, as a legitimate list may. But each copy matches the
+  // union of the two copies before it on about 0.8: copies whose words are matched by either of
+  // the two before, on at least this share, count as matching (0: off). One more copy is needed
+  // then, and only units of up to 48 words, not of short lines, and at least half lower-case words
+  // qualify: tables of codes (a locale's collation lines) draw every line from a few upper-case
+  // names. Real-text corpus, two seeds: heavily edited near loops 65 -> 86 of 100 within the
+  // budget, false positives unchanged (docs/guard-eval/realtext.md).
+  double near_words_union = 0.75;
   // Phrase loops: recombined phrases ("and thou shalt make thee a burnt offering, and thou shalt
   // make it unto the LORD, ...") have no period at all: each copy inserts or drops a word, so no
   // position lines up with its predecessor. They show as few distinct 3-grams: fewer than this

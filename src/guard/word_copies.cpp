@@ -33,6 +33,12 @@ void WordCopies::add_word(const std::string& text, size_t from, size_t to) {
   words_.push_back(fnv(text, from, to));
   starts_.push_back(from);
   lines_.push_back(newlines_);
+  bool lower = true;
+  for (size_t i = from; i < to && lower; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    lower = c >= 0x80 || (c >= 'a' && c <= 'z');
+  }
+  prose_.push_back(lower);
   const size_t w = words_.size() - 1;
   novel_.push_back(seen_.try_emplace(words_[w], static_cast<int64_t>(w)).second);
   if (w < 2) return;
@@ -73,12 +79,14 @@ void WordCopies::truncate(size_t bytes) {
   words_.resize(keep);
   starts_.resize(keep);
   lines_.resize(keep);
+  prose_.resize(keep);
   scanned_ = keep ? starts_.back() : 0;
   newlines_ = keep ? lines_.back() : 0;
   if (keep) {
     words_.pop_back();
     starts_.pop_back();
     lines_.pop_back();
+    prose_.pop_back();
   }
   last_.clear();
   recent_.clear();
@@ -105,7 +113,7 @@ void WordCopies::truncate(size_t bytes) {
 
 // Longest common subsequence of words [a, a+d) and [b, b+d), within a band of the diagonal, over
 // d; `distinct` gets the number of distinct words matched.
-double WordCopies::similarity(size_t a, size_t b, size_t d, size_t* distinct) const {
+double WordCopies::similarity(size_t a, size_t b, size_t d, size_t* distinct, std::vector<uint8_t>* matched) const {
   const int64_t band = std::max<int64_t>(2, static_cast<int64_t>(d) / 8);
   const int64_t n = static_cast<int64_t>(d);
   // dp over rows of the band; full rows are small (d <= max_words).
@@ -130,13 +138,15 @@ double WordCopies::similarity(size_t a, size_t b, size_t d, size_t* distinct) co
     std::swap(prev, cur);
   }
   const int32_t lcs = prev[d];
-  if (distinct) {
+  if (matched) matched->assign(d, 0);
+  if (distinct || matched) {
     std::unordered_set<uint32_t> seen;
     int64_t i = n, j = n;
     while (i > 0 && j > 0) {
       const uint8_t t = at(i, j);
       if (t == 1) {
         seen.insert(words_[a + static_cast<size_t>(i - 1)]);
+        if (matched) (*matched)[static_cast<size_t>(j - 1)] = 1;
         --i;
         --j;
       } else if (t == 2) {
@@ -147,10 +157,29 @@ double WordCopies::similarity(size_t a, size_t b, size_t d, size_t* distinct) co
         break;  // outside the band
       }
     }
-    *distinct = seen.size();
+    if (distinct) *distinct = seen.size();
   }
   return static_cast<double>(lcs) / static_cast<double>(d);
 }
+
+double WordCopies::union_similarity(size_t c, size_t d, size_t* distinct) const {
+  std::vector<uint8_t> by_one, by_two;
+  similarity(c - d, c, d, nullptr, &by_one);
+  similarity(c - 2 * d, c, d, nullptr, &by_two);
+  std::unordered_set<uint32_t> seen;
+  size_t matched = 0;
+  for (size_t k = 0; k < d; ++k)
+    if (by_one[k] || by_two[k]) {
+      ++matched;
+      seen.insert(words_[c + k]);
+    }
+  if (distinct) *distinct = seen.size();
+  return static_cast<double>(matched) / static_cast<double>(d);
+}
+
+// Units longer than this are not matched by the union rule: three stanzas of a licence quoted
+// with their version and name changed match that way.
+constexpr size_t kMaxUnionWords = 48;
 
 WordLoop WordCopies::check() const {
   WordLoop out;
@@ -162,22 +191,45 @@ WordLoop WordCopies::check() const {
     // Short lines (a form, a list of definitions, declarations, a changelog's entries): how
     // structured text repeats by design, with a name changed in each copy. More copies, then.
     const int64_t breaks = lines_[n - 1] - lines_[n - d];
-    if (line_words_ > 0 && breaks * line_words_ > static_cast<int64_t>(d)) k = std::max(k, static_cast<size_t>(line_copies_));
+    const bool short_lines = line_words_ > 0 && breaks * line_words_ > static_cast<int64_t>(d);
+    if (short_lines) k = std::max(k, static_cast<size_t>(line_copies_));
     if (k * d > n) continue;
-    const size_t c = n - d, b = n - 2 * d, a = n - k * d;
+    const size_t c = n - d, b = n - 2 * d;
+    size_t a = n - k * d;
     size_t distinct = 0;
-    const double s2 = similarity(b, c, d, &distinct);
-    if (s2 < min_sim_ || static_cast<double>(distinct) < min_distinct_ * static_cast<double>(d)) continue;
+    double s2 = similarity(b, c, d, &distinct);
+    // Heavily edited copies: each matched by the union of the two before it, instead of pairwise,
+    // over one more copy (GuardConfig::near_words_union says which units qualify, and why).
+    bool by_union = false;
+    size_t prose = 0;
+    for (size_t x = c; x < n; ++x) prose += prose_[x];
+    if (s2 < min_sim_ && min_union_ > 0 && k >= 3 && d <= kMaxUnionWords && !short_lines && 2 * prose >= d) {
+      if ((k + 1) * d > n) continue;
+      k += 1;
+      a = n - k * d;
+      s2 = union_similarity(c, d, &distinct);
+      by_union = s2 >= min_union_;
+      if (!by_union) continue;
+    }
+    if ((!by_union && s2 < min_sim_) || static_cast<double>(distinct) < min_distinct_ * static_cast<double>(d)) continue;
     // Legitimate lists bring something new in every item (a name, a description); a loop does not.
     size_t novel = 0;
     for (size_t k = c; k < n; ++k) novel += novel_[k];
     if (static_cast<double>(novel) > max_novel_ * static_cast<double>(d)) continue;
     double s1 = 1.0;
-    for (size_t x = n - 3 * d + d; x > a && s1 >= min_sim_;) {  // each earlier pair of copies
-      x -= d;
-      s1 = std::min(s1, similarity(x, x + d, d, nullptr));
+    if (by_union) {
+      for (size_t x = c; x >= a + 3 * d && s1 >= min_union_;) {  // each earlier copy but the first two
+        x -= d;
+        s1 = std::min(s1, union_similarity(x, d, nullptr));
+      }
+      if (s1 < min_union_) continue;
+    } else {
+      for (size_t x = n - 3 * d + d; x > a && s1 >= min_sim_;) {  // each earlier pair of copies
+        x -= d;
+        s1 = std::min(s1, similarity(x, x + d, d, nullptr));
+      }
+      if (s1 < min_sim_) continue;
     }
-    if (s1 < min_sim_) continue;
     out.novel = static_cast<double>(novel) / static_cast<double>(d);
     out.unit_words = static_cast<int64_t>(d);
     out.onset_byte = starts_[a];

@@ -38,7 +38,8 @@ class WordCopies {
   // copies of 24 words matching with edits are rare in real text, three of 8 are not (a run of
   // declarations, a changelog's entries).
   WordCopies(int min_words, int max_words, double min_similarity, double min_distinct, double max_novel,
-             int copies = 3, int long_words = 0, int long_copies = 3, int line_words = 0, int line_copies = 8)
+             int copies = 3, int long_words = 0, int long_copies = 3, int line_words = 0, int line_copies = 8,
+             double min_union = 0)
       : copies_(std::max(2, copies)),
         long_words_(long_words),
         long_copies_(std::max(2, long_copies)),
@@ -48,7 +49,8 @@ class WordCopies {
         max_words_(max_words),
         min_sim_(min_similarity),
         min_distinct_(min_distinct),
-        max_novel_(max_novel) {}
+        max_novel_(max_novel),
+        min_union_(min_union) {}
   // Reads the text up to its end (a word still open at the end waits for the next call).
   void update(const std::string& text);
   // Forgets the words that end past `bytes` (a rollback).
@@ -59,11 +61,16 @@ class WordCopies {
 
  private:
   void add_word(const std::string& text, size_t from, size_t to);
-  double similarity(size_t a, size_t b, size_t d, size_t* distinct) const;
+  // `matched`, when given, gets d flags: which words of window b the common subsequence uses.
+  double similarity(size_t a, size_t b, size_t d, size_t* distinct, std::vector<uint8_t>* matched = nullptr) const;
+  // The share of window c's words matched by window c - d or by window c - 2d, and the distinct
+  // words among them (heavily edited copies: near_words_union).
+  double union_similarity(size_t c, size_t d, size_t* distinct) const;
 
   int copies_, long_words_, long_copies_, line_words_, line_copies_, min_words_, max_words_;
-  double min_sim_, min_distinct_, max_novel_;
+  double min_sim_, min_distinct_, max_novel_, min_union_;
   std::vector<uint8_t> novel_;                   // the word was new when it came
+  std::vector<uint8_t> prose_;                   // the word is lower-case letters (not a code or a name)
   std::unordered_map<uint32_t, int64_t> seen_;   // word -> first index
   std::vector<uint32_t> words_;
   std::vector<size_t> starts_;  // byte where each word starts

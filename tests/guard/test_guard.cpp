@@ -516,6 +516,54 @@ TEST(GuardDetectors, NearLoopsAsWordsWithCountersAndSwaps) {
   EXPECT_TRUE(decl.empty()) << decl[0].type << " " << decl[0].evidence;
 }
 
+// A near loop edited heavily: a word in four swapped, independently in each copy, so that no copy
+// matches the one before on 0.75 of its words, but each matches the two before it together. The
+// union rule catches it by the fifth copy; without it (near_words_union 0) it runs on. A table of
+// collation lines, each drawn from a few upper-case names, matches the same way and passes.
+TEST(GuardDetectors, HeavilyEditedCopiesMatchTheTwoBeforeThem) {
+  const std::vector<std::string> unit = {"the",  "parser", "reads", "every", "token",  "of",    "the",
+                                         "line", "and",    "keeps", "the",   "offset", "of",    "each",
+                                         "word", "before", "it",    "calls", "the",    "checker"};
+  const std::vector<std::string> pool = {"quickly", "module", "buffer", "simply", "value", "later",
+                                         "again",   "index",  "cache",  "record", "field", "slowly"};
+  std::mt19937 rng(17);
+  std::vector<int32_t> ids = random_tokens(40, 61);
+  std::vector<std::string> texts(ids.size(), " word");
+  for (int copy = 0; copy < 12; ++copy) {
+    std::string line = " Step " + std::to_string(copy + 3) + ":";
+    for (const auto& w : unit) line += " " + (rng() % 4 == 0 ? pool[rng() % pool.size()] : w);
+    words_to(ids, texts, line + ".");
+  }
+  Feeder pairwise;
+  pairwise.cfg.near_words_union = 0;
+  EXPECT_FALSE(has(pairwise.run(ids, &texts), "near_loop"));
+  Feeder f;
+  const auto events = f.run(ids, &texts);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].type, "near_loop");
+  EXPECT_EQ(events[0].evidence.value("rule", ""), "words") << events[0].evidence;
+  EXPECT_LE(events[0].detected_at, 40 + 6 * 23);  // within the sixth copy (23 tokens each)
+
+  // Collation lines: `<U00F8> <o-stroke>;"<BASE><OBLIK>";"<MIN><MIN>";<U00F8> % LATIN SMALL ...`.
+  const std::vector<std::string> letters = {"A", "E", "I", "O", "U", "N", "C", "S", "Z", "Y", "R", "L", "D", "T"};
+  const std::vector<std::string> marks = {"ACUTE", "GRAVE", "CARON", "STROKE", "TILDE", "DIAERESIS", "CEDILLA"};
+  const std::vector<std::string> variants = {"BASE", "VRNT1", "VRNT2", "OBLIK", "TREMA"};
+  std::vector<int32_t> table_ids = random_tokens(40, 62);
+  std::vector<std::string> table_texts(table_ids.size(), " word");
+  for (int i = 0; i < 40; ++i) {
+    const std::string& l = letters[static_cast<size_t>(i / 2) % letters.size()];
+    const std::string& m = marks[static_cast<size_t>(i * 3 + i / 5) % marks.size()];
+    const std::string& v = variants[static_cast<size_t>(i / 3) % variants.size()];
+    const std::string cap = i % 2 ? "CAP" : "MIN";
+    words_to(table_ids, table_texts,
+             " <U0" + std::to_string(100 + i) + "> <" + l + "-" + m + ">;\"<BASE><" + v + ">\";\"<" + cap +
+                 "><MIN>\";<U0" + std::to_string(100 + i) + "> % LATIN " + (i % 2 ? "CAPITAL" : "SMALL") +
+                 " LETTER " + l + " WITH " + m + "\n");
+  }
+  const auto table = f.run(table_ids, &table_texts);
+  EXPECT_TRUE(table.empty()) << table[0].type << " " << table[0].evidence;
+}
+
 // A locale file's list of categories: each line changes one word the text has not used before,
 // so the positional near-loop rule's 12 lines at 90% are a list, not a loop.
 TEST(GuardDetectors, ListLinesThatBringNewWordsAreNotALoop) {

@@ -4,6 +4,7 @@
 // legitimate mixed-language ones included. Texts are fed word by word as the proxy feeds an
 // upstream's text (no logits; a token id per distinct piece).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -91,8 +92,16 @@ TEST(GuardLanguage, Scripts) {
 // --- the Hunspell reader, on a dictionary written here (expectations worked out by hand from the
 // rules, as hunspell(5) defines them) ---
 
+// Each test's own directory: ctest -j runs the tests of this file in parallel processes.
 struct TinyDictionary {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / "coda_test_dict";
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("coda_test_dict_" + std::to_string(::getpid()) + "_" +
+       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  ~TinyDictionary() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
   std::shared_ptr<const Dictionary> load(const std::string& aff, const std::string& dic) {
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "t.aff") << aff;

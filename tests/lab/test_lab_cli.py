@@ -459,7 +459,7 @@ def threshold_tests(coda, work):
             check(key in gj, f"{g}: threshold.json has {key}")
         check(all(("onset" in r and "episode" in r) or "censored_at" in r for r in gj["runs_detail"]),
               f"{g}: every run has an onset with its episode, or is censored")
-        ref_onsets = []
+        ref_onsets, near_onsets = [], []
         for r in runs:
             if r["group"] != g:
                 continue
@@ -471,15 +471,25 @@ def threshold_tests(coda, work):
                       f"{g} run {r['index']}: no reference loop and no loop episode")
                 continue
             ref_onsets.append(ref)
-            check(r["degraded"] and abs(r["onset"] - ref[0]) <= ref[1],
+            # A near loop (copies with edits) comes before the exact loop it turns into, which is
+            # all the reference sees: an earlier near_loop onset counts when the 150 words from it
+            # are repetitive by a measure of their own (under half their word 3-grams distinct;
+            # running prose keeps 0.9 and more).
+            words = "".join(r["tokens"][r.get("onset") or 0:]).split()[:150]
+            grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+            repetitive = len(grams) > 0 and len(set(grams)) < 0.5 * len(grams)
+            if r["degraded"] and r["episode"] == "near_loop" and r["onset"] < ref[0] and repetitive:
+                near_onsets.append((r["onset"], ref[1]))
+            check(r["degraded"] and (abs(r["onset"] - ref[0]) <= ref[1] or
+                                     (r["episode"] == "near_loop" and r["onset"] < ref[0] and repetitive)),
                   f"{g} run {r['index']}: guard onset {r.get('onset')} within one period ({ref[1]}) of the reference "
-                  f"onset {ref[0]}")
+                  f"onset {ref[0]}, or an earlier near loop whose words repeat")
         thr = gj["threshold_tokens"]
         check(len(ref_onsets) >= 4, f"{g}: greedy runs loop by the reference ({len(ref_onsets)} of 6)")
         steps = [st["tokens"] for st in gj["survival"]]
-        check(all(any(abs(t - o) <= per for o, per in ref_onsets) for t in steps),
+        check(all(any(abs(t - o) <= per for o, per in ref_onsets + near_onsets) for t in steps),
               f"{g}: every drop of the survival curve {steps} lies within a period of a reference loop onset "
-              f"{sorted(ref_onsets)}")
+              f"{sorted(ref_onsets)} or of an earlier near loop {sorted(near_onsets)}")
         # Every run degraded, so the 10% threshold is the curve's first drop: the earliest loop.
         check(thr is not None and thr == min(steps), f"{g}: threshold {thr} at the first drop of the curve")
         lo, hi = gj["threshold_ci95"]

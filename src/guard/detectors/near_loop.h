@@ -35,7 +35,7 @@ class NearLoop : public Detector {
       : info_(info),
         words_(c.near_words_min, c.near_words_max, c.near_words_similarity, c.near_words_distinct,
                c.near_words_max_novel, c.near_words_copies, c.near_words_long, c.near_words_long_copies,
-               c.near_words_line_words, c.near_words_line_copies) {}
+               c.near_words_line_words, c.near_words_line_copies, c.near_words_union) {}
   const DetectorInfo& info() const override { return info_; }
   void see(const GuardState& s) override {
     if (s.config.near_words_max > 0) words_.update(s.text);
