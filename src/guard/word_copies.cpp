@@ -180,6 +180,7 @@ double WordCopies::union_similarity(size_t c, size_t d, size_t* distinct) const 
 // Units longer than this are not matched by the union rule: three stanzas of a licence quoted
 // with their version and name changed match that way.
 constexpr size_t kMaxUnionWords = 48;
+constexpr size_t kMinUnionLineWords = 10;
 
 WordLoop WordCopies::check() const {
   WordLoop out;
@@ -207,6 +208,10 @@ WordLoop WordCopies::check() const {
       if ((k + 1) * d > n) continue;
       k += 1;
       a = n - k * d;
+      // Lines of fewer than kMinUnionLineWords words over the copies (a log, a table): no.
+      size_t line_starts = 0;
+      for (size_t x = a + 1; x < n; ++x) line_starts += lines_[x] != lines_[x - 1];
+      if (k * d < kMinUnionLineWords * (line_starts + 1)) continue;
       s2 = union_similarity(c, d, &distinct);
       by_union = s2 >= min_union_;
       if (!by_union) continue;
