@@ -124,7 +124,7 @@ void add_analyze(CLI::App& app, std::vector<Command>& out) {
                   "generations without an EOS are left out, and a trace is aligned on its last step)")
       ->capture_default_str()
       ->check(CLI::IsMember({"start", "eos"}));
-  sub->add_option("-t,--threads", f->threads, "Threads (default: as many as the model's size per token is worth, up to all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-t,--threads", f->threads, kThreadsHelp)->check(CLI::Range(1, 256));
   sub->add_option("-o,--out", f->out, "Output folder")->required();
   out.push_back({sub, [f] { return analyze(*f); }});
 }

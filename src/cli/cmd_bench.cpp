@@ -23,7 +23,7 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
   CLI::App* sub =
       app.add_subcommand("bench-model", "Measure prefill and decode tokens/s against the bandwidth roofline");
   sub->add_option("-m,--model", f->model, "GGUF model file (default: the bundled model)");
-  sub->add_option("-t,--threads", f->threads, "Threads (default: as many as the model's size per token is worth, up to all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-t,--threads", f->threads, kThreadsHelp)->check(CLI::Range(1, 256));
   sub->add_option("-p,--n-prompt", f->opt.n_prompt, "Prompt tokens for prefill")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -80,16 +80,15 @@ void add_bench_model(CLI::App& app, std::vector<Command>& out) {
              if (!f->json)
                std::printf("%7d    %11.2f  %11.2f  %9.3f\n", t, r->prefill_tps, r->decode_tps, r->decode_ms);
            }
+           const ThreadChoice chosen = choose_threads((*model)->decode_weight_bytes(), most);
            if (f->json)
              std::printf(
                  "{\"model\":\"%s\",\"kernels\":\"%s\",\"sweep\":[%s],\"best_decode_threads\":%d,"
                  "\"default_threads\":%d}\n",
-                 path.c_str(), kernels().name, rows.c_str(), best,
-                 choose_threads((*model)->decode_weight_bytes(), most).threads);
+                 path.c_str(), kernels().name, rows.c_str(), best, chosen.threads);
            else
-             std::printf("fastest decode at -t %d; without -t coda chooses %d (%s)\n", best,
-                         choose_threads((*model)->decode_weight_bytes(), most).threads,
-                         choose_threads((*model)->decode_weight_bytes(), most).reason.c_str());
+             std::printf("fastest decode at -t %d; without -t coda chooses %d (%s)\n", best, chosen.threads,
+                         chosen.reason.c_str());
            return 0;
          }
          const ThreadChoice choice = f->threads > 0 ? ThreadChoice{f->threads, "-t"}

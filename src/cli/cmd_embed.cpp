@@ -96,7 +96,7 @@ void add_embed(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("-f,--file", f->file, "A file of texts, one per line");
   sub->add_option("--pooling", f->pooling, "mean, cls or last (default: the GGUF's pooling_type, else mean)");
   sub->add_flag("--json", f->json, "OpenAI's JSON shape ({\"object\": \"list\", \"data\": [...]}) on stdout");
-  sub->add_option("-t,--threads", f->threads, "Compute threads (default: as many as the model's size per token is worth, up to all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-t,--threads", f->threads, kThreadsHelp)->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default: the model's)")->check(CLI::Range(0, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);
   out.push_back({sub, [f] { return embed(*f); }});

@@ -203,7 +203,7 @@ void add_run(CLI::App& app, std::vector<Command>& out) {
                   "Tokens to generate (-1: the default cap of 4096, within the context)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 24));
-  sub->add_option("-t,--threads", f->threads, "Threads (default: as many as the model's size per token is worth, up to all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-t,--threads", f->threads, kThreadsHelp)->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f->ctx, "Context size (default and 0, as in llama.cpp: the model's trained context)")
       ->check(CLI::Range(0, 1 << 24));
   add_cache_type_flags(sub, f->ctk, f->ctv);

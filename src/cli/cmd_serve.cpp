@@ -220,7 +220,7 @@ void add_serve(CLI::App& app, std::vector<Command>& out) {
                   "Connections served at once: the HTTP worker threads (default: --max-queue + --max-num-seqs + 8)")
       ->check(CLI::Range(2, 4096));
   add_request_limit_flags(sub, f->server.limits);
-  sub->add_option("-t,--threads", f->threads, "Compute threads (default: as many as the model's size per token is worth, up to all cores)")->check(CLI::Range(1, 256));
+  sub->add_option("-t,--threads", f->threads, kThreadsHelp)->check(CLI::Range(1, 256));
   sub->add_option(
          "-c,--ctx-size,--max-model-len", f->ctx,
          "Context size (default and 0, as in llama.cpp: the model's trained context; --max-model-len is vLLM's name)")

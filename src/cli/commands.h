@@ -37,6 +37,9 @@ void add_embed(CLI::App& app, std::vector<Command>& out);     // coda embed
 std::string default_model_path();
 // Every usable core (the affinity mask, up to 16): for batched work such as perplexity, quantize, synth.
 int default_threads();
+// -t's help where the default follows the model (engine/thread_choice.h).
+inline constexpr const char* kThreadsHelp =
+    "Compute threads (default: one per MiB of weights per token, up to all cores)";
 int fail(const std::string& message);
 
 }  // namespace coda::cli

@@ -28,7 +28,7 @@ void add_target_flags(CLI::App* sub, TargetFlags& f) {
       ->check(CLI::PositiveNumber);
   sub->add_option("-m,--model-file", f.model_file,
                   "A GGUF file run in this process (default without --url: the bundled model)");
-  sub->add_option("-t,--threads", f.threads, "Compute threads, in-process (default: as many as the model's size per token is worth, up to all cores)")
+  sub->add_option("-t,--threads", f.threads, kThreadsHelp)
       ->check(CLI::Range(1, 256));
   sub->add_option("-c,--ctx-size", f.ctx, "Context size, in-process (default and 0: the model's)")
       ->check(CLI::Range(0, 1 << 24));

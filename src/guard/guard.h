@@ -91,9 +91,10 @@ struct GuardConfig {
   // union of the two copies before it on about 0.8: copies whose words are matched by either of
   // the two before, on at least this share, count as matching (0: off). One more copy is needed
   // then, and only units of up to 48 words, on lines of 10 words or more, and at least half
-  // lower-case words qualify: tables of codes (a locale's collation lines) draw every line from a few
-  // upper-case names, and a log's lines from a few statuses. Real-text corpus, two seeds: heavily edited near loops 65 -> 86 of 100 within the
-  // budget, false positives unchanged (docs/guard-eval/realtext.md).
+  // lower-case words qualify: tables of codes (a locale's collation lines) draw every line from a
+  // few upper-case names, and a log's lines from a few statuses. Real-text corpus, two seeds:
+  // heavily edited near loops 65 -> 82 of 100 within the budget, false positives unchanged
+  // (docs/guard-eval/realtext.md).
   double near_words_union = 0.75;
   // Phrase loops: recombined phrases ("and thou shalt make thee a burnt offering, and thou shalt
   // make it unto the LORD, ...") have no period at all: each copy inserts or drops a word, so no

@@ -182,6 +182,17 @@ double WordCopies::union_similarity(size_t c, size_t d, size_t* distinct) const 
 constexpr size_t kMaxUnionWords = 48;
 constexpr size_t kMinUnionLineWords = 10;
 
+bool WordCopies::union_applies(size_t n, size_t d, size_t k, bool short_lines) const {
+  if (min_union_ <= 0 || k < 3 || d > kMaxUnionWords || short_lines || (k + 1) * d > n) return false;
+  size_t prose = 0;  // lower-case words in the last copy
+  for (size_t x = n - d; x < n; ++x) prose += prose_[x];
+  if (2 * prose < d) return false;
+  // Lines of fewer than kMinUnionLineWords words over the k + 1 copies (a log, a table): no.
+  size_t line_starts = 0;
+  for (size_t x = n - (k + 1) * d + 1; x < n; ++x) line_starts += lines_[x] != lines_[x - 1];
+  return (k + 1) * d >= kMinUnionLineWords * (line_starts + 1);
+}
+
 WordLoop WordCopies::check() const {
   WordLoop out;
   const size_t n = words_.size();
@@ -202,21 +213,15 @@ WordLoop WordCopies::check() const {
     // Heavily edited copies: each matched by the union of the two before it, instead of pairwise,
     // over one more copy (GuardConfig::near_words_union says which units qualify, and why).
     bool by_union = false;
-    size_t prose = 0;
-    for (size_t x = c; x < n; ++x) prose += prose_[x];
-    if (s2 < min_sim_ && min_union_ > 0 && k >= 3 && d <= kMaxUnionWords && !short_lines && 2 * prose >= d) {
-      if ((k + 1) * d > n) continue;
+    if (s2 < min_sim_) {
+      if (!union_applies(n, d, k, short_lines)) continue;
       k += 1;
       a = n - k * d;
-      // Lines of fewer than kMinUnionLineWords words over the copies (a log, a table): no.
-      size_t line_starts = 0;
-      for (size_t x = a + 1; x < n; ++x) line_starts += lines_[x] != lines_[x - 1];
-      if (k * d < kMinUnionLineWords * (line_starts + 1)) continue;
       s2 = union_similarity(c, d, &distinct);
-      by_union = s2 >= min_union_;
-      if (!by_union) continue;
+      if (s2 < min_union_) continue;
+      by_union = true;
     }
-    if ((!by_union && s2 < min_sim_) || static_cast<double>(distinct) < min_distinct_ * static_cast<double>(d)) continue;
+    if (static_cast<double>(distinct) < min_distinct_ * static_cast<double>(d)) continue;
     // Legitimate lists bring something new in every item (a name, a description); a loop does not.
     size_t novel = 0;
     for (size_t k = c; k < n; ++k) novel += novel_[k];

@@ -66,6 +66,9 @@ class WordCopies {
   // The share of window c's words matched by window c - d or by window c - 2d, and the distinct
   // words among them (heavily edited copies: near_words_union).
   double union_similarity(size_t c, size_t d, size_t* distinct) const;
+  // Whether the union rule may judge a unit of d words over k copies (k + 1 with the rule) that end
+  // at word n: GuardConfig::near_words_union's conditions.
+  bool union_applies(size_t n, size_t d, size_t k, bool short_lines) const;
 
   int copies_, long_words_, long_copies_, line_words_, line_copies_, min_words_, max_words_;
   double min_sim_, min_distinct_, max_novel_, min_union_;
