@@ -224,6 +224,30 @@ TEST(GuardGarbage, TablesDumpsLogsAndNumbersPass) {
   EXPECT_DOUBLE_EQ(m.shapes, 4.0 / 6.0);
 }
 
+// A Markdown table as Node.js's documentation writes one (doc/contributing/diagnostic-tooling-
+// support-tiers.md): rules of dashes of every width and rows padded with blanks are few symbols and
+// few letters, on lines longer than the garbage window.
+TEST(GuardGarbage, MarkdownTablesPass) {
+  const std::string table =
+      "The tools are currently assigned to Tiers as follows:\n\n## Tier 1\n\n"
+      "| Tool Type | Tool/API Name         | Regular Testing in Node.js CI | Integrated with Node.js | Target Tier |\n"
+      "| --------- | --------------------- | ----------------------------- | ----------------------- | ----------- |\n"
+      "| FFDC      | [diagnostic report][] | Yes                           | Yes                     | 1           |\n"
+      "|           |                       |                               |                         |             |\n"
+      "| Memory    | [V8 heap profiler][]  | No                            | Yes                     | 1           |\n"
+      "| Key           | Description                                                                  "
+      "                    | Example                                               |\n"
+      "| ------------- | ------------------------------------------------------------------------------"
+      "------------------- | ----------------------------------------------------- |\n";
+  EXPECT_FALSE(first(feed(table + table), "garbage"));
+  // A rule of one symbol is one form whatever its width: "|", "-", "|", "-", "|" and "a".
+  const detectors::GarbageMeasure m = detectors::measure_garbage("| --- | ------------ | Yes");
+  EXPECT_EQ(m.pieces, 6);
+  EXPECT_DOUBLE_EQ(m.shapes, 3.0 / 6.0);
+  // A table followed by garbage on lines that are not rows is judged as any other text.
+  EXPECT_TRUE(first(feed(std::string("| Key | Value |\n") + kGarbage), "garbage"));
+}
+
 // --- script mixing ---
 
 TEST(GuardScriptMixing, ForeignLettersWrittenIntoWords) {
@@ -251,6 +275,16 @@ TEST(GuardScriptMixing, NamesQuotationsAndCommentsPass) {
       "        data = f.read()\n    # 如果文件为空，就使用默认的设置\n    if not data:\n        return {}\n"
       "    return json.loads(data)\n";
   EXPECT_FALSE(first(feed("import json\nimport os\n\n" + repeat_text(code, 4)), "script_mixing"));
+}
+
+// glibc's Abkhaz locale (localedata/locales/ab_GE): month names in Cyrillic after lines of code
+// points, some written with the Latin schwa ("Жəаб"). A word mostly of the new script with a Latin
+// letter in it is that script's word, not Cyrillic written into Latin words.
+TEST(GuardScriptMixing, WordsOfTheNewScriptWithALatinLetterPass) {
+  std::string table;
+  for (int k = 0; k < 40; ++k) table += "\"<U0420><U0430><U0448><U04d9><U0430><U0440><U0430>\";/\n";
+  const std::string months = "% Ажь, Жəаб, Хəажә, Мш, Лаҵ, Рашә, Ԥхынгә, Нанҳә, Цəыб, Жьҭ, Абҵ, Ԥхынҷ\n";
+  EXPECT_FALSE(first(feed(table + months + table + months), "script_mixing"));
 }
 
 // --- language drift ---

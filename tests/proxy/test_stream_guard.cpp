@@ -176,6 +176,44 @@ TEST(StreamGuard, LeavesOrdinaryTextAloneAndRollsBack) {
   EXPECT_EQ(sg.text(), "It was a cold");
 }
 
+// A list on one line, as the proxy without logprobs sees it (word pieces): apt's history.log names
+// each package it installed, with its version, in one line of items that differ by a name and
+// numbers (a Debian 12 machine's /var/log/apt/history.log). Each item brings a name the text had not used:
+// a list. A counter on one line is still a loop.
+TEST(StreamGuard, AListOnOneLineIsNotALoopACounterIs) {
+  const std::string apt =
+      "Start-Date: 2026-05-20  16:49:12\nCommandline: apt-get install -y freeglut3-dev libxcb-cursor0 libmagic1 "
+      "libmagic-dev libxkbcommon-x11-0 libxcomposite-dev\nInstall: "
+      "libxcb-util1:amd64 (0.4.0-1+b1, automatic), libglu1-mesa-dev:amd64 (9.0.2-1.1, automatic), "
+      "libglx-dev:amd64 (1.6.0-1, automatic), libegl-dev:amd64 (1.6.0-1, automatic), "
+      "libgles-dev:amd64 (1.6.0-1, automatic), libglut-dev:amd64 (3.4.0-1, automatic), "
+      "libmagic-dev:amd64 (1:5.44-3), xkb-data:amd64 (2.35.1-1, automatic), "
+      "libxcomposite-dev:amd64 (1:0.4.5-1), libxcb-image0:amd64 (0.4.0-2, automatic), "
+      "libmagic-mgc:amd64 (1:5.44-3, automatic), libgbm1:amd64 (22.3.6-1+deb12u1, automatic), "
+      "libxfixes-dev:amd64 (1:6.0.0-2, automatic), libwayland-server0:amd64 (1.21.0-1, automatic), "
+      "libmagic1:amd64 (1:5.44-3), libglvnd-dev:amd64 (1.6.0-1, automatic), "
+      "libgl1-mesa-dev:amd64 (22.3.6-1+deb12u1, automatic), libgles1:amd64 (1.6.0-1, automatic), "
+      "libgles2:amd64 (1.6.0-1, automatic), libxkbcommon0:amd64 (1.5.0-1, automatic), "
+      "libopengl0:amd64 (1.6.0-1, automatic), libxcb-cursor0:amd64 (0.1.4-1), "
+      "libglu1-mesa:amd64 (9.0.2-1.1, automatic), libglvnd-core-dev:amd64 (1.6.0-1, automatic), "
+      "libgl-dev:amd64 (1.6.0-1, automatic), libxcb-xkb1:amd64 (1.15-1, automatic), "
+      "libopengl-dev:amd64 (1.6.0-1, automatic), libegl-mesa0:amd64 (22.3.6-1+deb12u1, automatic), "
+      "libxcb-render-util0:amd64 (0.3.9-1+b1, automatic), libglut3.12:amd64 (3.4.0-1, automatic), "
+      "libegl1:amd64 (1.6.0-1, automatic), libwayland-client0:amd64 (1.21.0-1, automatic), "
+      "libxkbcommon-x11-0:amd64 (1.5.0-1), freeglut3-dev:amd64 (3.4.0-1)"
+      "\nEnd-Date: 2026-05-20  16:49:20\n";
+  GuardConfig cfg;
+  cfg.policy = GuardPolicy::Stop;
+  StreamGuard list(cfg, "Show me the last apt run.");
+  const StepVerdict v = list.feed(apt, {});
+  for (const auto& e : list.report().events) ADD_FAILURE() << e.type << " " << e.evidence;
+  EXPECT_FALSE(v.stop);
+  std::string counter = "Let me go through the cases one at a time. ";
+  for (int k = 7; k < 40; ++k) counter += "Case " + std::to_string(k) + ": check the cached value again, ";
+  StreamGuard loop(cfg, "Check the cases.");
+  EXPECT_TRUE(loop.feed(counter, {}).stop);
+}
+
 // Without logprobs the units are text pieces, which are not tokens: runaway measures an estimate
 // (kTokensPerPiece a piece), and the upstream's own count whenever a chunk reports it.
 TEST(StreamGuard, RunawayCountsTokensNotPiecesWithoutLogprobs) {

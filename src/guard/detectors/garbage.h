@@ -49,6 +49,10 @@ inline GarbageMeasure measure_garbage(std::string_view w) {
     m.letters += letter;
     const int cls = digit ? 1 : letter ? 2 : 0;
     if (cls != 0 && cls == last_class) continue;  // a run of digits or letters is one class mark
+    // A run of one symbol is one mark too: a table's rules ("|", "-----", "=========") are one form
+    // whatever their widths.
+    if (cls == 0 && last_class == 0 && k - at <= form.size() && form.compare(form.size() - (k - at), k - at, w.substr(at, k - at)) == 0)
+      continue;
     last_class = cls;
     form += cls == 1 ? std::string("9") : cls == 2 ? std::string("a") : std::string(w.substr(at, k - at));
   }
@@ -70,7 +74,7 @@ class Garbage : public Detector {
     if (m.visible < static_cast<int64_t>(c.garbage_window_chars / 3) || m.pieces < 12 ||
         m.lines > c.garbage_max_lines ||
         static_cast<double>(m.letters) > c.garbage_max_letters * static_cast<double>(m.visible) ||
-        m.alphabet > c.garbage_max_alphabet || m.shapes < c.garbage_min_shapes)
+        m.alphabet > c.garbage_max_alphabet || m.shapes < c.garbage_min_shapes || table_rows(s.text, window.size()))
       return std::nullopt;
     return Finding{s.unit_at_byte(s.text.size() - window.size()),
                    std::min(1.0, m.shapes * 2),
@@ -82,6 +86,25 @@ class Garbage : public Detector {
   }
 
  private:
+  // Whether every line the last `tail` bytes touch is a Markdown table's row ("| --- | --- |", a
+  // row padded with blanks): a few symbols and wide blanks, which garbage is not.
+  static bool table_rows(std::string_view text, size_t tail) {
+    size_t end = text.size();
+    const size_t from = text.size() - tail;
+    while (true) {
+      const size_t nl = end == 0 ? std::string_view::npos : text.rfind('\n', end - 1);
+      const size_t begin = nl == std::string_view::npos ? 0 : nl + 1;
+      const std::string_view line = text.substr(begin, end - begin);
+      const size_t first = line.find_first_not_of(" \t");
+      if (end > begin) {  // an empty line (the window ends on a break) says nothing
+        if (first == std::string_view::npos || line[first] != '|' || std::count(line.begin(), line.end(), '|') < 2)
+          return false;
+      }
+      if (begin <= from || nl == std::string_view::npos) return true;
+      end = nl;
+    }
+  }
+
   const DetectorInfo& info_;
 };
 

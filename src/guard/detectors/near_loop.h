@@ -55,9 +55,10 @@ class NearLoop : public Detector {
     if (near.period > 0 && s.line_tail(near.span)) {  // structured text: the stricter test
       near = near_loop(t, 2, c.max_period, std::max(c.near_min_match, c.near_line_min_match),
                        std::max(c.near_min_repeats, c.near_line_min_repeats), c.near_min_span);
-      if (near.period > 0 && a_list(s, near)) return std::nullopt;
     }
     if (near.period == 0) return std::nullopt;
+    // A list on one line (a log's "pkg:amd64 (1.2-3, automatic), pkg2:amd64 (...)") is still a list.
+    if (a_list(s, near)) return std::nullopt;
     // An exact repetition still growing (exact but for its first period) is the exact detector's,
     // with its rule for long periods; this detector is for loops that change as they go.
     if (s.periods.run(near.period) + 2 * near.period >= near.span) return std::nullopt;

@@ -25,6 +25,15 @@ class ScriptMixing : public Detector {
     const std::string window = last_bytes(s.text, c.mix_window_chars);
     int64_t letters = 0, foreign = 0;
     int runs = 0, embedded = 0, all_runs = 0;
+    // Short runs that touch a letter of another script within the current word, and the word's
+    // letters: a run counts as written into a word when the word is mostly of the other scripts
+    // ("fragmen中ted"); a word of the new script with a letter borrowed from Latin ("Жəаб" in an
+    // Abkhaz table) is the new script's own word.
+    int word_touching = 0, word_foreign = 0, word_native = 0;
+    auto close_word = [&] {
+      if (word_native > word_foreign) embedded += word_touching;
+      word_touching = word_foreign = word_native = 0;
+    };
     int prev = -2;           // script of the previous character (-1: not a letter)
     bool run_open = false;   // inside a run of foreign letters
     bool run_touch = false;  // the open run touched a letter of another script
@@ -35,7 +44,7 @@ class ScriptMixing : public Detector {
       ++all_runs;
       if (run_length <= c.mix_max_run) {
         ++runs;
-        embedded += run_touch || touching_after;
+        word_touching += run_touch || touching_after;
       }
       run_open = false;
     };
@@ -43,6 +52,7 @@ class ScriptMixing : public Detector {
       const int script = script_of(utf8_next(window, k));
       const bool is_foreign = script > 0 && !(s.scripts & (1u << script));
       if (script >= 0) ++letters;
+      if (script >= 0) ++(is_foreign ? word_foreign : word_native);
       if (is_foreign) {
         ++foreign;
         seen |= 1u << script;
@@ -55,9 +65,11 @@ class ScriptMixing : public Detector {
       } else {
         close_run(script >= 0);
       }
+      if (script < 0) close_word();
       prev = script;
     }
     close_run(false);
+    close_word();
     // Short runs are most of the runs: comments and quotations are long ones, with a short one here
     // and there between two Latin words.
     if (letters < 60 || foreign < c.mix_min_share * static_cast<double>(letters) || runs < c.mix_min_runs ||
