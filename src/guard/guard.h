@@ -69,7 +69,9 @@ struct GuardConfig {
   // longest common subsequence is at least near_words_similarity of the unit, with at least
   // near_words_distinct of the unit's distinct words matched. near_words_max 0: off. Three copies
   // at 0.7 / 0.5 catch more but flag 15% of real C headers, changelogs and licence stanzas;
-  // these values hold false positives to 3.0% (docs/guard-eval/realtext.md).
+  // these values hold false positives to 3.0% (docs/guard-eval/realtext.md). A unit of 6 to
+  // near_words_min - 1 words counts when its copy spans near_words_min blank-separated fields, not
+  // in columns, over one more copy (a short line of code or a log line: WordCopies::check).
   int near_words_min = 10;
   int near_words_max = 160;
   double near_words_similarity = 0.75;

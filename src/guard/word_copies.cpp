@@ -22,6 +22,35 @@ uint32_t fnv(const std::string& s, size_t from, size_t to) {
   return h;
 }
 
+// Units are as short as this in words (numbers and one-letter words left out) when their copies
+// span min_words blank-separated fields: "print('Ignoring "%s" (I think it line 4, is msvccompiler.py
+// bug)' % (e))" is 11 fields and 9 words, "-- Julien Cristau <jcristau@debian.org> Fri, 9 Feb 2007
+// 12:14:36 +0100" 10 fields and 7 words.
+constexpr int kMinCoreWords = 6;
+
+size_t blank_fields(std::string_view text) {
+  size_t n = 0;
+  for (size_t i = 0; i < text.size(); ++i)
+    n += !std::isspace(static_cast<unsigned char>(text[i])) && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])));
+  return n;
+}
+
+// Blanks that align columns: two or more inside a line, after its first field (a table, a dump,
+// aligned comments), not the indentation.
+bool column_blanks(std::string_view text) {
+  bool in_line = false;
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    if (text[i] == '\n') {
+      in_line = false;
+    } else if (text[i] != ' ' && text[i] != '\t') {
+      in_line = true;
+    } else if (in_line && (text[i] == '\t' || text[i + 1] == ' ')) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 void WordCopies::add_word(const std::string& text, size_t from, size_t to) {
@@ -48,7 +77,7 @@ void WordCopies::add_word(const std::string& text, size_t from, size_t to) {
   if (fresh) return;
   const int64_t d = static_cast<int64_t>(w) - it->second;
   it->second = static_cast<int64_t>(w);
-  if (d < min_words_ || d > max_words_) return;
+  if (d < std::min(min_words_, kMinCoreWords) || d > max_words_) return;
   recent_.erase(std::remove(recent_.begin(), recent_.end(), d), recent_.end());
   recent_.push_back(d);
   if (recent_.size() > 4) recent_.erase(recent_.begin());
@@ -193,12 +222,42 @@ bool WordCopies::union_applies(size_t n, size_t d, size_t k, bool short_lines) c
   return (k + 1) * d >= kMinUnionLineWords * (line_starts + 1);
 }
 
-WordLoop WordCopies::check() const {
+bool WordCopies::one_changing_slot(size_t n, size_t d, size_t copies) const {
+  constexpr size_t kSlot = 3;  // a slot is up to 3 words wide: "Working Day", "'Irene', 'Lille'"
+  std::vector<uint8_t> changed(d, 0), matched;  // offsets any copy changed from the copy before it
+  for (size_t j = 1; j < copies; ++j) {
+    const size_t x = n - (copies - j) * d;
+    similarity(x - d, x, d, nullptr, &matched);
+    if (std::all_of(matched.begin(), matched.end(), [](uint8_t m) { return m != 0; })) return false;
+    for (size_t o = 0; o < d; ++o) changed[o] |= !matched[o];
+  }
+  // The offsets lie on a circle (a window may start inside the slot: "Lille'); INSERT ... 'Irene',"):
+  // they fit in a slot when the widest gap between two changed offsets leaves less than kSlot.
+  size_t first = d, last = 0, gap = 0;
+  for (size_t o = 0; o < d; ++o) {
+    if (!changed[o]) continue;
+    if (first == d) first = o;
+    else gap = std::max(gap, o - last);
+    last = o;
+  }
+  gap = std::max(gap, first + d - last);
+  return d - gap < kSlot;
+}
+
+WordLoop WordCopies::check(std::string_view text) const {
   WordLoop out;
   const size_t n = words_.size();
   for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
     const size_t d = static_cast<size_t>(*it);
+    // A short core (code, a log line: mostly punctuation and numbers) still spans min_words blank-
+    // separated fields, as the issue counts words; but not in columns, and over one more copy.
+    const bool short_core = static_cast<int>(d) < min_words_;
+    if (short_core && (blank_fields(text.substr(std::min(text.size(), starts_[n - d]))) <
+                           static_cast<size_t>(min_words_) ||
+                       column_blanks(text.substr(std::min(text.size(), starts_[n - std::min(n, 3 * d)])))))
+      continue;
     size_t k = static_cast<size_t>(long_words_ > 0 && *it >= long_words_ ? long_copies_ : copies_);
+    if (short_core) k += 1;
     if (k * d > n) continue;
     // Short lines (a form, a list of definitions, declarations, a changelog's entries): how
     // structured text repeats by design, with a name changed in each copy. More copies, then.
@@ -226,6 +285,8 @@ WordLoop WordCopies::check() const {
     size_t novel = 0;
     for (size_t k = c; k < n; ++k) novel += novel_[k];
     if (static_cast<double>(novel) > max_novel_ * static_cast<double>(d)) continue;
+    // A list's items change in one slot (a name, a value); a loop's edits fall anywhere.
+    if (one_changing_slot(n, d, k)) continue;
     double s1 = 1.0;
     if (by_union) {
       for (size_t x = c; x >= a + 3 * d && s1 >= min_union_;) {  // each earlier copy but the first two

@@ -9,6 +9,9 @@
 // when the last `copies` windows of d words match pairwise with a longest
 // common subsequence of at least `min_similarity` of d, and the matched words are varied (at least
 // `min_distinct` of d distinct words: a run of `int x[N]; int y[N];` matches its skeleton only).
+// Units of 6 to min_words - 1 words count too when a copy spans min_words blank-separated fields
+// (the issue counts "10-120 words" as a reader does: a code line's "(I", "%" and "4," are fields),
+// the text is not in columns (two blanks inside a line: tables, dumps), and one more copy matches.
 // A step costs O(1) for the 3-gram index and, when a candidate recurs, a banded LCS of O(d x band).
 #pragma once
 
@@ -16,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -55,8 +59,10 @@ class WordCopies {
   void update(const std::string& text);
   // Forgets the words that end past `bytes` (a rollback).
   void truncate(size_t bytes);
-  // Copies at the end of the words read so far, or unit_words 0.
-  WordLoop check() const;
+  // Copies at the end of the words read so far, or unit_words 0. `text` is what update() read: a
+  // unit of fewer than min_words words (numbers and one-letter words left out) counts when its last
+  // copy still spans min_words blank-separated fields ("line 4, is msvccompiler.py bug)").
+  WordLoop check(std::string_view text) const;
   size_t words() const { return words_.size(); }
 
  private:
@@ -69,6 +75,10 @@ class WordCopies {
   // Whether the union rule may judge a unit of d words over k copies (k + 1 with the rule) that end
   // at word n: GuardConfig::near_words_union's conditions.
   bool union_applies(size_t n, size_t d, size_t k, bool short_lines) const;
+  // Whether every one of the last `copies` windows of d words ending at word n changed some words
+  // from the window before it, and all of them within one slot of a few words (a list's name and
+  // value: SQL rows, definitions). A loop's edits fall anywhere, or nowhere but its counter.
+  bool one_changing_slot(size_t n, size_t d, size_t copies) const;
 
   int copies_, long_words_, long_copies_, line_words_, line_copies_, min_words_, max_words_;
   double min_sim_, min_distinct_, max_novel_, min_union_;

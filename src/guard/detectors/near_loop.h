@@ -136,7 +136,7 @@ class NearLoop : public Detector {
 
   std::optional<Finding> as_words(GuardState& s) {
     if (s.config.near_words_max <= 0) return std::nullopt;
-    const WordLoop w = words_.check();
+    const WordLoop w = words_.check(s.text);
     if (w.unit_words == 0) return std::nullopt;
     const int64_t a = s.unit_at_byte(w.onset_byte), b = s.unit_at_byte(w.second_byte), c = s.unit_at_byte(w.third_byte);
     const auto& t = s.periods.tokens();
