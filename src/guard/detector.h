@@ -89,6 +89,9 @@ class GuardState {
   // The text of the last `tokens` tokens holds no letter or digit (with `max_share` > 0: letters
   // and digits are at most that share of its visible characters).
   bool structural_tail(int64_t tokens, double max_share = 0) const;
+  // The text of the last `tokens` tokens holds no letter (digits and symbols only: "00 00", "0, 0,"),
+  // or with `max_share` > 0, letters are at most that share of its visible characters (a hex dump).
+  bool letterless_tail(int64_t tokens, double max_share = 0) const;
   // The text of the last `tokens` tokens holds a line break.
   bool line_tail(int64_t tokens) const;
   // The text of unit `k` (0 <= k < n), and where it begins in the text.
@@ -102,7 +105,8 @@ class GuardState {
   // One token repeated: the length of the run ending at this token.
   int64_t flood_run() const { return periods.run(1) + 1; }
   // The exact loop of period >= 2 the exact-loop rule confirms at this step (period 0 if none),
-  // typography (a repeat without letters or digits, shorter than the structural floor) excluded.
+  // typography and data (a repeat without letters, shorter than the structural floor: a rule of
+  // dashes, a row of zero bytes in a hex dump, `{ -1, 0, 0, 0, ... }` in C) excluded.
   const Loop& exact_loop();
   bool exact_loop_is_typography();
 

@@ -156,6 +156,18 @@ bool GuardState::structural_tail(int64_t tokens, double max_share) const {
   return max_share > 0 ? static_cast<double>(alnum) <= max_share * static_cast<double>(visible) : alnum == 0;
 }
 
+bool GuardState::letterless_tail(int64_t tokens, double max_share) const {
+  const std::string_view t = tail_text(tokens);
+  size_t letters = 0, visible = 0;
+  for (char ch : t) {
+    const auto c = static_cast<unsigned char>(ch);
+    letters += c >= 0x80 || std::isalpha(c);
+    visible += !std::isspace(c);
+  }
+  if (t.empty()) return false;
+  return static_cast<double>(letters) <= max_share * static_cast<double>(visible);
+}
+
 size_t GuardState::unit_begin(int64_t k) const {
   if (k <= 0 || text_ends_.empty()) return 0;
   return std::min(text_ends_[std::min(static_cast<size_t>(k), text_ends_.size()) - 1], text.size());
@@ -188,7 +200,7 @@ const Loop& GuardState::exact_loop() {
     exact_done_ = true;
     const GuardConfig& c = config;
     exact_ = periods.exact(c.loop_min_repeats, c.loop_min_span, 2, c.loop_long_period, c.loop_long_min_repeats);
-    typography_ = exact_.period > 0 && exact_.span < c.structural_min_span && structural_tail(exact_.period);
+    typography_ = exact_.period > 0 && exact_.span < c.structural_min_span && letterless_tail(exact_.period);
     if (typography_) exact_ = Loop{};
   }
   return exact_;

@@ -615,6 +615,54 @@ TEST(GuardDetectors, ShortCodeLinesLoopingAreNearLoopsColumnsAreNot) {
   for (const auto& e : f.run(table_ids, &table_texts)) ADD_FAILURE() << e.type << " " << e.evidence;
 }
 
+// Data repeats without letters: OpenSSL's `# define EXT_END { -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+// 0, 0}` (x509v3.h) and `od -A x -t x1z` rows of zero bytes are periods of " 0" "," or " 00" over
+// 26-32 tokens. Like typography they need the structural floor (96 tokens) before they are a loop,
+// and a window of hex rows is not a phrase said again. A chain of colons and zeros repeated past
+// the floor still is a loop.
+TEST(GuardDetectors, DataRepeatsWithoutLettersWaitForTheStructuralFloor) {
+  std::vector<int32_t> ids = random_tokens(40, 66);
+  std::vector<std::string> texts(ids.size(), " word");
+  auto piece = [&](std::vector<int32_t>& to, std::vector<std::string>& tt, const std::string& p) {
+    to.push_back(static_cast<int32_t>(100 + std::hash<std::string>{}(p) % 3900));
+    tt.push_back(p);
+  };
+  for (const char* p : {"\n#", " define", " EXT", "_END", " {", " -", "1", ","}) piece(ids, texts, p);
+  for (int k = 0; k < 13; ++k) {
+    piece(ids, texts, " 0");
+    piece(ids, texts, ",");
+  }
+  for (const char* p : {" 0", "}", "\n", "/*", " X", "509", "_PURPOSE", " stuff", " */\n"}) piece(ids, texts, p);
+  Feeder f;
+  for (const auto& e : f.run(ids, &texts)) ADD_FAILURE() << "C initializer: " << e.type << " " << e.evidence;
+
+  std::vector<int32_t> dump_ids = random_tokens(40, 67);
+  std::vector<std::string> dump_texts(dump_ids.size(), " word");
+  const char* rows[] = {"00 00 00 00 00 1d 00 00 00 00 00 00 00 00 00 00", "00 00 00 00 00 00 00 00 00 00 00 00 00 f4 00 00",
+                        "00 12 00 00 00 00 00 00 00 00 00 00 00 00 00 00", "00 00 00 00 00 00 00 00 00 ca 00 00 00 00 00 00"};
+  for (int line = 0; line < 24; ++line) {
+    char offset[16];
+    std::snprintf(offset, sizeof offset, "\n%06x", 0x473 + 16 * line);
+    piece(dump_ids, dump_texts, offset);
+    std::string row = rows[line % 4];
+    for (size_t at = 0; at < row.size(); at += 3) {  // as Llama 3 reads them: " " and "00"
+      piece(dump_ids, dump_texts, " ");
+      piece(dump_ids, dump_texts, row.substr(at, 2));
+    }
+    piece(dump_ids, dump_texts, "  >................<");
+  }
+  for (const auto& e : f.run(dump_ids, &dump_texts)) ADD_FAILURE() << "hex dump: " << e.type << " " << e.evidence;
+
+  std::vector<int32_t> garbage_ids = random_tokens(40, 68);
+  std::vector<std::string> garbage_texts(garbage_ids.size(), " word");
+  for (int k = 0; k < 40; ++k)
+    for (const char* p : {" 0", ":", " 0", ":", "00", " //"}) piece(garbage_ids, garbage_texts, p);
+  const auto events = f.run(garbage_ids, &garbage_texts);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].type, "loop");
+  EXPECT_GE(events[0].detected_at, 40 + 96 - 1);  // at the floor, not at 32 tokens
+}
+
 // A locale file's list of categories: each line changes one word the text has not used before,
 // so the positional near-loop rule's 12 lines at 90% are a list, not a loop.
 TEST(GuardDetectors, ListLinesThatBringNewWordsAreNotALoop) {

@@ -47,7 +47,11 @@ class PhraseLoop : public Detector {
     const int64_t w = c.phrase_window;
     if (!approximate_step(s) || c.phrase_max_distinct <= 0 || w <= 0 || s.n < w) return std::nullopt;
     const double d3 = distinct_ngrams(s.periods.tokens(), 3, static_cast<size_t>(w));
-    if (d3 >= c.phrase_max_distinct || s.structural_tail(w, c.structural_max_share)) return std::nullopt;
+    // Few distinct 3-grams in typography or data (a hex dump's rows of zero bytes) are its form,
+    // not a phrase said again: a phrase has letters.
+    if (d3 >= c.phrase_max_distinct || s.structural_tail(w, c.structural_max_share) ||
+        s.letterless_tail(w, c.structural_max_share))
+      return std::nullopt;
     return Finding{s.n - w, 1.0 - 0.5 * d3 / c.phrase_max_distinct, {{"distinct3", d3}, {"window", w}}, w};
   }
 
