@@ -250,7 +250,7 @@ WordLoop WordCopies::check(std::string_view text) const {
   for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
     const size_t d = static_cast<size_t>(*it);
     // A short core (code, a log line: mostly punctuation and numbers) still spans min_words blank-
-    // separated fields, as the issue counts words; but not in columns, and over one more copy.
+    // separated fields, as a reader counts words; but not in columns, and over one more copy.
     const bool short_core = static_cast<int>(d) < min_words_;
     if (short_core && (blank_fields(text.substr(std::min(text.size(), starts_[n - d]))) <
                            static_cast<size_t>(min_words_) ||

@@ -10,7 +10,7 @@
 // common subsequence of at least `min_similarity` of d, and the matched words are varied (at least
 // `min_distinct` of d distinct words: a run of `int x[N]; int y[N];` matches its skeleton only).
 // Units of 6 to min_words - 1 words count too when a copy spans min_words blank-separated fields
-// (the issue counts "10-120 words" as a reader does: a code line's "(I", "%" and "4," are fields),
+// (a reader counts "10-120 words" that way: a code line's "(I", "%" and "4," are words to them),
 // the text is not in columns (two blanks inside a line: tables, dumps), and one more copy matches.
 // A step costs O(1) for the 3-gram index and, when a candidate recurs, a banded LCS of O(d x band).
 #pragma once
