@@ -329,7 +329,7 @@ void add_scan(CLI::App& app, std::vector<Command>& out) {
   sub->add_option("--near-words-copies", c.near_words_copies, "Near loop as words: copies that must match")
       ->capture_default_str();
   sub->add_option("--near-words-long", c.near_words_long,
-                  "Near loop as words: units of this many words or more need --near-words-long-copies (0: none)")
+                  "Near loop as words: units of this many words (up to 120) need --near-words-long-copies (0: none)")
       ->capture_default_str();
   sub->add_option("--near-words-long-copies", c.near_words_long_copies,
                   "Near loop as words: copies that must match for a long unit")

@@ -28,6 +28,9 @@ uint32_t fnv(const std::string& s, size_t from, size_t to) {
 // 12:14:36 +0100" 10 fields and 7 words.
 constexpr int kMinCoreWords = 6;
 
+// Long units take long_copies up to this length (GuardConfig::near_words_long says why).
+constexpr int64_t kMaxLongWords = 120;
+
 size_t blank_fields(std::string_view text) {
   size_t n = 0;
   for (size_t i = 0; i < text.size(); ++i)
@@ -256,7 +259,8 @@ WordLoop WordCopies::check(std::string_view text) const {
                            static_cast<size_t>(min_words_) ||
                        column_blanks(text.substr(std::min(text.size(), starts_[n - std::min(n, 3 * d)])))))
       continue;
-    size_t k = static_cast<size_t>(long_words_ > 0 && *it >= long_words_ ? long_copies_ : copies_);
+    const bool long_unit = long_words_ > 0 && *it >= long_words_ && *it <= kMaxLongWords;
+    size_t k = static_cast<size_t>(long_unit ? long_copies_ : copies_);
     if (short_core) k += 1;
     if (k * d > n) continue;
     // Short lines (a form, a list of definitions, declarations, a changelog's entries): how

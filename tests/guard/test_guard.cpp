@@ -663,6 +663,69 @@ TEST(GuardDetectors, DataRepeatsWithoutLettersWaitForTheStructuralFloor) {
   EXPECT_GE(events[0].detected_at, 40 + 96 - 1);  // at the floor, not at 32 tokens
 }
 
+// A long near loop: a 60-word paragraph said again with a counter and a word in twelve swapped. Four
+// copies of 100 words would not end within the 400 words a loop is given, so units of 40-120 words
+// need three copies: caught in the third, where near_words_long 0 waits for the fourth.
+TEST(GuardDetectors, LongNearLoopsAreCaughtInTheThirdCopy) {
+  const std::string paragraph =
+      "the daemon reads its configuration file when it starts and applies those options to every user of "
+      "this system so changing any default behaviour means editing that file then restarting our service "
+      "with a command given in the manual page and checking whether your changes were taken into account "
+      "by the program before going on to configure logging rotation backups monitoring or remote access";
+  std::vector<std::string> unit;
+  for (size_t at = 0; at < paragraph.size();) {
+    const size_t sp = paragraph.find(' ', at);
+    unit.push_back(paragraph.substr(at, sp == std::string::npos ? std::string::npos : sp - at));
+    at = sp == std::string::npos ? paragraph.size() : sp + 1;
+  }
+  ASSERT_GE(unit.size(), 60u);
+  const std::vector<std::string> pool = {"quickly", "module", "buffer", "simply", "value", "later", "again"};
+  std::vector<int32_t> ids = random_tokens(40, 69);
+  std::vector<std::string> texts(ids.size(), " word");
+  std::vector<size_t> copy_end;
+  for (int copy = 0; copy < 5; ++copy) {
+    std::string line = " Attempt " + std::to_string(copy + 2) + ":";
+    for (size_t j = 0; j < unit.size(); ++j)  // a word in twelve swapped, at other places in each copy
+      line += " " + ((j + 5 * static_cast<size_t>(copy)) % 12 == 0 ? pool[(j + static_cast<size_t>(copy)) % pool.size()]
+                                                                     : unit[j]);
+    words_to(ids, texts, line + ".");
+    copy_end.push_back(ids.size());
+  }
+  Feeder f;
+  const auto events = f.run(ids, &texts);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].type, "near_loop");
+  EXPECT_LE(events[0].detected_at, static_cast<int64_t>(copy_end[2]) + 8) << events[0].evidence;
+  Feeder four;
+  four.cfg.near_words_long = 0;
+  const auto later = four.run(ids, &texts);
+  ASSERT_FALSE(later.empty());
+  EXPECT_GT(later[0].detected_at, static_cast<int64_t>(copy_end[2]) + 8);
+}
+
+// GNU licence notices quoted for each file of a package (debian/copyright): 128-131 words, the
+// same but for "Lesser" and a version. Past 120 words a unit needs four copies, and three notices
+// pass.
+TEST(GuardDetectors, ThreeLicenceNoticesPass) {
+  auto notice = [](const std::string& lesser, const std::string& version) {
+    return " This program is free software; you can redistribute it and/or modify it under the terms of the GNU " +
+           lesser + "General Public License as published by the Free Software Foundation; either version " + version +
+           " of the License, or (at your option) any later version.\n .\n This program is distributed in the hope "
+           "that it will be useful, but WITHOUT ANY WARRANTY; without even the implied warranty of MERCHANTABILITY "
+           "or FITNESS FOR A PARTICULAR PURPOSE. See the GNU " +
+           lesser + "General Public License for more details.\n .\n You should have received a copy of the GNU " +
+           lesser + "General Public License along with this program. If not, see <https://www.gnu.org/licenses/>.\n"
+           " .\n On Debian systems, the complete text of the GNU " + lesser + "General Public License version " +
+           version + " can be found in the file /usr/share/common-licenses/" + (lesser.empty() ? "GPL-" : "LGPL-") +
+           version + ".\n\nFiles: src/*\nCopyright: 2019-2024 The Authors\nLicense:";
+  };
+  std::vector<int32_t> ids = random_tokens(40, 70);
+  std::vector<std::string> texts(ids.size(), " word");
+  words_to(ids, texts, notice("", "2") + notice("Lesser ", "2.1") + notice("", "3") + " BSD-3-clause\n");
+  Feeder f;
+  for (const auto& e : f.run(ids, &texts)) ADD_FAILURE() << e.type << " " << e.evidence;
+}
+
 // A locale file's list of categories: each line changes one word the text has not used before,
 // so the positional near-loop rule's 12 lines at 90% are a list, not a loop.
 TEST(GuardDetectors, ListLinesThatBringNewWordsAreNotALoop) {
