@@ -143,29 +143,29 @@ std::string_view GuardState::tail_text(int64_t tokens) const {
   return std::string_view(text).substr(std::min(from, text.size()));
 }
 
-bool GuardState::structural_tail(int64_t tokens, double max_share) const {
-  const std::string_view t = tail_text(tokens);
-  // Letters and digits: ASCII ones, and any non-ASCII byte (letters of other scripts).
-  size_t alnum = 0, visible = 0;
+namespace {
+
+// Whether letters (and digits, with `digits`) are at most `max_share` of the visible characters of
+// `t`, or with `max_share` 0, absent. Any non-ASCII byte counts as a letter (other scripts).
+bool sparse_text(std::string_view t, bool digits, double max_share) {
+  if (t.empty()) return false;
+  size_t counted = 0, visible = 0;
   for (char ch : t) {
     const auto c = static_cast<unsigned char>(ch);
-    alnum += c >= 0x80 || std::isalnum(c);
+    counted += c >= 0x80 || std::isalpha(c) || (digits && std::isdigit(c));
     visible += !std::isspace(c);
   }
-  if (t.empty()) return false;
-  return max_share > 0 ? static_cast<double>(alnum) <= max_share * static_cast<double>(visible) : alnum == 0;
+  return max_share > 0 ? static_cast<double>(counted) <= max_share * static_cast<double>(visible) : counted == 0;
+}
+
+}  // namespace
+
+bool GuardState::structural_tail(int64_t tokens, double max_share) const {
+  return sparse_text(tail_text(tokens), true, max_share);
 }
 
 bool GuardState::letterless_tail(int64_t tokens, double max_share) const {
-  const std::string_view t = tail_text(tokens);
-  size_t letters = 0, visible = 0;
-  for (char ch : t) {
-    const auto c = static_cast<unsigned char>(ch);
-    letters += c >= 0x80 || std::isalpha(c);
-    visible += !std::isspace(c);
-  }
-  if (t.empty()) return false;
-  return static_cast<double>(letters) <= max_share * static_cast<double>(visible);
+  return sparse_text(tail_text(tokens), false, max_share);
 }
 
 size_t GuardState::unit_begin(int64_t k) const {
